@@ -1,0 +1,27 @@
+import { defineConfig } from 'vitest/config';
+
+// Three projects, split by what they need: `unit` needs nothing, `db` a real PostgreSQL (started by the global setup,
+// one template database cloned per test file), `cluster` real Kubernetes components (see e2e/cluster/).
+export default defineConfig({
+  test: {
+    projects: [
+      {
+        test: {
+          name: 'unit',
+          include: ['src/**/*.test.ts', 'test/unit/**/*.test.ts'],
+        },
+      },
+      {
+        test: {
+          name: 'db',
+          include: ['test/db/**/*.test.ts'],
+          globalSetup: ['test/support/pg-global-setup.ts'],
+          testTimeout: 120_000,
+          hookTimeout: 120_000,
+          fileParallelism: true,
+          maxWorkers: 2,
+        },
+      },
+    ],
+  },
+});
