@@ -1,0 +1,182 @@
+-- The commit of a placement, and its release. Both run in the caller's transaction (or autocommit), in one round trip.
+-- bc_place() works inside a subtransaction (a savepoint): a lost race or a refused guard undoes everything it wrote and
+-- returns {"ok": false, "code": ...} instead of raising, so the caller replans with fresh data. Codes:
+--   node_unschedulable  a node failed the schedulability predicate when locked (guard 4)
+--   atom_unavailable    an atom is unhealthy, unbookable or gone when locked (guard 4)
+--   conflict            an atom was booked by someone else in the window (guard 1, a lost race)
+--   scalar              a node's scalar counter would be overdrawn (guard 3)
+--   quota               the tenant's quota would be exceeded at some instant of the window (guard 5)
+--   idempotency_mismatch  the idempotency key was used before with a different request
+
+-- Recompute one quota key's counters from its charges (used: started, reserved: starts later).
+CREATE FUNCTION bc_refresh_quota(p_tenant text, p_pool text, p_resource text) RETURNS void LANGUAGE sql AS $$
+  UPDATE quotas q SET
+    used = c.used,
+    reserved = c.reserved,
+    grace = greatest(0, c.used - coalesce(q.max, c.used))
+  FROM (
+    SELECT coalesce(sum(amount) FILTER (WHERE during @> compute_now()), 0)::integer AS used,
+           coalesce(sum(amount) FILTER (WHERE lower(during) > compute_now()), 0)::integer AS reserved
+    FROM quota_charges
+    WHERE tenant_id = p_tenant AND pool_id = p_pool AND resource = p_resource AND NOT isempty(during)
+      AND upper(during) > compute_now()
+  ) c
+  WHERE q.tenant_id = p_tenant AND q.pool_id = p_pool AND q.resource = p_resource
+$$;
+
+CREATE FUNCTION bc_place(p jsonb) RETURNS jsonb LANGUAGE plpgsql AS $$
+DECLARE
+  v_now timestamptz := compute_now();
+  v_start timestamptz;
+  v_end timestamptz;
+  v_win tstzrange;
+  v_rsv jsonb := p -> 'reservation';
+  v_rsv_id text;
+  v_existing record;
+  v_tenant text := p ->> 'tenantId';
+  v_pool text := p ->> 'poolId';
+  v_alloc jsonb;
+  v_atoms text[];
+  v_count integer;
+  v_node text;
+  v_scalar record;
+  v_charge record;
+  v_max integer;
+  v_failed_node text;
+BEGIN
+  v_start := greatest(v_now, coalesce(to_timestamp((p ->> 'start')::bigint / 1000.0), v_now));
+  v_end := CASE WHEN p ->> 'durationSeconds' IS NULL THEN 'infinity'::timestamptz
+                ELSE v_start + make_interval(secs => (p ->> 'durationSeconds')::bigint) END;
+  v_win := tstzrange(v_start, v_end, '[)');
+
+  BEGIN
+    IF v_rsv IS NOT NULL THEN
+      INSERT INTO reservations (id, tenant_id, pool_id, project_id, idempotency_key, request_hash, request, state, spot,
+                                binding, starts_at, ends_at, lease_expires_at, created_at, updated_at)
+      VALUES (v_rsv ->> 'id', v_tenant, v_pool, v_rsv ->> 'projectId', v_rsv ->> 'idempotencyKey', v_rsv ->> 'requestHash',
+              v_rsv -> 'request',
+              CASE WHEN v_rsv ->> 'leaseSeconds' IS NULL THEN 'confirmed' ELSE 'held' END,
+              coalesce((v_rsv ->> 'spot')::boolean, false), coalesce(v_rsv ->> 'binding', 'hold'), v_start, v_end,
+              v_now + make_interval(secs => (v_rsv ->> 'leaseSeconds')::integer), v_now, v_now)
+      ON CONFLICT ON CONSTRAINT unique$reservations$idempotency DO NOTHING
+      RETURNING id INTO v_rsv_id;
+      IF v_rsv_id IS NULL THEN
+        SELECT id, request_hash, starts_at, ends_at, state INTO v_existing FROM reservations
+        WHERE tenant_id = v_tenant AND idempotency_key = v_rsv ->> 'idempotencyKey';
+        IF v_existing.request_hash <> v_rsv ->> 'requestHash' THEN
+          RETURN jsonb_build_object('ok', false, 'code', 'idempotency_mismatch', 'reservationId', v_existing.id);
+        END IF;
+        RETURN jsonb_build_object('ok', true, 'existing', true, 'reservationId', v_existing.id, 'state', v_existing.state,
+          'start', extract(epoch FROM v_existing.starts_at) * 1000, 'end', extract(epoch FROM v_existing.ends_at) * 1000);
+      END IF;
+    END IF;
+
+    FOR v_alloc IN SELECT * FROM jsonb_array_elements(p -> 'allocations') LOOP
+      v_node := v_alloc ->> 'nodeId';
+      v_failed_node := v_node;
+      v_atoms := ARRAY(SELECT jsonb_array_elements_text(v_alloc -> 'atoms'));
+
+      -- Guard 4: lock the node under the schedulability predicate, and the atoms where healthy and bookable.
+      PERFORM 1 FROM nodes n JOIN pools pl ON pl.id = n.pool_id
+      WHERE n.id = v_node AND n.pool_id = v_pool AND n.schedulable AND NOT pl.archived
+        AND (n.trust = 'platform' OR n.owner_tenant = pl.owner_tenant)
+      FOR SHARE OF n;
+      IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'BC001', MESSAGE = 'node_unschedulable';
+      END IF;
+      SELECT count(*) INTO v_count FROM (
+        SELECT 1 FROM devices WHERE id = ANY (v_atoms) AND node_id = v_node AND healthy AND bookable FOR SHARE
+      ) locked;
+      IF v_count <> cardinality(v_atoms) THEN
+        RAISE EXCEPTION USING ERRCODE = 'BC002', MESSAGE = 'atom_unavailable';
+      END IF;
+
+      INSERT INTO allocations (id, kind, reservation_id, pod_uid, node_id, pool_id, tenant_id, scalars, during, created_at)
+      VALUES (v_alloc ->> 'id', CASE WHEN v_rsv IS NULL THEN 'pod' ELSE 'reservation' END, v_rsv_id, p ->> 'podUid',
+              v_node, v_pool, v_tenant, coalesce(v_alloc -> 'scalars', '{}'), v_win, v_now);
+
+      -- Guard 1: a conflicting booking makes the insert skip the row instead of raising.
+      INSERT INTO device_bookings (device_id, allocation_id, during, planned)
+      SELECT unnest(v_atoms), v_alloc ->> 'id', v_win, v_win
+      ON CONFLICT DO NOTHING;
+      GET DIAGNOSTICS v_count = ROW_COUNT;
+      IF v_count <> cardinality(v_atoms) THEN
+        RAISE EXCEPTION USING ERRCODE = 'BC003', MESSAGE = 'conflict';
+      END IF;
+
+      -- Guard 3: guarded scalar counters.
+      FOR v_scalar IN SELECT key, value::integer AS amount FROM jsonb_each_text(coalesce(v_alloc -> 'scalars', '{}'))
+                      WHERE value::integer > 0 LOOP
+        UPDATE node_resources SET allocated = allocated + v_scalar.amount
+        WHERE node_id = v_node AND resource = v_scalar.key AND allocated + v_scalar.amount <= floor(allocatable * ratio);
+        IF NOT FOUND THEN
+          RAISE EXCEPTION USING ERRCODE = 'BC004', MESSAGE = 'scalar';
+        END IF;
+      END LOOP;
+
+      -- Guard 5: quota per atom class, checked over the whole window under the quota row's lock.
+      FOR v_charge IN SELECT class AS resource, count(*)::integer AS amount FROM devices WHERE id = ANY (v_atoms)
+                      GROUP BY class ORDER BY class LOOP
+        INSERT INTO quotas (tenant_id, pool_id, resource, max) VALUES (v_tenant, v_pool, v_charge.resource, NULL)
+        ON CONFLICT DO NOTHING;
+        SELECT max INTO v_max FROM quotas
+        WHERE tenant_id = v_tenant AND pool_id = v_pool AND resource = v_charge.resource FOR UPDATE;
+        IF v_max IS NOT NULL
+           AND bc_quota_peak(v_tenant, v_pool, v_charge.resource, v_win) + v_charge.amount > v_max THEN
+          RAISE EXCEPTION USING ERRCODE = 'BC005', MESSAGE = 'quota';
+        END IF;
+        INSERT INTO quota_charges (tenant_id, pool_id, resource, allocation_id, amount, during)
+        VALUES (v_tenant, v_pool, v_charge.resource, v_alloc ->> 'id', v_charge.amount, v_win);
+        PERFORM bc_refresh_quota(v_tenant, v_pool, v_charge.resource);
+      END LOOP;
+    END LOOP;
+  EXCEPTION
+    WHEN SQLSTATE 'BC001' OR SQLSTATE 'BC002' OR SQLSTATE 'BC003' OR SQLSTATE 'BC004' OR SQLSTATE 'BC005' THEN
+      RETURN jsonb_build_object('ok', false, 'code', SQLERRM, 'nodeId', v_failed_node);
+  END;
+
+  RETURN jsonb_build_object('ok', true, 'existing', false, 'reservationId', v_rsv_id,
+    'state', CASE WHEN v_rsv IS NULL THEN NULL WHEN v_rsv ->> 'leaseSeconds' IS NULL THEN 'confirmed' ELSE 'held' END,
+    'start', extract(epoch FROM v_start) * 1000,
+    'end', CASE WHEN v_end = 'infinity' THEN NULL ELSE extract(epoch FROM v_end) * 1000 END,
+    'leaseExpiresAt', extract(epoch FROM v_now + make_interval(secs => (v_rsv ->> 'leaseSeconds')::integer)) * 1000);
+END $$;
+
+-- Release allocations at compute_now(): bookings and charges are truncated (emptied when they had not started), scalar
+-- counters given back once, quota counters recomputed. Idempotent. Returns the number of allocations released.
+CREATE FUNCTION bc_release_allocations(p_ids text[]) RETURNS integer LANGUAGE plpgsql AS $$
+DECLARE
+  v_now timestamptz := compute_now();
+  v_released integer;
+  v_key record;
+BEGIN
+  WITH released AS (
+    UPDATE allocations SET released_at = v_now WHERE id = ANY (p_ids) AND released_at IS NULL RETURNING node_id, scalars
+  ), amounts AS (
+    SELECT r.node_id, s.key AS resource, sum(s.value::integer)::integer AS amount
+    FROM released r, jsonb_each_text(r.scalars) s GROUP BY r.node_id, s.key
+  ), given_back AS (
+    UPDATE node_resources nr SET allocated = nr.allocated - a.amount
+    FROM amounts a WHERE nr.node_id = a.node_id AND nr.resource = a.resource AND a.amount > 0
+  )
+  SELECT count(*) INTO v_released FROM released;
+
+  UPDATE device_bookings SET during = CASE WHEN lower(during) >= v_now THEN 'empty'::tstzrange
+                                           ELSE tstzrange(lower(during), v_now, '[)') END
+  WHERE allocation_id = ANY (p_ids) AND NOT isempty(during) AND upper(during) > v_now;
+
+  FOR v_key IN
+    WITH truncated AS (
+      UPDATE quota_charges SET during = CASE WHEN lower(during) >= v_now THEN 'empty'::tstzrange
+                                             ELSE tstzrange(lower(during), v_now, '[)') END
+      WHERE allocation_id = ANY (p_ids) AND NOT isempty(during) AND upper(during) > v_now
+      RETURNING tenant_id, pool_id, resource
+    )
+    SELECT DISTINCT tenant_id, pool_id, resource FROM truncated ORDER BY 1, 2, 3
+  LOOP
+    PERFORM 1 FROM quotas WHERE tenant_id = v_key.tenant_id AND pool_id = v_key.pool_id AND resource = v_key.resource
+      FOR UPDATE;
+    PERFORM bc_refresh_quota(v_key.tenant_id, v_key.pool_id, v_key.resource);
+  END LOOP;
+  RETURN v_released;
+END $$;

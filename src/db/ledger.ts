@@ -1,0 +1,415 @@
+// The booking service: plans on a cached snapshot with the pure core, commits with bc_place() in one round trip, and
+// replans with fresh rows when the database says the snapshot was stale. PostgreSQL is the arbiter; the cache only
+// saves reads, so a stale cache costs a replan, never a double booking.
+import { createHash } from 'node:crypto';
+import type { ReservationCreateInput } from '../api/schemas.ts';
+import { plan } from '../core/planner.ts';
+import { selectorFromObject } from '../core/selector.ts';
+import type { Candidate, NodeSnap, PlacementRequest, PoolSnap } from '../core/types.ts';
+import { newAllocationId, newReservationId } from '../ids.ts';
+import { isRetryable } from './errors.ts';
+import type { Db } from './pool.ts';
+import { getPool, isPoolVisible, loadNodes, type PoolInfo } from './snapshot.ts';
+
+export type ReservationState = 'held' | 'confirmed' | 'released' | 'expired';
+
+export interface ReservationView {
+  id: string;
+  tenantId: string;
+  poolId: string;
+  state: ReservationState;
+  spot: boolean;
+  binding: string;
+  start: number;
+  end: number;
+  leaseExpiresAt: number | null;
+  allocations: { id: string; nodeId: string; atoms: string[] }[];
+}
+
+export type ReserveFailure =
+  | 'NOT_FOUND'
+  | 'POOL_ARCHIVED'
+  | 'NO_CAPACITY'
+  | 'QUOTA_EXCEEDED'
+  | 'IDEMPOTENCY_MISMATCH'
+  | 'CONTENDED';
+
+export type ReserveOutcome =
+  | { ok: true; reservation: ReservationView; existing: boolean; replans: number }
+  | { ok: false; code: ReserveFailure; message: string; replans: number };
+
+export interface LedgerMetrics {
+  onPlacement?(seconds: number, outcome: string): void;
+  onLostRace?(reason: string): void;
+  onReplan?(): void;
+}
+
+export interface LedgerOptions {
+  /** How many times one request replans after a lost race before it answers CONTENDED. */
+  maxReplans?: number;
+  metrics?: LedgerMetrics;
+}
+
+interface CachedPool {
+  info: PoolInfo;
+  nodes: Map<string, NodeSnap>;
+  snap: PoolSnap;
+}
+
+interface PlaceResult {
+  ok: boolean;
+  code?: string;
+  nodeId?: string;
+  existing?: boolean;
+  reservationId?: string;
+  state?: ReservationState;
+  start?: number;
+  end?: number | null;
+  leaseExpiresAt?: number | null;
+}
+
+export class Ledger {
+  private readonly pools = new Map<string, Promise<CachedPool>>();
+  private readonly maxReplans: number;
+
+  constructor(
+    readonly db: Db,
+    private readonly opts: LedgerOptions = {},
+  ) {
+    this.maxReplans = opts.maxReplans ?? 16;
+  }
+
+  /** Drops every cached snapshot (e.g. after inventory or pool changes made elsewhere). */
+  invalidate(poolId?: string): void {
+    if (poolId) this.pools.delete(poolId);
+    else this.pools.clear();
+  }
+
+  private async load(poolId: string): Promise<CachedPool> {
+    const info = await getPool(this.db, poolId);
+    if (!info) throw new Error(`pool ${poolId} vanished`);
+    const nodes = new Map((await loadNodes(this.db, poolId)).map((n) => [n.id, n]));
+    return { info, nodes, snap: toSnap(info, nodes) };
+  }
+
+  private cached(poolId: string, fresh = false): Promise<CachedPool> {
+    let p = this.pools.get(poolId);
+    if (!p || fresh) {
+      p = this.load(poolId);
+      p.catch(() => this.pools.delete(poolId));
+      this.pools.set(poolId, p);
+    }
+    return p;
+  }
+
+  private async reloadNodes(poolId: string, nodeIds: string[]): Promise<void> {
+    const c = await this.cached(poolId);
+    const fresh = await loadNodes(this.db, poolId, nodeIds);
+    for (const id of nodeIds) c.nodes.delete(id);
+    for (const n of fresh) c.nodes.set(n.id, n);
+    c.snap = toSnap(c.info, c.nodes);
+  }
+
+  /** Runs the planner on the current snapshot without writing (capacity.preview uses this). */
+  async preview(input: ReservationCreateInput, now: number) {
+    const c = await this.cached(input.poolId, true);
+    return plan(c.snap, toPlacementRequest(input, now));
+  }
+
+  async reserve(input: ReservationCreateInput, now: number): Promise<ReserveOutcome> {
+    const started = performance.now();
+    const outcome = await this.reserveOnce(input, now);
+    this.opts.metrics?.onPlacement?.((performance.now() - started) / 1000, outcome.ok ? 'reserved' : outcome.code);
+    return outcome;
+  }
+
+  private async reserveOnce(input: ReservationCreateInput, now: number): Promise<ReserveOutcome> {
+    const pool = await getPool(this.db, input.poolId);
+    if (!pool || !(await isPoolVisible(this.db, pool, input.tenantId))) {
+      return { ok: false, code: 'NOT_FOUND', message: `pool ${input.poolId} not found`, replans: 0 };
+    }
+    const req = toPlacementRequest(input, now);
+    const reservation = {
+      id: newReservationId(),
+      projectId: input.projectId ?? null,
+      idempotencyKey: input.idempotencyKey,
+      requestHash: requestHash(input),
+      request: input,
+      spot: input.spot ?? false,
+      binding: input.binding,
+      leaseSeconds: input.leaseSeconds ?? null,
+    };
+    let replans = 0;
+    let refreshedAfterMiss = false;
+    for (;;) {
+      if (pool.archived) return { ok: false, code: 'POOL_ARCHIVED', message: `pool ${pool.id} is archived`, replans };
+      const c = await this.cached(input.poolId);
+      const p = plan(c.snap, req);
+      if (!p.ok) {
+        // An idempotent retry of a reservation that already holds the capacity must find it, not "no capacity".
+        const existing = await this.findByIdempotencyKey(input.tenantId, input.idempotencyKey);
+        if (existing) return this.existingOutcome(existing, reservation.requestHash, replans);
+        // "Does not fit" is said on fresh rows only.
+        if (!refreshedAfterMiss) {
+          refreshedAfterMiss = true;
+          await this.cached(input.poolId, true);
+          continue;
+        }
+        return { ok: false, code: 'NO_CAPACITY', message: p.reason, replans };
+      }
+      const chosen = input.gang ? [...p.candidates] : [p.candidates[0]!];
+      const allocations = chosen
+        .map((cand) => ({ id: newAllocationId(), nodeId: cand.nodeId, atoms: cand.atoms, scalars: cand.scalars }))
+        .sort((a, b) => (a.nodeId < b.nodeId ? -1 : 1));
+      let r: PlaceResult;
+      try {
+        const { rows } = await this.db.query<{ r: PlaceResult }>('SELECT bc_place($1) AS r', [
+          {
+            tenantId: input.tenantId,
+            poolId: input.poolId,
+            start: input.start ?? null,
+            durationSeconds: input.duration,
+            reservation,
+            allocations,
+          },
+        ]);
+        r = rows[0]!.r;
+      } catch (e) {
+        if (!isRetryable(e) || replans >= this.maxReplans) throw e;
+        this.opts.metrics?.onLostRace?.('retryable');
+        replans++;
+        continue;
+      }
+      if (r.ok) {
+        if (r.existing) {
+          const existing = await this.get(r.reservationId!);
+          return { ok: true, reservation: existing!, existing: true, replans };
+        }
+        const window = { start: r.start!, end: r.end ?? Infinity };
+        applyToCache(c, chosen, window);
+        return {
+          ok: true,
+          existing: false,
+          replans,
+          reservation: {
+            id: r.reservationId!,
+            tenantId: input.tenantId,
+            poolId: input.poolId,
+            state: r.state!,
+            spot: reservation.spot,
+            binding: input.binding,
+            start: window.start,
+            end: window.end,
+            leaseExpiresAt: r.leaseExpiresAt ?? null,
+            allocations: allocations.map((a) => ({ id: a.id, nodeId: a.nodeId, atoms: [...a.atoms] })),
+          },
+        };
+      }
+      if (r.code === 'quota') {
+        return {
+          ok: false,
+          code: 'QUOTA_EXCEEDED',
+          message: `tenant ${input.tenantId} would exceed its quota in pool ${input.poolId} during the requested window`,
+          replans,
+        };
+      }
+      if (r.code === 'idempotency_mismatch') {
+        return {
+          ok: false,
+          code: 'IDEMPOTENCY_MISMATCH',
+          message: `idempotency key ${input.idempotencyKey} was used for a different request (${r.reservationId})`,
+          replans,
+        };
+      }
+      // A lost race or a stale snapshot: reload what failed and plan again.
+      this.opts.metrics?.onLostRace?.(r.code ?? 'unknown');
+      if (replans >= this.maxReplans) {
+        return { ok: false, code: 'CONTENDED', message: `still contended after ${replans} replans; retry`, replans };
+      }
+      replans++;
+      this.opts.metrics?.onReplan?.();
+      await this.reloadNodes(input.poolId, r.nodeId ? [r.nodeId] : chosen.map((x) => x.nodeId));
+    }
+  }
+
+  private async existingOutcome(
+    existing: { id: string; request_hash: string },
+    hash: string,
+    replans: number,
+  ): Promise<ReserveOutcome> {
+    if (existing.request_hash !== hash) {
+      return {
+        ok: false,
+        code: 'IDEMPOTENCY_MISMATCH',
+        message: `idempotency key was used for a different request (${existing.id})`,
+        replans,
+      };
+    }
+    return { ok: true, reservation: (await this.get(existing.id))!, existing: true, replans };
+  }
+
+  private async findByIdempotencyKey(tenantId: string, key: string) {
+    const { rows } = await this.db.query<{ id: string; request_hash: string }>(
+      'SELECT id, request_hash FROM reservations WHERE tenant_id = $1 AND idempotency_key = $2',
+      [tenantId, key],
+    );
+    return rows[0];
+  }
+
+  async get(reservationId: string): Promise<ReservationView | undefined> {
+    const { rows } = await this.db.query(
+      `SELECT r.id, r.tenant_id, r.pool_id, r.state, r.spot, r.binding,
+              (extract(epoch FROM r.starts_at) * 1000)::float8 AS start, (extract(epoch FROM r.ends_at) * 1000)::float8 AS "end",
+              (extract(epoch FROM r.lease_expires_at) * 1000)::float8 AS lease,
+              coalesce((SELECT json_agg(json_build_object('id', a.id, 'nodeId', a.node_id, 'atoms',
+                         (SELECT coalesce(json_agg(b.device_id ORDER BY b.device_id), '[]') FROM device_bookings b WHERE b.allocation_id = a.id))
+                         ORDER BY a.node_id)
+                        FROM allocations a WHERE a.reservation_id = r.id), '[]') AS allocations
+       FROM reservations r WHERE r.id = $1`,
+      [reservationId],
+    );
+    const r = rows[0];
+    if (!r) return undefined;
+    return {
+      id: r.id,
+      tenantId: r.tenant_id,
+      poolId: r.pool_id,
+      state: r.state,
+      spot: r.spot,
+      binding: r.binding,
+      start: r.start,
+      end: r.end,
+      leaseExpiresAt: r.lease,
+      allocations: r.allocations,
+    };
+  }
+
+  /** held → confirmed, while the lease has not run out. */
+  async confirm(reservationId: string): Promise<ReservationView | { error: string }> {
+    const { rowCount } = await this.db.query(
+      `UPDATE reservations SET state = 'confirmed', lease_expires_at = NULL, updated_at = compute_now()
+       WHERE id = $1 AND (state = 'confirmed' OR (state = 'held' AND lease_expires_at > compute_now()))`,
+      [reservationId],
+    );
+    if (!rowCount) return { error: await this.whyNot(reservationId, 'confirm') };
+    return (await this.get(reservationId))!;
+  }
+
+  /** Extends a held reservation's lease by `seconds` from now. */
+  async renew(reservationId: string, seconds: number): Promise<ReservationView | { error: string }> {
+    const { rowCount } = await this.db.query(
+      `UPDATE reservations SET lease_expires_at = compute_now() + make_interval(secs => $2), updated_at = compute_now()
+       WHERE id = $1 AND state = 'held' AND lease_expires_at > compute_now()`,
+      [reservationId, seconds],
+    );
+    if (!rowCount) return { error: await this.whyNot(reservationId, 'renew') };
+    return (await this.get(reservationId))!;
+  }
+
+  private async whyNot(reservationId: string, verb: string): Promise<string> {
+    const r = await this.get(reservationId);
+    if (!r) return `reservation ${reservationId} not found`;
+    return `cannot ${verb} reservation ${reservationId} in state ${r.state}${r.state === 'held' ? ' (lease ran out)' : ''}`;
+  }
+
+  /** Ends a reservation now: its bookings are truncated at compute_now(), its quota and scalars given back. */
+  async release(reservationId: string): Promise<boolean> {
+    return this.end(reservationId, 'released');
+  }
+
+  private async end(reservationId: string, state: 'released' | 'expired', onlyIfLeaseRanOut = false): Promise<boolean> {
+    const client = await this.db.connect();
+    let nodes: { node_id: string; pool_id: string }[] = [];
+    try {
+      await client.query('BEGIN');
+      const { rows } = await client.query(
+        `UPDATE reservations SET state = $2, ended_at = compute_now(), updated_at = compute_now(), lease_expires_at = NULL
+         WHERE id = $1 AND state IN ('held', 'confirmed') ${onlyIfLeaseRanOut ? "AND state = 'held' AND lease_expires_at <= compute_now()" : ''}
+         RETURNING id`,
+        [reservationId, state],
+      );
+      if (rows.length === 0) {
+        await client.query('ROLLBACK');
+        return false;
+      }
+      const allocs = await client.query<{ id: string; node_id: string; pool_id: string }>(
+        'SELECT id, node_id, pool_id FROM allocations WHERE reservation_id = $1',
+        [reservationId],
+      );
+      await client.query('SELECT bc_release_allocations($1)', [allocs.rows.map((a) => a.id)]);
+      await client.query('COMMIT');
+      nodes = allocs.rows;
+    } catch (e) {
+      await client.query('ROLLBACK').catch(() => undefined);
+      throw e;
+    } finally {
+      client.release();
+    }
+    const byPool = new Map<string, string[]>();
+    for (const n of nodes) byPool.set(n.pool_id, [...(byPool.get(n.pool_id) ?? []), n.node_id]);
+    for (const [poolId, ids] of byPool) if (this.pools.has(poolId)) await this.reloadNodes(poolId, ids);
+    return true;
+  }
+
+  /** Expires held reservations whose lease ran out. Returns their ids. */
+  async expireLeases(): Promise<string[]> {
+    const { rows } = await this.db.query<{ id: string }>(
+      `SELECT id FROM reservations WHERE state = 'held' AND lease_expires_at <= compute_now() ORDER BY lease_expires_at`,
+    );
+    const expired: string[] = [];
+    for (const { id } of rows) if (await this.end(id, 'expired', true)) expired.push(id);
+    return expired;
+  }
+}
+
+function toSnap(info: PoolInfo, nodes: Map<string, NodeSnap>): PoolSnap {
+  return { id: info.id, sharing: info.sharing, topologyKey: info.topologyKey, nodes: [...nodes.values()] };
+}
+
+function applyToCache(c: CachedPool, chosen: readonly Candidate[], window: { start: number; end: number }): void {
+  for (const cand of chosen) {
+    const node = c.nodes.get(cand.nodeId);
+    if (!node) continue;
+    const atoms = new Set(cand.atoms);
+    for (const a of node.atoms) if (atoms.has(a.id)) a.bookings.push(window);
+    for (const [name, amount] of Object.entries(cand.scalars)) {
+      const s = node.scalars[name as keyof typeof node.scalars];
+      if (s) s.allocated += amount;
+    }
+  }
+}
+
+export function toPlacementRequest(input: ReservationCreateInput, now: number): PlacementRequest {
+  const start = Math.max(now, input.start ?? now);
+  return {
+    devices: input.devices.map((d) => ({
+      class: d.class,
+      count: d.count,
+      selector: d.selector ? selectorFromObject(d.selector) : [],
+      ...(d.topology ? { topology: d.topology } : {}),
+      ...(d.sharing ? { sharing: d.sharing } : {}),
+    })),
+    ...(input.topology ? { topology: input.topology } : {}),
+    window: { start, end: start + input.duration * 1000 },
+    binding: input.binding,
+    ...(input.resources ? { resources: input.resources } : {}),
+    ...(input.gang ? { gang: input.gang } : {}),
+  };
+}
+
+/** The idempotency fingerprint: the request without the caller's wait preference, keys sorted. */
+export function requestHash(input: ReservationCreateInput): string {
+  const { wait: _wait, ...rest } = input;
+  return createHash('sha256').update(canonicalJson(rest)).digest('hex');
+}
+
+function canonicalJson(v: unknown): string {
+  if (Array.isArray(v)) return `[${v.map(canonicalJson).join(',')}]`;
+  if (v && typeof v === 'object') {
+    const entries = Object.entries(v as Record<string, unknown>)
+      .filter(([, x]) => x !== undefined)
+      .sort(([a], [b]) => (a < b ? -1 : 1));
+    return `{${entries.map(([k, x]) => `${JSON.stringify(k)}:${canonicalJson(x)}`).join(',')}}`;
+  }
+  return JSON.stringify(v);
+}
