@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Controls single components of a running test cluster.
+#   ctl.sh status                              which components run (pid) and where the state is
+#   ctl.sh env                                 prints the export lines of the running cluster
+#   ctl.sh stop|start|restart COMPONENT        COMPONENT: etcd kube-apiserver kube-controller-manager kube-scheduler
+#                                              containerd kubelet
+#   ctl.sh restart kube-scheduler FILE         installs FILE as the scheduler's KubeSchedulerConfiguration, restarts
+#   ctl.sh render-scheduler-config FILE        prints FILE as the scheduler will get it (__KUBECONFIG__ replaced;
+#                                              clientConnection and leaderElection added when missing)
+set -euo pipefail
+# shellcheck source=lib.sh
+source "$(cd "$(dirname "$0")" && pwd)/lib.sh"
+
+render_scheduler_config() {
+  local src="$1"
+  [[ -f "$src" ]] || bc_die "no scheduler config file $src"
+  sed "s#__KUBECONFIG__#$BC_CLUSTER_DIR/scheduler.kubeconfig#g" "$src"
+  grep -q '^clientConnection:' "$src" || printf '\nclientConnection:\n  kubeconfig: %s\n' "$BC_CLUSTER_DIR/scheduler.kubeconfig"
+  grep -q '^leaderElection:' "$src" || printf '\nleaderElection:\n  leaderElect: false\n'
+}
+
+known() {
+  local c
+  for c in "${BC_COMPONENTS[@]}"; do [[ "$c" == "$1" ]] && return 0; done
+  bc_die "unknown component '$1' (one of: ${BC_COMPONENTS[*]})"
+}
+
+cmd="${1:-status}"
+case "$cmd" in
+  render-scheduler-config)
+    render_scheduler_config "${2:?usage: ctl.sh render-scheduler-config FILE}"
+    ;;
+  status)
+    echo "state: $BC_CLUSTER_DIR"
+    for c in "${BC_COMPONENTS[@]}"; do
+      if pid="$(bc_pid "$c")"; then echo "$c: running (pid $pid)"; else echo "$c: stopped"; fi
+    done
+    ;;
+  env)
+    [[ -f "$BC_CLUSTER_DIR/env" ]] || bc_die "no cluster state in $BC_CLUSTER_DIR"
+    cat "$BC_CLUSTER_DIR/env"
+    ;;
+  stop | start | restart)
+    comp="${2:?usage: ctl.sh $cmd COMPONENT}"
+    known "$comp"
+    [[ -d "$BC_CLUSTER_DIR" ]] || bc_die "no cluster state in $BC_CLUSTER_DIR (run npm run cluster:up)"
+    if [[ "$comp" == kube-scheduler && -n "${3:-}" ]]; then
+      [[ "$cmd" != stop ]] || bc_die "a config file goes with start or restart"
+      new="$(mktemp)"
+      render_scheduler_config "$3" > "$new"
+      mv "$new" "$BC_SCHEDULER_CONFIG_FILE"
+    fi
+    if [[ "$cmd" != start ]]; then bc_stop "$comp"; fi
+    if [[ "$cmd" != stop ]]; then
+      if bc_running "$comp"; then bc_log "$comp already running"; else bc_start "$comp"; fi
+    fi
+    ;;
+  *)
+    bc_die "unknown command '$cmd' (status, env, stop, start, restart, render-scheduler-config)"
+    ;;
+esac

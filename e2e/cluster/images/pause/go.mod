@@ -1,0 +1,3 @@
+module bettercompute.local/e2e/cluster/images/pause
+
+go 1.22

@@ -1,0 +1,230 @@
+# shellcheck shell=bash
+# Shared settings and functions of the test cluster scripts (up.sh, down.sh, ctl.sh). Source it; it sets no shell options.
+#
+# Everything listens on 127.0.0.1. Ports and paths can be overridden with the BC_* variables below.
+
+BC_HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=versions.env
+source "$BC_HERE/versions.env"
+
+BC_CACHE="${BC_CACHE:-$HOME/.cache/better-compute}"
+# The state directory of the running cluster: certificates, kubeconfigs, configs, data, logs and pid files.
+BC_CLUSTER_DIR="${BC_CLUSTER_DIR:-$BC_CACHE/cluster}"
+BC_BIN="${BC_BIN:-$BC_CACHE/k8s-$K8S_VERSION/bin}"
+
+BC_ETCD_PORT="${BC_ETCD_PORT:-2379}"
+BC_ETCD_PEER_PORT="${BC_ETCD_PEER_PORT:-2380}"
+BC_APISERVER_PORT="${BC_APISERVER_PORT:-6443}"
+BC_KCM_PORT="${BC_KCM_PORT:-10257}"
+BC_SCHEDULER_PORT="${BC_SCHEDULER_PORT:-10259}"
+BC_KUBELET_PORT="${BC_KUBELET_PORT:-10250}"
+BC_KUBELET_HEALTHZ_PORT="${BC_KUBELET_HEALTHZ_PORT:-10248}"
+# The real node's name. The kubelet refuses a loopback --node-ip, but a --hostname-override that is an IP becomes the
+# node's InternalIP and Hostname, so the API server reaches the kubelet (logs, exec) on loopback.
+BC_NODE_NAME="${BC_NODE_NAME:-127.0.0.1}"
+BC_POD_CIDR="${BC_POD_CIDR:-10.244.0.0/24}"
+BC_SERVICE_CIDR="${BC_SERVICE_CIDR:-10.96.0.0/24}"
+# Simulated nodes (Node objects without a kubelet) never renew a Lease or their status. The node lifecycle controller
+# only marks a node unreachable after this grace period, so they stay Ready for the whole test run. The price: a real
+# kubelet that dies is not noticed for that long either. Tests flip readiness by patching the Ready condition.
+BC_NODE_MONITOR_GRACE="${BC_NODE_MONITOR_GRACE:-6h}"
+
+BC_PAUSE_IMAGE=bettercompute.local/pause:v1
+BC_BUSYBOX_IMAGE=bettercompute.local/busybox:v1
+
+d="$BC_CLUSTER_DIR"
+BC_PKI="$d/pki"
+BC_LOGS="$d/logs"
+BC_PIDS="$d/pids"
+BC_KUBECONFIG="$d/admin.kubeconfig"
+BC_SCHEDULER_CONFIG_FILE="$d/scheduler/config.yaml"
+BC_CONTAINERD_DIR="$d/containerd"
+BC_CONTAINERD_SOCK="$BC_CONTAINERD_DIR/containerd.sock"
+BC_KUBELET_DIR="$d/kubelet"
+BC_KUBELET_ROOT="$BC_KUBELET_DIR/root"
+BC_CNI_DIR="$d/cni"
+BC_CNI_BRIDGE=bc-cni0
+BC_CNI_BIN_DIR="${BC_CNI_BIN_DIR:-/usr/lib/cni}"
+unset d
+
+# Components in start order; stop goes the other way.
+BC_COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler containerd kubelet)
+
+bc_log() { echo "[cluster $(date +%H:%M:%S)] $*" >&2; }
+bc_die() { bc_log "ERROR: $*"; exit 1; }
+
+bc_pid() { # prints the pid of a running component, or fails
+  local f="$BC_PIDS/$1.pid" pid
+  [[ -f "$f" ]] || return 1
+  pid="$(cat "$f")"
+  [[ -n "$pid" ]] && kill -0 "$pid" 2>/dev/null || return 1
+  echo "$pid"
+}
+
+bc_running() { bc_pid "$1" >/dev/null; }
+
+# bc_spawn NAME CMD...: runs CMD in its own session in the background, output appended to logs/NAME.log
+bc_spawn() {
+  local name="$1"; shift
+  mkdir -p "$BC_LOGS" "$BC_PIDS"
+  echo "--- $(date -Is) starting: $*" >> "$BC_LOGS/$name.log"
+  setsid "$@" >> "$BC_LOGS/$name.log" 2>&1 < /dev/null &
+  echo $! > "$BC_PIDS/$name.pid"
+}
+
+# bc_stop NAME [TIMEOUT_S]: SIGTERM, then SIGKILL after the timeout
+bc_stop() {
+  local name="$1" timeout="${2:-20}" pid i
+  pid="$(bc_pid "$name")" || { rm -f "$BC_PIDS/$name.pid"; return 0; }
+  kill -TERM "$pid" 2>/dev/null || true
+  for ((i = 0; i < timeout * 10; i++)); do
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  if kill -0 "$pid" 2>/dev/null; then
+    bc_log "$name (pid $pid) did not stop on SIGTERM; killing it"
+    kill -KILL "$pid" 2>/dev/null || true
+    sleep 0.2
+  fi
+  rm -f "$BC_PIDS/$name.pid"
+}
+
+# bc_wait_for DESCRIPTION TIMEOUT_S COMPONENT CMD...: polls CMD until it succeeds; fails early if COMPONENT died
+bc_wait_for() {
+  local what="$1" timeout="$2" comp="$3"; shift 3
+  local deadline=$((SECONDS + timeout))
+  until "$@" >/dev/null 2>&1; do
+    if [[ -n "$comp" ]] && ! bc_running "$comp"; then
+      bc_log "$comp exited while waiting for $what; last log lines:"
+      tail -n 30 "$BC_LOGS/$comp.log" >&2 || true
+      return 1
+    fi
+    if ((SECONDS >= deadline)); then
+      bc_log "timed out after ${timeout}s waiting for $what; last log lines of $comp:"
+      [[ -n "$comp" ]] && tail -n 30 "$BC_LOGS/$comp.log" >&2
+      return 1
+    fi
+    sleep 0.3
+  done
+}
+
+bc_kubectl() { "$BC_BIN/kubectl" --kubeconfig "$BC_KUBECONFIG" "$@"; }
+bc_ctr() { ctr --address "$BC_CONTAINERD_SOCK" --namespace k8s.io "$@"; }
+
+bc_port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+bc_https_ok() { # bc_https_ok URL: a 200 from a component's health endpoint, trusting our CA
+  curl -fsS --max-time 3 --cacert "$BC_PKI/ca.crt" --cert "$BC_PKI/admin.crt" --key "$BC_PKI/admin.key" "$1"
+}
+bc_https_ok_insecure() { curl -fsSk --max-time 3 "$1"; }
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Start functions, one per component. Each starts the process and waits until it is healthy.
+
+bc_start_etcd() {
+  mkdir -p "$BC_CLUSTER_DIR/etcd"
+  chmod 700 "$BC_CLUSTER_DIR/etcd"
+  bc_spawn etcd "$BC_BIN/etcd" \
+    --name bc \
+    --data-dir "$BC_CLUSTER_DIR/etcd/data" \
+    --listen-client-urls "http://127.0.0.1:$BC_ETCD_PORT" \
+    --advertise-client-urls "http://127.0.0.1:$BC_ETCD_PORT" \
+    --listen-peer-urls "http://127.0.0.1:$BC_ETCD_PEER_PORT" \
+    --initial-advertise-peer-urls "http://127.0.0.1:$BC_ETCD_PEER_PORT" \
+    --initial-cluster "bc=http://127.0.0.1:$BC_ETCD_PEER_PORT" \
+    --initial-cluster-state new \
+    --unsafe-no-fsync \
+    --quota-backend-bytes 2147483648 \
+    --log-level warn
+  bc_wait_for "etcd health" 60 etcd curl -fsS --max-time 2 "http://127.0.0.1:$BC_ETCD_PORT/health"
+}
+
+bc_start_kube_apiserver() {
+  bc_spawn kube-apiserver "$BC_BIN/kube-apiserver" \
+    --bind-address 127.0.0.1 \
+    --advertise-address 127.0.0.1 \
+    --secure-port "$BC_APISERVER_PORT" \
+    --etcd-servers "http://127.0.0.1:$BC_ETCD_PORT" \
+    --tls-cert-file "$BC_PKI/apiserver.crt" \
+    --tls-private-key-file "$BC_PKI/apiserver.key" \
+    --client-ca-file "$BC_PKI/ca.crt" \
+    --kubelet-client-certificate "$BC_PKI/apiserver-kubelet-client.crt" \
+    --kubelet-client-key "$BC_PKI/apiserver-kubelet-client.key" \
+    --kubelet-preferred-address-types InternalIP,Hostname \
+    --service-account-issuer "https://127.0.0.1:$BC_APISERVER_PORT" \
+    --service-account-key-file "$BC_PKI/sa.pub" \
+    --service-account-signing-key-file "$BC_PKI/sa.key" \
+    --api-audiences "https://127.0.0.1:$BC_APISERVER_PORT" \
+    --service-cluster-ip-range "$BC_SERVICE_CIDR" \
+    --authorization-mode Node,RBAC \
+    --enable-admission-plugins NodeRestriction \
+    --allow-privileged=true \
+    --endpoint-reconciler-type none \
+    --profiling=false \
+    --v 1
+  bc_wait_for "kube-apiserver /readyz" 120 kube-apiserver \
+    bc_https_ok "https://127.0.0.1:$BC_APISERVER_PORT/readyz"
+}
+
+bc_start_kube_controller_manager() {
+  bc_spawn kube-controller-manager "$BC_BIN/kube-controller-manager" \
+    --kubeconfig "$BC_CLUSTER_DIR/controller-manager.kubeconfig" \
+    --authentication-kubeconfig "$BC_CLUSTER_DIR/controller-manager.kubeconfig" \
+    --authorization-kubeconfig "$BC_CLUSTER_DIR/controller-manager.kubeconfig" \
+    --bind-address 127.0.0.1 \
+    --secure-port "$BC_KCM_PORT" \
+    --leader-elect=false \
+    --use-service-account-credentials=true \
+    --service-account-private-key-file "$BC_PKI/sa.key" \
+    --root-ca-file "$BC_PKI/ca.crt" \
+    --cluster-signing-cert-file "$BC_PKI/ca.crt" \
+    --cluster-signing-key-file "$BC_PKI/ca.key" \
+    --controllers '*,-cloud-node-lifecycle-controller,-service-lb-controller,-node-route-controller' \
+    --node-monitor-grace-period "$BC_NODE_MONITOR_GRACE" \
+    --profiling=false \
+    --v 1
+  bc_wait_for "kube-controller-manager /healthz" 60 kube-controller-manager \
+    bc_https_ok_insecure "https://127.0.0.1:$BC_KCM_PORT/healthz"
+}
+
+bc_start_kube_scheduler() {
+  bc_spawn kube-scheduler "$BC_BIN/kube-scheduler" \
+    --config "$BC_SCHEDULER_CONFIG_FILE" \
+    --authentication-kubeconfig "$BC_CLUSTER_DIR/scheduler.kubeconfig" \
+    --authorization-kubeconfig "$BC_CLUSTER_DIR/scheduler.kubeconfig" \
+    --bind-address 127.0.0.1 \
+    --secure-port "$BC_SCHEDULER_PORT" \
+    --profiling=false \
+    --v 1
+  bc_wait_for "kube-scheduler /readyz" 60 kube-scheduler \
+    bc_https_ok_insecure "https://127.0.0.1:$BC_SCHEDULER_PORT/readyz"
+}
+
+bc_start_containerd() {
+  mkdir -p "$BC_CONTAINERD_DIR"
+  bc_spawn containerd containerd --config "$BC_CONTAINERD_DIR/config.toml"
+  bc_wait_for "containerd socket" 60 containerd ctr --address "$BC_CONTAINERD_SOCK" version
+}
+
+bc_start_kubelet() {
+  mkdir -p "$BC_KUBELET_ROOT"
+  bc_spawn kubelet "$BC_BIN/kubelet" \
+    --config "$BC_KUBELET_DIR/config.yaml" \
+    --kubeconfig "$BC_CLUSTER_DIR/kubelet.kubeconfig" \
+    --root-dir "$BC_KUBELET_ROOT" \
+    --hostname-override "$BC_NODE_NAME" \
+    --v 1
+  bc_wait_for "kubelet /healthz" 120 kubelet curl -fsS --max-time 2 "http://127.0.0.1:$BC_KUBELET_HEALTHZ_PORT/healthz"
+}
+
+bc_start() {
+  case "$1" in
+    etcd) bc_start_etcd ;;
+    kube-apiserver) bc_start_kube_apiserver ;;
+    kube-controller-manager) bc_start_kube_controller_manager ;;
+    kube-scheduler) bc_start_kube_scheduler ;;
+    containerd) bc_start_containerd ;;
+    kubelet) bc_start_kubelet ;;
+    *) bc_die "unknown component $1" ;;
+  esac
+}
