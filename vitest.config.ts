@@ -22,6 +22,16 @@ export default defineConfig({
           maxWorkers: 2,
         },
       },
+      {
+        test: {
+          name: 'cluster',
+          include: ['e2e/cluster/**/*.test.ts'],
+          globalSetup: ['e2e/cluster/global-setup.ts'],
+          testTimeout: 180_000,
+          hookTimeout: 180_000,
+          fileParallelism: false,
+        },
+      },
     ],
   },
 });

@@ -72,19 +72,28 @@ for root in /sys/fs/cgroup/*/kubepods /sys/fs/cgroup/kubepods; do
   [[ -d "$root" ]] && bc_log "could not remove all of $root (processes left in it?)"
 done
 
-# 8. The iptables chains the kubelet makes (it keeps a canary chain per table to notice flushes).
+# 8. The iptables chains the kubelet makes (a canary chain per table to notice flushes, and KUBE-FIREWALL, which
+#    INPUT and OUTPUT jump to).
 for ipt in iptables ip6tables; do
   command -v "$ipt" >/dev/null || continue
   for table in mangle nat filter; do
     for chain in KUBE-KUBELET-CANARY KUBE-IPTABLES-HINT KUBE-FIREWALL; do
       "$ipt" -w -t "$table" -S "$chain" >/dev/null 2>&1 || continue
-      if "$ipt" -w -t "$table" -S 2>/dev/null | grep -q -- "-j $chain\b"; then continue; fi  # still referenced
+      for from in INPUT OUTPUT FORWARD PREROUTING POSTROUTING; do
+        while "$ipt" -w -t "$table" -D "$from" -j "$chain" 2>/dev/null; do :; done
+      done
       "$ipt" -w -t "$table" -F "$chain" 2>/dev/null && "$ipt" -w -t "$table" -X "$chain" 2>/dev/null || true
     done
   done
 done
 
-# 9. The state dir (logs kept aside).
+# 9. Empty directories that containerd and its shims leave in /run/containerd (removed only when empty, so that
+#    another containerd on this machine keeps its own).
+for dir in /run/containerd/runc/k8s.io /run/containerd/runc /run/containerd/s /run/containerd/fifo /run/containerd; do
+  [[ -d "$dir" ]] && rmdir "$dir" 2>/dev/null
+done
+
+# 10. The state dir (logs kept aside).
 if [[ -d "$d" ]]; then
   if [[ -d "$BC_LOGS" ]]; then
     rm -rf "$BC_CACHE/last-cluster-logs"

@@ -99,6 +99,44 @@ export function clusterInfo(): ClusterInfo {
   };
 }
 
+// Just the fields of Kubernetes objects that the helpers and tests read.
+export interface ObjectMeta {
+  name: string;
+  namespace?: string;
+  labels?: Record<string, string>;
+  annotations?: Record<string, string>;
+}
+export interface Condition {
+  type: string;
+  status: string;
+  reason?: string;
+  message?: string;
+}
+export interface Taint {
+  key: string;
+  value?: string;
+  effect: string;
+}
+export interface Node {
+  metadata: ObjectMeta;
+  spec?: { taints?: Taint[]; unschedulable?: boolean };
+  status?: { conditions?: Condition[]; capacity?: Record<string, string>; allocatable?: Record<string, string> };
+}
+export interface Pod {
+  metadata: ObjectMeta;
+  spec: { nodeName?: string; schedulerName?: string; nodeSelector?: Record<string, string> };
+  status?: { phase?: string; podIP?: string; conditions?: Condition[] };
+}
+export interface KubeEvent {
+  reason?: string;
+  message?: string;
+  source?: { component?: string };
+  reportingComponent?: string;
+}
+export interface List<T> {
+  items: T[];
+}
+
 export interface RunResult {
   code: number;
   stdout: string;
@@ -110,7 +148,7 @@ function run(cmd: string, args: string[], opts: { input?: string; timeoutMs?: nu
     const child = spawn(cmd, args, { stdio: ['pipe', 'pipe', opts.inheritStderr ? 'inherit' : 'pipe'] });
     let stdout = '';
     let stderr = '';
-    child.stdout.setEncoding('utf8').on('data', (d: string) => (stdout += d));
+    child.stdout!.setEncoding('utf8').on('data', (d: string) => (stdout += d));
     child.stderr?.setEncoding('utf8').on('data', (d: string) => (stderr += d));
     const timer = opts.timeoutMs
       ? setTimeout(() => {
@@ -122,7 +160,7 @@ function run(cmd: string, args: string[], opts: { input?: string; timeoutMs?: nu
       if (timer) clearTimeout(timer);
       resolve({ code: code ?? (signal ? 128 : 1), stdout, stderr });
     });
-    child.stdin.end(opts.input ?? '');
+    child.stdin!.end(opts.input ?? '');
   });
 }
 
@@ -139,8 +177,8 @@ export async function kubectl(args: string[], opts: { input?: string; timeoutMs?
   return r.stdout;
 }
 
-/** kubectl ... -o json, parsed. */
-export async function kubectlJson<T = any>(args: string[]): Promise<T> {
+/** kubectl ... -o json, parsed (e.g. `kubectlJson<Pod>(['-n', ns, 'get', 'pod', name])`). */
+export async function kubectlJson<T = unknown>(args: string[]): Promise<T> {
   return JSON.parse(await kubectl([...args, '-o', 'json'])) as T;
 }
 
@@ -174,12 +212,12 @@ export async function waitFor<T>(
 }
 
 /** Waits until the pod reaches one of the phases; resolves with the pod object. */
-export async function waitForPodPhase(namespace: string, name: string, phases: string[], timeoutMs = 90_000): Promise<any> {
+export async function waitForPodPhase(namespace: string, name: string, phases: string[], timeoutMs = 90_000): Promise<Pod> {
   return waitFor(
     `pod ${namespace}/${name} in ${phases.join('|')}`,
     async () => {
-      const pod = await kubectlJson(['-n', namespace, 'get', 'pod', name]);
-      return phases.includes(pod.status?.phase) ? pod : undefined;
+      const pod = await kubectlJson<Pod>(['-n', namespace, 'get', 'pod', name]);
+      return phases.includes(pod.status?.phase ?? '') ? pod : undefined;
     },
     { timeoutMs },
   );
@@ -262,15 +300,14 @@ export async function addSimulatedNodes(
   await waitFor(
     `${n} simulated nodes Ready without not-ready taints`,
     async () => {
-      const list = await kubectlJson(['get', 'nodes', '-l', `${SIMULATED_LABEL}=true`]);
+      const list = await kubectlJson<List<Node>>(['get', 'nodes', '-l', `${SIMULATED_LABEL}=true`]);
       const ready = new Set(
-        (list.items as any[])
+        list.items
           .filter(
             (node) =>
-              node.status?.conditions?.some((c: any) => c.type === 'Ready' && c.status === 'True') &&
-              !(node.spec?.taints ?? []).some((t: any) => String(t.key).startsWith('node.kubernetes.io/')),
+              isReady(node) && !(node.spec?.taints ?? []).some((t) => t.key.startsWith('node.kubernetes.io/')),
           )
-          .map((node) => node.metadata.name as string),
+          .map((node) => node.metadata.name),
       );
       return names.every((name) => ready.has(name));
     },
@@ -282,14 +319,18 @@ export async function addSimulatedNodes(
 /** Deletes simulated nodes (all of them when no names are given) and, first, the pods bound to them. */
 export async function removeSimulatedNodes(names?: string[]): Promise<void> {
   const targets =
-    names ??
-    ((await kubectlJson(['get', 'nodes', '-l', `${SIMULATED_LABEL}=true`])).items as any[]).map((x) => x.metadata.name as string);
+    names ?? (await kubectlJson<List<Node>>(['get', 'nodes', '-l', `${SIMULATED_LABEL}=true`])).items.map((x) => x.metadata.name);
   if (targets.length === 0) return;
-  const pods = (await kubectlJson(['get', 'pods', '-A'])).items as any[];
+  const pods = (await kubectlJson<List<Pod>>(['get', 'pods', '-A'])).items;
   const set = new Set(targets);
-  const bound = pods.filter((p) => set.has(p.spec?.nodeName));
-  for (const p of bound) await deletePodsNow(p.metadata.namespace, [p.metadata.name]);
+  const bound = pods.filter((p) => p.spec.nodeName !== undefined && set.has(p.spec.nodeName));
+  for (const p of bound) await deletePodsNow(p.metadata.namespace ?? 'default', [p.metadata.name]);
   await kubectl(['delete', 'node', '--ignore-not-found', '--wait=false', ...targets], { timeoutMs: 120_000 });
+}
+
+/** The node's Ready condition is True. */
+export function isReady(node: Node): boolean {
+  return node.status?.conditions?.some((c) => c.type === 'Ready' && c.status === 'True') ?? false;
 }
 
 /** Sets a (simulated) node's Ready condition; the node lifecycle controller then taints or untaints it. */
@@ -351,10 +392,7 @@ export async function restartScheduler(configYaml?: string): Promise<void> {
 export async function restartKubelet(): Promise<void> {
   await ctl(['restart', 'kubelet']);
   const node = clusterInfo().nodeName;
-  await waitFor(`node ${node} Ready after kubelet restart`, async () => {
-    const n = await kubectlJson(['get', 'node', node]);
-    return n.status?.conditions?.some((c: any) => c.type === 'Ready' && c.status === 'True');
-  });
+  await waitFor(`node ${node} Ready after kubelet restart`, async () => isReady(await kubectlJson<Node>(['get', 'node', node])));
 }
 
 /** Restarts any component of the local cluster: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, containerd, kubelet. */

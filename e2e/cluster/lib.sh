@@ -53,11 +53,19 @@ BC_COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler contai
 bc_log() { echo "[cluster $(date +%H:%M:%S)] $*" >&2; }
 bc_die() { bc_log "ERROR: $*"; exit 1; }
 
+# bc_alive PID: the process exists and is not a zombie (our daemons are reparented to PID 1, which may reap late).
+bc_alive() {
+  local stat
+  stat="$(cat "/proc/$1/stat" 2>/dev/null)" || return 1
+  stat="${stat##*) }"
+  [[ "${stat:0:1}" != Z ]]
+}
+
 bc_pid() { # prints the pid of a running component, or fails
   local f="$BC_PIDS/$1.pid" pid
   [[ -f "$f" ]] || return 1
   pid="$(cat "$f")"
-  [[ -n "$pid" ]] && kill -0 "$pid" 2>/dev/null || return 1
+  [[ -n "$pid" ]] && bc_alive "$pid" || return 1
   echo "$pid"
 }
 
@@ -78,10 +86,10 @@ bc_stop() {
   pid="$(bc_pid "$name")" || { rm -f "$BC_PIDS/$name.pid"; return 0; }
   kill -TERM "$pid" 2>/dev/null || true
   for ((i = 0; i < timeout * 10; i++)); do
-    kill -0 "$pid" 2>/dev/null || break
+    bc_alive "$pid" || break
     sleep 0.1
   done
-  if kill -0 "$pid" 2>/dev/null; then
+  if bc_alive "$pid"; then
     bc_log "$name (pid $pid) did not stop on SIGTERM; killing it"
     kill -KILL "$pid" 2>/dev/null || true
     sleep 0.2
