@@ -24,6 +24,19 @@ CREATE FUNCTION bc_refresh_quota(p_tenant text, p_pool text, p_resource text) RE
   WHERE q.tenant_id = p_tenant AND q.pool_id = p_pool AND q.resource = p_resource
 $$;
 
+-- The periodic quota rebuild: moves charges that have started from reserved to used, drops ended ones.
+CREATE FUNCTION bc_rebuild_quotas() RETURNS integer LANGUAGE plpgsql AS $$
+DECLARE
+  v_key record;
+  v_n integer := 0;
+BEGIN
+  FOR v_key IN SELECT tenant_id, pool_id, resource FROM quotas ORDER BY 1, 2, 3 FOR UPDATE LOOP
+    PERFORM bc_refresh_quota(v_key.tenant_id, v_key.pool_id, v_key.resource);
+    v_n := v_n + 1;
+  END LOOP;
+  RETURN v_n;
+END $$;
+
 CREATE FUNCTION bc_place(p jsonb) RETURNS jsonb LANGUAGE plpgsql AS $$
 DECLARE
   v_now timestamptz := compute_now();
@@ -147,25 +160,30 @@ END $$;
 CREATE FUNCTION bc_release_allocations(p_ids text[]) RETURNS integer LANGUAGE plpgsql AS $$
 DECLARE
   v_now timestamptz := compute_now();
-  v_released integer;
-  v_key record;
+  v_released jsonb;
+  v_row record;
 BEGIN
+  -- Locks are taken in the placer's order (bookings, then node counters by node, then quota rows by key), so a release
+  -- and a placement wait for each other at most one way.
   WITH released AS (
     UPDATE allocations SET released_at = v_now WHERE id = ANY (p_ids) AND released_at IS NULL RETURNING node_id, scalars
-  ), amounts AS (
-    SELECT r.node_id, s.key AS resource, sum(s.value::integer)::integer AS amount
-    FROM released r, jsonb_each_text(r.scalars) s GROUP BY r.node_id, s.key
-  ), given_back AS (
-    UPDATE node_resources nr SET allocated = nr.allocated - a.amount
-    FROM amounts a WHERE nr.node_id = a.node_id AND nr.resource = a.resource AND a.amount > 0
   )
-  SELECT count(*) INTO v_released FROM released;
+  SELECT coalesce(jsonb_agg(jsonb_build_object('node_id', node_id, 'scalars', scalars)), '[]') INTO v_released FROM released;
 
   UPDATE device_bookings SET during = CASE WHEN lower(during) >= v_now THEN 'empty'::tstzrange
                                            ELSE tstzrange(lower(during), v_now, '[)') END
   WHERE allocation_id = ANY (p_ids) AND NOT isempty(during) AND upper(during) > v_now;
 
-  FOR v_key IN
+  FOR v_row IN
+    SELECT r.node_id, s.key AS resource, sum(s.value::integer)::integer AS amount
+    FROM jsonb_to_recordset(v_released) AS r(node_id text, scalars jsonb), jsonb_each_text(r.scalars) s
+    GROUP BY r.node_id, s.key HAVING sum(s.value::integer) > 0 ORDER BY 1, 2
+  LOOP
+    UPDATE node_resources SET allocated = allocated - v_row.amount
+    WHERE node_id = v_row.node_id AND resource = v_row.resource;
+  END LOOP;
+
+  FOR v_row IN
     WITH truncated AS (
       UPDATE quota_charges SET during = CASE WHEN lower(during) >= v_now THEN 'empty'::tstzrange
                                              ELSE tstzrange(lower(during), v_now, '[)') END
@@ -174,9 +192,9 @@ BEGIN
     )
     SELECT DISTINCT tenant_id, pool_id, resource FROM truncated ORDER BY 1, 2, 3
   LOOP
-    PERFORM 1 FROM quotas WHERE tenant_id = v_key.tenant_id AND pool_id = v_key.pool_id AND resource = v_key.resource
+    PERFORM 1 FROM quotas WHERE tenant_id = v_row.tenant_id AND pool_id = v_row.pool_id AND resource = v_row.resource
       FOR UPDATE;
-    PERFORM bc_refresh_quota(v_key.tenant_id, v_key.pool_id, v_key.resource);
+    PERFORM bc_refresh_quota(v_row.tenant_id, v_row.pool_id, v_row.resource);
   END LOOP;
-  RETURN v_released;
+  RETURN jsonb_array_length(v_released);
 END $$;

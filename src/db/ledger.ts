@@ -8,7 +8,7 @@ import { selectorFromObject } from '../core/selector.ts';
 import type { Candidate, NodeSnap, PlacementRequest, PoolSnap } from '../core/types.ts';
 import { newAllocationId, newReservationId } from '../ids.ts';
 import { isRetryable } from './errors.ts';
-import type { Db } from './pool.ts';
+import { withRetriedTransaction, type Db } from './pool.ts';
 import { getPool, isPoolVisible, loadNodes, type PoolInfo } from './snapshot.ts';
 
 export type ReservationState = 'held' | 'confirmed' | 'released' | 'expired';
@@ -318,33 +318,23 @@ export class Ledger {
   }
 
   private async end(reservationId: string, state: 'released' | 'expired', onlyIfLeaseRanOut = false): Promise<boolean> {
-    const client = await this.db.connect();
-    let nodes: { node_id: string; pool_id: string }[] = [];
-    try {
-      await client.query('BEGIN');
-      const { rows } = await client.query(
+    const nodes = await withRetriedTransaction(this.db, async (c) => {
+      const { rows } = await c.query(
         `UPDATE reservations SET state = $2, ended_at = compute_now(), updated_at = compute_now(), lease_expires_at = NULL
-         WHERE id = $1 AND state IN ('held', 'confirmed') ${onlyIfLeaseRanOut ? "AND state = 'held' AND lease_expires_at <= compute_now()" : ''}
+         WHERE id = $1 AND state IN ('held', 'confirmed')
+           ${onlyIfLeaseRanOut ? "AND state = 'held' AND lease_expires_at <= compute_now()" : ''}
          RETURNING id`,
         [reservationId, state],
       );
-      if (rows.length === 0) {
-        await client.query('ROLLBACK');
-        return false;
-      }
-      const allocs = await client.query<{ id: string; node_id: string; pool_id: string }>(
+      if (rows.length === 0) return undefined;
+      const allocs = await c.query<{ id: string; node_id: string; pool_id: string }>(
         'SELECT id, node_id, pool_id FROM allocations WHERE reservation_id = $1',
         [reservationId],
       );
-      await client.query('SELECT bc_release_allocations($1)', [allocs.rows.map((a) => a.id)]);
-      await client.query('COMMIT');
-      nodes = allocs.rows;
-    } catch (e) {
-      await client.query('ROLLBACK').catch(() => undefined);
-      throw e;
-    } finally {
-      client.release();
-    }
+      await c.query('SELECT bc_release_allocations($1)', [allocs.rows.map((a) => a.id)]);
+      return allocs.rows;
+    });
+    if (!nodes) return false;
     const byPool = new Map<string, string[]>();
     for (const n of nodes) byPool.set(n.pool_id, [...(byPool.get(n.pool_id) ?? []), n.node_id]);
     for (const [poolId, ids] of byPool) if (this.pools.has(poolId)) await this.reloadNodes(poolId, ids);

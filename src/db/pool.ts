@@ -1,4 +1,5 @@
 import pg from 'pg';
+import { SQLSTATE, sqlState } from './errors.ts';
 
 // timestamptz and bigint come back as numbers of milliseconds / numbers, not strings or Dates.
 pg.types.setTypeParser(pg.types.builtins.INT8, (v) => Number(v));
@@ -25,5 +26,25 @@ export async function withTransaction<T>(db: Db, fn: (c: pg.PoolClient) => Promi
     throw e;
   } finally {
     client.release();
+  }
+}
+
+/**
+ * A transaction that PostgreSQL may abort to break a deadlock or a serialization conflict, run again until it commits
+ * (a few times, with a short random pause), so that such an abort never reaches a caller.
+ */
+export async function withRetriedTransaction<T>(
+  db: Db,
+  fn: (c: pg.PoolClient) => Promise<T>,
+  attempts = 8,
+): Promise<T> {
+  for (let i = 1; ; i++) {
+    try {
+      return await withTransaction(db, fn);
+    } catch (e) {
+      const s = sqlState(e);
+      if (i >= attempts || (s !== SQLSTATE.deadlock && s !== SQLSTATE.serializationFailure)) throw e;
+      await new Promise((r) => setTimeout(r, Math.random() * 10 * i));
+    }
   }
 }
