@@ -7,6 +7,11 @@
 #   ctl.sh restart kube-scheduler FILE         installs FILE as the scheduler's KubeSchedulerConfiguration, restarts
 #   ctl.sh render-scheduler-config FILE        prints FILE as the scheduler will get it (__KUBECONFIG__ replaced;
 #                                              clientConnection and leaderElection added when missing)
+#   ctl.sh acquire PID / release PID           used by the test runs' global setup: acquire brings the cluster up
+#                                              unless it is, and records PID as a user; release forgets PID and,
+#                                              when no live user is left, takes down a cluster that a test run
+#                                              started (never one started with `npm run cluster:up`), unless
+#                                              BC_KEEP_CLUSTER=1 (which also hands the cluster over to you)
 set -euo pipefail
 # shellcheck source=lib.sh
 source "$(cd "$(dirname "$0")" && pwd)/lib.sh"
@@ -40,10 +45,43 @@ case "$cmd" in
     [[ -f "$BC_CLUSTER_DIR/env" ]] || bc_die "no cluster state in $BC_CLUSTER_DIR"
     cat "$BC_CLUSTER_DIR/env"
     ;;
+  acquire)
+    owner="${2:?usage: ctl.sh acquire PID}"
+    bc_lock
+    if ! bc_all_up; then
+      "$BC_HERE/up.sh" >/dev/null
+      touch "$BC_CLUSTER_DIR/started-by-test"
+    else
+      bc_log "reusing the cluster that is up in $BC_CLUSTER_DIR"
+    fi
+    mkdir -p "$BC_CLUSTER_DIR/users"
+    touch "$BC_CLUSTER_DIR/users/$owner"
+    ;;
+  release)
+    owner="${2:?usage: ctl.sh release PID}"
+    bc_lock
+    [[ -d "$BC_CLUSTER_DIR/users" ]] || exit 0
+    rm -f "$BC_CLUSTER_DIR/users/$owner"
+    for u in "$BC_CLUSTER_DIR"/users/*; do
+      [[ -e "$u" ]] || continue
+      kill -0 "$(basename "$u")" 2>/dev/null || rm -f "$u"
+    done
+    if [[ -n "$(ls -A "$BC_CLUSTER_DIR/users")" ]]; then
+      bc_log "other test runs still use the cluster; leaving it up"
+    elif [[ -f "$BC_CLUSTER_DIR/started-by-test" ]]; then
+      if [[ "${BC_KEEP_CLUSTER:-0}" == 1 ]]; then
+        rm -f "$BC_CLUSTER_DIR/started-by-test"
+        bc_log "BC_KEEP_CLUSTER=1: leaving the cluster up (npm run cluster:down takes it down)"
+      else
+        "$BC_HERE/down.sh"
+      fi
+    fi
+    ;;
   stop | start | restart)
     comp="${2:?usage: ctl.sh $cmd COMPONENT}"
     known "$comp"
     [[ -d "$BC_CLUSTER_DIR" ]] || bc_die "no cluster state in $BC_CLUSTER_DIR (run npm run cluster:up)"
+    bc_lock
     if [[ "$comp" == kube-scheduler && -n "${3:-}" ]]; then
       [[ "$cmd" != stop ]] || bc_die "a config file goes with start or restart"
       new="$(mktemp)"
@@ -56,6 +94,6 @@ case "$cmd" in
     fi
     ;;
   *)
-    bc_die "unknown command '$cmd' (status, env, stop, start, restart, render-scheduler-config)"
+    bc_die "unknown command '$cmd' (status, env, stop, start, restart, render-scheduler-config, acquire, release)"
     ;;
 esac

@@ -7,6 +7,7 @@ set -uo pipefail
 # shellcheck source=lib.sh
 source "$(cd "$(dirname "$0")" && pwd)/lib.sh"
 
+bc_lock
 d="$BC_CLUSTER_DIR"
 bc_log "taking the cluster in $d down"
 

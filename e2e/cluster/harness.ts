@@ -5,7 +5,7 @@
 // With BC_EXTERNAL_CLUSTER=1 it works against another cluster (e.g. kind, see e2e/kind/) named by BC_KUBECONFIG, with
 // BC_KUBECTL (default: kubectl on PATH) and BC_NODE_NAME (the node that runs test pods); then the functions that
 // restart components of the local cluster throw.
-import { execFile, spawn } from 'node:child_process';
+import { type ChildProcess, execFile, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import fs from 'node:fs';
 import os from 'node:os';
@@ -405,6 +405,45 @@ export async function isClusterUp(): Promise<boolean> {
   if (process.env.BC_EXTERNAL_CLUSTER !== '1' && !fs.existsSync(path.join(CLUSTER_DIR, 'env'))) return false;
   const r = await kubectlResult(['get', '--raw', '/readyz'], { timeoutMs: 10_000 }).catch(() => undefined);
   return r?.code === 0;
+}
+
+let runLock: ChildProcess | undefined;
+
+/**
+ * Takes the cluster for this test run (global setup): waits until no other test run on this machine has it (tests
+ * change the scheduler's configuration and restart the kubelet, so runs take turns), then brings it up unless it is,
+ * and records this process as its user. The turn is held by a `flock` child process that ends with this process.
+ */
+export async function acquireCluster(): Promise<void> {
+  const cache = process.env.BC_CACHE ?? path.join(os.homedir(), '.cache', 'better-compute');
+  fs.mkdirSync(cache, { recursive: true });
+  const lockFile = path.join(cache, 'cluster-run.lock');
+  const child = spawn('flock', [lockFile, 'sh', '-c', 'echo locked; exec cat >/dev/null'], { stdio: ['pipe', 'pipe', 'inherit'] });
+  const waiting = setTimeout(() => process.stderr.write('[cluster] waiting for another test run to finish with the cluster\n'), 2000);
+  await new Promise<void>((resolve, reject) => {
+    child.on('error', reject);
+    child.on('exit', (code) => reject(new Error(`flock ${lockFile} exited ${code}`)));
+    child.stdout!.once('data', () => resolve());
+  }).finally(() => clearTimeout(waiting));
+  child.removeAllListeners('exit');
+  child.unref();
+  runLock = child;
+  const r = await run('bash', [CTL, 'acquire', String(process.pid)], { inheritStderr: true });
+  if (r.code !== 0) {
+    await releaseCluster();
+    throw new Error(`e2e/cluster/ctl.sh acquire exited ${r.code}; logs in ${path.join(CLUSTER_DIR, 'logs')}`);
+  }
+}
+
+/** Ends this run's use: the last user takes down a cluster that a test run started; then the next run may have it. */
+export async function releaseCluster(): Promise<void> {
+  try {
+    const r = await run('bash', [CTL, 'release', String(process.pid)], { inheritStderr: true });
+    if (r.code !== 0) throw new Error(`e2e/cluster/ctl.sh release exited ${r.code}`);
+  } finally {
+    runLock?.stdin?.end();
+    runLock = undefined;
+  }
 }
 
 /** Runs up.sh (builds the components first if they are not cached: ~40 minutes cold). Progress goes to stderr. */

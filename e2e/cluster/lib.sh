@@ -61,12 +61,24 @@ bc_alive() {
   [[ "${stat:0:1}" != Z ]]
 }
 
-bc_pid() { # prints the pid of a running component, or fails
-  local f="$BC_PIDS/$1.pid" pid
+bc_pid() { # prints the pid of a running component, or fails (also when the pid now belongs to another program)
+  local f="$BC_PIDS/$1.pid" pid exe
   [[ -f "$f" ]] || return 1
   pid="$(cat "$f")"
   [[ -n "$pid" ]] && bc_alive "$pid" || return 1
+  exe="$(tr '\0' '\n' < "/proc/$pid/cmdline" 2>/dev/null | head -n 1)"
+  [[ "$(basename "$exe")" == "$1" ]] || return 1
   echo "$pid"
+}
+
+# bc_lock: serialises up, down and the test runs' acquire/release (one cluster per state dir, shared by concurrent
+# test runs). A no-op in a child of a process that holds it (BC_LOCK_HELD=1).
+bc_lock() {
+  [[ "${BC_LOCK_HELD:-0}" == 1 ]] && return 0
+  mkdir -p "$BC_CACHE"
+  exec 8>"$BC_CACHE/cluster.lock"
+  flock 8
+  export BC_LOCK_HELD=1
 }
 
 bc_running() { bc_pid "$1" >/dev/null; }
@@ -76,8 +88,17 @@ bc_spawn() {
   local name="$1"; shift
   mkdir -p "$BC_LOGS" "$BC_PIDS"
   echo "--- $(date -Is) starting: $*" >> "$BC_LOGS/$name.log"
-  setsid "$@" >> "$BC_LOGS/$name.log" 2>&1 < /dev/null &
-  echo $! > "$BC_PIDS/$name.pid"
+  setsid "$@" >> "$BC_LOGS/$name.log" 2>&1 < /dev/null 8>&- 9>&- &
+  local pid=$! i exe
+  echo "$pid" > "$BC_PIDS/$name.pid"
+  # Until the fork has exec'd setsid and setsid the program, /proc shows another program (bc_pid would say "not
+  # running"): wait for the exec.
+  for ((i = 0; i < 100; i++)); do
+    exe="$(tr '\0' '\n' < "/proc/$pid/cmdline" 2>/dev/null | head -n 1)"
+    [[ "$(basename "$exe")" == "$(basename "$1")" ]] && break
+    bc_alive "$pid" || break
+    sleep 0.05
+  done
 }
 
 # bc_stop NAME [TIMEOUT_S]: SIGTERM, then SIGKILL after the timeout
@@ -114,6 +135,14 @@ bc_wait_for() {
     fi
     sleep 0.3
   done
+}
+
+# bc_all_up: every component runs and the API server is ready.
+bc_all_up() {
+  local c
+  [[ -d "$BC_CLUSTER_DIR" ]] || return 1
+  for c in "${BC_COMPONENTS[@]}"; do bc_running "$c" || return 1; done
+  bc_https_ok "https://127.0.0.1:$BC_APISERVER_PORT/readyz" >/dev/null 2>&1
 }
 
 bc_kubectl() { "$BC_BIN/kubectl" --kubeconfig "$BC_KUBECONFIG" "$@"; }

@@ -24,6 +24,8 @@ import {
 // the real kubelet runs them in containerd and serves their logs, simulated nodes take pods, and the harness can
 // restart kube-scheduler with a new configuration and the kubelet.
 const ns = uniqueName('smoke');
+// On another cluster (e2e/kind/run.sh) the components cannot be restarted from here.
+const external = process.env.BC_EXTERNAL_CLUSTER === '1';
 const simulated: string[] = [];
 
 function busyboxPod(name: string, command: string, extra: Record<string, unknown> = {}) {
@@ -54,7 +56,7 @@ afterAll(async () => {
 
 describe('test cluster', () => {
   it('takes a CRD and a custom resource with kubectl', async () => {
-    const group = 'smoke.bettercompute.io';
+    const group = `${ns}.bettercompute.io`;
     await apply({
       apiVersion: 'apiextensions.k8s.io/v1',
       kind: 'CustomResourceDefinition',
@@ -140,7 +142,7 @@ describe('test cluster', () => {
     await deletePodsNow(ns, ['on-simulated', 'gpu-simulated']);
   });
 
-  it('restarts kube-scheduler with a changed configuration', async () => {
+  it.skipIf(external)('restarts kube-scheduler with a changed configuration', async () => {
     const second = uniqueName('second-scheduler');
     const config = `${defaultSchedulerConfig().trimEnd()}\n- schedulerName: ${second}\n`;
     try {
@@ -153,7 +155,7 @@ describe('test cluster', () => {
     }
   });
 
-  it('restarts the kubelet and runs pods again', async () => {
+  it.skipIf(external)('restarts the kubelet and runs pods again', async () => {
     await restartKubelet();
     await apply(busyboxPod('after-restart', 'echo after-restart'));
     await waitForPodPhase(ns, 'after-restart', ['Succeeded']);

@@ -14,18 +14,13 @@ source "$(cd "$(dirname "$0")" && pwd)/lib.sh"
 
 [[ "$(id -u)" == 0 ]] || bc_die "the kubelet, containerd and the CNI plugins need root"
 t0=$SECONDS
+bc_lock
 
 print_env() {
   cat "$BC_CLUSTER_DIR/env"
 }
 
-all_up() {
-  local c
-  for c in "${BC_COMPONENTS[@]}"; do bc_running "$c" || return 1; done
-  bc_https_ok "https://127.0.0.1:$BC_APISERVER_PORT/readyz" >/dev/null 2>&1
-}
-
-if [[ -d "$BC_CLUSTER_DIR" ]] && all_up; then
+if bc_all_up; then
   bc_log "cluster already up (state in $BC_CLUSTER_DIR)"
   print_env
   exit 0
