@@ -165,8 +165,9 @@ CREATE TABLE node_resources (
 );
 
 -- Guard 5. Quota per (tenant, pool, resource). `max` is the limit: at no instant may the tenant's live charges add up to
--- more. `used` counts charges that have started, `reserved` charges that start later; both are kept by deltas in the
--- booking transaction and recomputed by bc_rebuild_quotas(). Lowering `max` below use is allowed and only blocks new
+-- more. `used` counts charges that have started, `reserved` charges that start later. For a limited key both are
+-- recomputed under its row lock in every booking and release; for an unlimited key (max NULL) the booking takes no
+-- lock on the row (it would serialise a tenant's bookings) and bc_rebuild_quotas() counts them. Lowering `max` below use is allowed and only blocks new
 -- bookings, so the backstop CHECK allows `grace` above max: the overage that existed when the limit was lowered.
 CREATE TABLE quotas (
   tenant_id text NOT NULL,

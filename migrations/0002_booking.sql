@@ -7,6 +7,7 @@
 --   scalar              a node's scalar counter would be overdrawn (guard 3)
 --   quota               the tenant's quota would be exceeded at some instant of the window (guard 5)
 --   idempotency_mismatch  the idempotency key was used before with a different request
+--   pool_unavailable    the pool is archived, or neither owned by nor offered to the tenant
 
 -- Recompute one quota key's counters from its charges (used: started, reserved: starts later).
 CREATE FUNCTION bc_refresh_quota(p_tenant text, p_pool text, p_resource text) RETURNS void LANGUAGE sql AS $$
@@ -43,7 +44,7 @@ DECLARE
   v_start timestamptz;
   v_end timestamptz;
   v_win tstzrange;
-  v_rsv jsonb := p -> 'reservation';
+  v_rsv jsonb := nullif(p -> 'reservation', 'null'::jsonb);
   v_rsv_id text;
   v_existing record;
   v_tenant text := p ->> 'tenantId';
@@ -63,6 +64,12 @@ BEGIN
   v_win := tstzrange(v_start, v_end, '[)');
 
   BEGIN
+    -- The pool must be owned by, or offered to, the tenant; an archived pool takes no new bookings.
+    PERFORM 1 FROM pools pl WHERE pl.id = v_pool AND NOT pl.archived
+      AND (pl.owner_tenant = v_tenant OR EXISTS (SELECT 1 FROM pool_offerings o WHERE o.pool_id = pl.id AND o.tenant_id = v_tenant));
+    IF NOT FOUND THEN
+      RETURN jsonb_build_object('ok', false, 'code', 'pool_unavailable');
+    END IF;
     IF v_rsv IS NOT NULL THEN
       INSERT INTO reservations (id, tenant_id, pool_id, project_id, idempotency_key, request_hash, request, state, spot,
                                 binding, starts_at, ends_at, lease_expires_at, created_at, updated_at)
@@ -127,20 +134,33 @@ BEGIN
         END IF;
       END LOOP;
 
-      -- Guard 5: quota per atom class, checked over the whole window under the quota row's lock.
+      -- Guard 5: quota per atom class. A limited key is checked over the whole window under its row lock, and its
+      -- counters kept exact; an unlimited key takes only a share lock (no hot row), and the rebuild counts its use.
       FOR v_charge IN SELECT class AS resource, count(*)::integer AS amount FROM devices WHERE id = ANY (v_atoms)
                       GROUP BY class ORDER BY class LOOP
         INSERT INTO quotas (tenant_id, pool_id, resource, max) VALUES (v_tenant, v_pool, v_charge.resource, NULL)
         ON CONFLICT DO NOTHING;
-        SELECT max INTO v_max FROM quotas
-        WHERE tenant_id = v_tenant AND pool_id = v_pool AND resource = v_charge.resource FOR UPDATE;
-        IF v_max IS NOT NULL
-           AND bc_quota_peak(v_tenant, v_pool, v_charge.resource, v_win) + v_charge.amount > v_max THEN
-          RAISE EXCEPTION USING ERRCODE = 'BC005', MESSAGE = 'quota';
+        SELECT max INTO v_max FROM quotas WHERE tenant_id = v_tenant AND pool_id = v_pool AND resource = v_charge.resource;
+        IF v_max IS NULL THEN
+          SELECT max INTO v_max FROM quotas
+          WHERE tenant_id = v_tenant AND pool_id = v_pool AND resource = v_charge.resource FOR SHARE;
+          IF v_max IS NOT NULL THEN
+            -- A limit was set meanwhile; a share lock cannot be upgraded safely, so the caller runs again.
+            RAISE EXCEPTION USING ERRCODE = '40001', MESSAGE = 'quota limit changed during placement';
+          END IF;
+        ELSE
+          SELECT max INTO v_max FROM quotas
+          WHERE tenant_id = v_tenant AND pool_id = v_pool AND resource = v_charge.resource FOR UPDATE;
+          IF v_max IS NOT NULL
+             AND bc_quota_peak(v_tenant, v_pool, v_charge.resource, v_win) + v_charge.amount > v_max THEN
+            RAISE EXCEPTION USING ERRCODE = 'BC005', MESSAGE = 'quota';
+          END IF;
         END IF;
         INSERT INTO quota_charges (tenant_id, pool_id, resource, allocation_id, amount, during)
         VALUES (v_tenant, v_pool, v_charge.resource, v_alloc ->> 'id', v_charge.amount, v_win);
-        PERFORM bc_refresh_quota(v_tenant, v_pool, v_charge.resource);
+        IF v_max IS NOT NULL THEN
+          PERFORM bc_refresh_quota(v_tenant, v_pool, v_charge.resource);
+        END IF;
       END LOOP;
     END LOOP;
   EXCEPTION
@@ -193,8 +213,10 @@ BEGIN
     SELECT DISTINCT tenant_id, pool_id, resource FROM truncated ORDER BY 1, 2, 3
   LOOP
     PERFORM 1 FROM quotas WHERE tenant_id = v_row.tenant_id AND pool_id = v_row.pool_id AND resource = v_row.resource
-      FOR UPDATE;
-    PERFORM bc_refresh_quota(v_row.tenant_id, v_row.pool_id, v_row.resource);
+      AND max IS NOT NULL FOR UPDATE;
+    IF FOUND THEN
+      PERFORM bc_refresh_quota(v_row.tenant_id, v_row.pool_id, v_row.resource);
+    END IF;
   END LOOP;
   RETURN jsonb_array_length(v_released);
 END $$;

@@ -87,7 +87,7 @@ export class Ledger {
 
   private async load(poolId: string): Promise<CachedPool> {
     const info = await getPool(this.db, poolId);
-    if (!info) throw new Error(`pool ${poolId} vanished`);
+    if (!info) throw new Error(`pool ${poolId} not found`);
     const nodes = new Map((await loadNodes(this.db, poolId)).map((n) => [n.id, n]));
     return { info, nodes, snap: toSnap(info, nodes) };
   }
@@ -124,10 +124,9 @@ export class Ledger {
   }
 
   private async reserveOnce(input: ReservationCreateInput, now: number): Promise<ReserveOutcome> {
-    const pool = await getPool(this.db, input.poolId);
-    if (!pool || !(await isPoolVisible(this.db, pool, input.tenantId))) {
-      return { ok: false, code: 'NOT_FOUND', message: `pool ${input.poolId} not found`, replans: 0 };
-    }
+    const notFound = { ok: false, code: 'NOT_FOUND', message: `pool ${input.poolId} not found`, replans: 0 } as const;
+    let c = await this.cached(input.poolId).catch(() => undefined);
+    if (!c) return notFound;
     const req = toPlacementRequest(input, now);
     const reservation = {
       id: newReservationId(),
@@ -142,8 +141,9 @@ export class Ledger {
     let replans = 0;
     let refreshedAfterMiss = false;
     for (;;) {
-      if (pool.archived) return { ok: false, code: 'POOL_ARCHIVED', message: `pool ${pool.id} is archived`, replans };
-      const c = await this.cached(input.poolId);
+      c = await this.cached(input.poolId);
+      if (!isPoolVisible(c.info, input.tenantId)) return { ...notFound, replans };
+      if (c.info.archived) return { ok: false, code: 'POOL_ARCHIVED', message: `pool ${c.info.id} is archived`, replans };
       const p = plan(c.snap, req);
       if (!p.ok) {
         // An idempotent retry of a reservation that already holds the capacity must find it, not "no capacity".
@@ -161,6 +161,9 @@ export class Ledger {
       const allocations = chosen
         .map((cand) => ({ id: newAllocationId(), nodeId: cand.nodeId, atoms: cand.atoms, scalars: cand.scalars }))
         .sort((a, b) => (a.nodeId < b.nodeId ? -1 : 1));
+      // Assume the booking in the snapshot while it commits (as kube-scheduler assumes a pod), so that concurrent
+      // requests of this process plan around it instead of racing for the same atoms. Undone if the commit fails.
+      const undoAssume = assume(c, chosen, req.window);
       let r: PlaceResult;
       try {
         const { rows } = await this.db.query<{ r: PlaceResult }>('SELECT bc_place($1) AS r', [
@@ -175,6 +178,7 @@ export class Ledger {
         ]);
         r = rows[0]!.r;
       } catch (e) {
+        undoAssume();
         if (!isRetryable(e) || replans >= this.maxReplans) throw e;
         this.opts.metrics?.onLostRace?.('retryable');
         replans++;
@@ -182,11 +186,13 @@ export class Ledger {
       }
       if (r.ok) {
         if (r.existing) {
+          undoAssume();
           const existing = await this.get(r.reservationId!);
           return { ok: true, reservation: existing!, existing: true, replans };
         }
         const window = { start: r.start!, end: r.end ?? Infinity };
-        applyToCache(c, chosen, window);
+        undoAssume();
+        assume(c, chosen, window);
         return {
           ok: true,
           existing: false,
@@ -204,6 +210,14 @@ export class Ledger {
             allocations: allocations.map((a) => ({ id: a.id, nodeId: a.nodeId, atoms: [...a.atoms] })),
           },
         };
+      }
+      undoAssume();
+      if (r.code === 'pool_unavailable') {
+        // The cached pool was stale (archived, or the offering withdrawn): look again with fresh rows.
+        if (replans >= this.maxReplans) return { ...notFound, replans };
+        replans++;
+        await this.cached(input.poolId, true);
+        continue;
       }
       if (r.code === 'quota') {
         return {
@@ -356,17 +370,37 @@ function toSnap(info: PoolInfo, nodes: Map<string, NodeSnap>): PoolSnap {
   return { id: info.id, sharing: info.sharing, topologyKey: info.topologyKey, nodes: [...nodes.values()] };
 }
 
-function applyToCache(c: CachedPool, chosen: readonly Candidate[], window: { start: number; end: number }): void {
+/** Adds the candidates' bookings and scalar claims to the cached snapshot; returns the undo. */
+function assume(c: CachedPool, chosen: readonly Candidate[], window: { start: number; end: number }): () => void {
+  const interval = { ...window };
+  const undo: (() => void)[] = [];
   for (const cand of chosen) {
     const node = c.nodes.get(cand.nodeId);
     if (!node) continue;
     const atoms = new Set(cand.atoms);
-    for (const a of node.atoms) if (atoms.has(a.id)) a.bookings.push(window);
+    for (const a of node.atoms) {
+      if (!atoms.has(a.id)) continue;
+      a.bookings.push(interval);
+      undo.push(() => {
+        const i = a.bookings.indexOf(interval);
+        if (i >= 0) a.bookings.splice(i, 1);
+      });
+    }
     for (const [name, amount] of Object.entries(cand.scalars)) {
       const s = node.scalars[name as keyof typeof node.scalars];
-      if (s) s.allocated += amount;
+      if (!s) continue;
+      s.allocated += amount;
+      undo.push(() => {
+        s.allocated -= amount;
+      });
     }
   }
+  let undone = false;
+  return () => {
+    if (undone) return;
+    undone = true;
+    for (const u of undo) u();
+  };
 }
 
 export function toPlacementRequest(input: ReservationCreateInput, now: number): PlacementRequest {

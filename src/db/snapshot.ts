@@ -12,11 +12,14 @@ export interface PoolInfo {
   slotsPerGpu: number;
   topologyKey: string;
   archived: boolean;
+  offeredTo: ReadonlySet<string>;
 }
 
 export async function getPool(db: Db, poolId: string): Promise<PoolInfo | undefined> {
   const { rows } = await db.query(
-    `SELECT id, name, owner_tenant, gpu_model, sharing, slots_per_gpu, topology_key, archived FROM pools WHERE id = $1`,
+    `SELECT id, name, owner_tenant, gpu_model, sharing, slots_per_gpu, topology_key, archived,
+            ARRAY(SELECT tenant_id FROM pool_offerings o WHERE o.pool_id = p.id) AS offered_to
+     FROM pools p WHERE id = $1`,
     [poolId],
   );
   const r = rows[0];
@@ -30,18 +33,13 @@ export async function getPool(db: Db, poolId: string): Promise<PoolInfo | undefi
     slotsPerGpu: r.slots_per_gpu,
     topologyKey: r.topology_key,
     archived: r.archived,
+    offeredTo: new Set(r.offered_to),
   };
 }
 
 /** Owned, or offered and not archived (an archived pool is visible to its owner only). */
-export async function isPoolVisible(db: Db, pool: PoolInfo, tenantId: string): Promise<boolean> {
-  if (pool.ownerTenant === tenantId) return true;
-  if (pool.archived) return false;
-  const { rowCount } = await db.query('SELECT 1 FROM pool_offerings WHERE pool_id = $1 AND tenant_id = $2', [
-    pool.id,
-    tenantId,
-  ]);
-  return (rowCount ?? 0) > 0;
+export function isPoolVisible(pool: PoolInfo, tenantId: string): boolean {
+  return pool.ownerTenant === tenantId || (!pool.archived && pool.offeredTo.has(tenantId));
 }
 
 /** Loads the nodes of a pool (all of them, or only `nodeIds`). */

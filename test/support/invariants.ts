@@ -19,9 +19,9 @@ const BOOKED_BY_KEY = `
 
 /**
  * The ledger's invariants, checked in SQL against the rows themselves (not against any counter's own idea).
- * Quota counters are checked twice: `used + reserved` against every booking not yet ended as they stand (bookings
- * move from reserved to used as time passes, so only the sum is exact between rebuilds), then, after the periodic
- * rebuild, `used` against the bookings live now.
+ * Quota counters are checked twice: for limited keys, `used + reserved` against every booking not yet ended as they
+ * stand (bookings move from reserved to used as time passes, so only the sum is exact between rebuilds); then, after
+ * the periodic rebuild, every key's `used` against the bookings live now.
  */
 export async function checkInvariants(db: Db): Promise<InvariantReport> {
   const overlapping = await db.query(`
@@ -30,7 +30,7 @@ export async function checkInvariants(db: Db): Promise<InvariantReport> {
   const totals = await db.query(`
     SELECT q.tenant_id, q.pool_id, q.resource, q.used + q.reserved AS total, coalesce(l.booked, 0)::int AS booked
     FROM quotas q LEFT JOIN (${BOOKED_BY_KEY}) l USING (tenant_id, pool_id, resource)
-    WHERE q.used + q.reserved <> coalesce(l.booked, 0)`);
+    WHERE q.max IS NOT NULL AND q.used + q.reserved <> coalesce(l.booked, 0)`);
   await db.query('SELECT bc_rebuild_quotas()');
   const used = await db.query(`
     SELECT q.tenant_id, q.pool_id, q.resource, q.used, coalesce(l.live, 0)::int AS live

@@ -1,0 +1,130 @@
+// Placement throughput and latency at 1,000 and 10,000 nodes (8 GPUs each), beside the raw floor: plain INSERTs into
+// device_bookings under the same exclusion constraint, no placer. Both run in this process, on the same server, with
+// the same concurrency, so the ratio compares like with like.
+//   npm run bench            (embedded PostgreSQL in a temporary directory; DATABASE_URL for another server)
+import fs from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import pg from 'pg';
+import { DbClock } from '../src/db/clock.ts';
+import { startEmbedded } from '../src/db/embedded.ts';
+import { Ledger } from '../src/db/ledger.ts';
+import { migrate } from '../src/db/migrate.ts';
+import { createPool, type Db } from '../src/db/pool.ts';
+import { newPoolId } from '../src/ids.ts';
+
+const CONCURRENCY = Number(process.env.BENCH_CONCURRENCY ?? 16);
+const PLACEMENTS = Number(process.env.BENCH_PLACEMENTS ?? 3000);
+const SIZES = (process.env.BENCH_NODES ?? '1000,10000').split(',').map(Number);
+
+function quantile(sorted: number[], q: number): number {
+  return sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))] ?? NaN;
+}
+
+async function runConcurrent(n: number, fn: (i: number) => Promise<void>) {
+  const latencies: number[] = [];
+  let next = 0;
+  const started = performance.now();
+  await Promise.all(
+    Array.from({ length: CONCURRENCY }, async () => {
+      while (next < n) {
+        const i = next++;
+        const t0 = performance.now();
+        await fn(i);
+        latencies.push(performance.now() - t0);
+      }
+    }),
+  );
+  const seconds = (performance.now() - started) / 1000;
+  latencies.sort((a, b) => a - b);
+  return { perSecond: n / seconds, p50: quantile(latencies, 0.5), p99: quantile(latencies, 0.99) };
+}
+
+async function seed(db: Db, nodes: number): Promise<string> {
+  const poolId = newPoolId();
+  await db.query(`INSERT INTO pools (id, name, owner_tenant, gpu_model) VALUES ($1, $2, 'bench', 'H100')`, [poolId, `bench-${nodes}`]);
+  await db.query(
+    `INSERT INTO nodes (id, pool_id, converged, labels)
+     SELECT 'b${nodes}-' || i, $1, true, jsonb_build_object('topology.kubernetes.io/zone', 'z' || (i % 16)) FROM generate_series(1, $2) i`,
+    [poolId, nodes],
+  );
+  await db.query(
+    `INSERT INTO devices (id, node_id, class, attributes)
+     SELECT 'GPU-b${nodes}-' || i || '-' || g, 'b${nodes}-' || i, 'gpu',
+            jsonb_build_object('gpuModel', 'H100', 'vramGiB', 80, 'numaNode', g / 4, 'nvlinkDomain', 'b${nodes}-' || i)
+     FROM generate_series(1, $1) i, generate_series(0, 7) g`,
+    [nodes],
+  );
+  await db.query('ANALYZE');
+  return poolId;
+}
+
+async function main() {
+  let url = process.env.DATABASE_URL;
+  let stop = async () => undefined as void;
+  let dir: string | undefined;
+  if (!url) {
+    dir = await fs.mkdtemp(path.join(os.tmpdir(), 'bc-bench-'));
+    const server = await startEmbedded({ dataDir: path.join(dir, 'pg'), port: 40000 + Math.floor(Math.random() * 10000) });
+    url = server.url;
+    stop = () => server.stop();
+  }
+  const admin = new pg.Client({ connectionString: url });
+  await admin.connect();
+  await admin.query('DROP DATABASE IF EXISTS bc_bench');
+  await admin.query('CREATE DATABASE bc_bench');
+  await admin.end();
+  const benchUrl = new URL(url);
+  benchUrl.pathname = '/bc_bench';
+  const db = createPool(benchUrl.toString(), CONCURRENCY + 4);
+  const c = await db.connect();
+  await migrate(c);
+  c.release();
+  const clock = await DbClock.create(db);
+
+  console.log(`# ${PLACEMENTS} single-GPU placements per size, concurrency ${CONCURRENCY}, ${os.cpus().length} cores`);
+  console.log('nodes\tplacer/s\tp50 ms\tp99 ms\tfloor/s\tfloor p50\tfloor p99\tratio');
+  for (const nodes of SIZES) {
+    const poolId = await seed(db, nodes);
+    const ledger = new Ledger(db);
+    await ledger.preview(
+      { tenantId: 'bench', poolId, devices: [{ class: 'gpu', count: 1 }], duration: 3600, binding: 'hold', idempotencyKey: 'warm' },
+      clock.now(),
+    );
+    let failures = 0;
+    const placer = await runConcurrent(PLACEMENTS, async (i) => {
+      const r = await ledger.reserve(
+        { tenantId: 'bench', poolId, devices: [{ class: 'gpu', count: 1 }], duration: 3600, binding: 'hold', idempotencyKey: `b${nodes}-${i}` },
+        clock.now(),
+      );
+      if (!r.ok) { failures++; if (failures < 3) console.error(r); }
+    });
+    if (failures) throw new Error(`${failures} placements failed`);
+
+    // The floor: the same number of bookings, one INSERT each, on atoms nobody else books, a year out.
+    await db.query(
+      `INSERT INTO allocations (id, kind, pod_uid, node_id, during) VALUES ('alloc_floor_${nodes}', 'pod', 'floor', 'b${nodes}-1', tstzrange(compute_now(), 'infinity'))`,
+    );
+    const { rows: devices } = await db.query<{ id: string }>(
+      `SELECT id FROM devices WHERE node_id LIKE 'b${nodes}-%' ORDER BY id DESC LIMIT $1`,
+      [PLACEMENTS],
+    );
+    const floor = await runConcurrent(PLACEMENTS, async (i) => {
+      await db.query(
+        `INSERT INTO device_bookings (device_id, allocation_id, during, planned)
+         VALUES ($1, $2, tstzrange(compute_now() + interval '1 year', compute_now() + interval '1 year 1 hour'),
+                         tstzrange(compute_now() + interval '1 year', compute_now() + interval '1 year 1 hour'))`,
+        [devices[i % devices.length]!.id + (i >= devices.length ? '' : ''), `alloc_floor_${nodes}`],
+      );
+    });
+    console.log(
+      [nodes, placer.perSecond.toFixed(0), placer.p50.toFixed(2), placer.p99.toFixed(2), floor.perSecond.toFixed(0),
+        floor.p50.toFixed(2), floor.p99.toFixed(2), `${((100 * placer.perSecond) / floor.perSecond).toFixed(0)}%`].join('\t'),
+    );
+  }
+  await db.end();
+  await stop();
+  if (dir) await fs.rm(dir, { recursive: true, force: true });
+}
+
+await main();

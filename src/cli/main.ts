@@ -1,0 +1,57 @@
+// The `better-compute` command.
+import { parseArgs } from 'node:util';
+import { loadConfig } from '../config.ts';
+import { openDatabase } from '../db/connect.ts';
+import { migrate } from '../db/migrate.ts';
+
+const USAGE = `usage: better-compute <command> [options]
+
+commands:
+  migrate            apply the database migrations (embedded PostgreSQL unless DATABASE_URL is set)
+`;
+
+type Command = (argv: string[]) => Promise<number>;
+
+const commands: Record<string, Command> = {
+  async migrate(argv) {
+    const { values } = parseArgs({ args: argv, options: { output: { type: 'string', short: 'o' } } });
+    const config = loadConfig();
+    const database = await openDatabase(config);
+    try {
+      const client = await database.db.connect();
+      try {
+        const applied = await migrate(client);
+        if (values.output === 'json') console.log(JSON.stringify({ applied }));
+        else console.log(applied.length ? `applied migrations ${applied.join(', ')}` : 'schema is up to date');
+      } finally {
+        client.release();
+      }
+    } finally {
+      await database.close();
+    }
+    return 0;
+  },
+};
+
+async function main(argv: string[]): Promise<number> {
+  const [name, ...rest] = argv;
+  if (!name || name === '--help' || name === '-h' || name === 'help') {
+    process.stdout.write(USAGE);
+    return name ? 0 : 2;
+  }
+  const command = commands[name];
+  if (!command) {
+    process.stderr.write(`unknown command: ${name}\n${USAGE}`);
+    return 2;
+  }
+  return command(rest);
+}
+
+main(process.argv.slice(2)).then(
+  (code) => process.exit(code),
+  (e: unknown) => {
+    const err = e as { code?: string; message?: string };
+    process.stderr.write(`error${err.code ? ` ${err.code}` : ''}: ${err.message ?? String(e)}\n`);
+    process.exit(1);
+  },
+);
