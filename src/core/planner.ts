@@ -35,7 +35,8 @@ export function atomSharing(atom: AtomSnap): Sharing {
 
 function isFree(atom: AtomSnap, req: PlacementRequest): boolean {
   if (!atom.bookable || !atom.healthy) return false;
-  for (const b of atom.bookings) if (overlaps(b, req.window)) return false;
+  const bookings = atom.bookings;
+  for (let i = 0; i < bookings.length; i++) if (overlaps(bookings[i]!, req.window)) return false;
   return true;
 }
 
@@ -146,11 +147,20 @@ function fitNode(node: NodeSnap, req: PlacementRequest): NodeFit {
 function matchesDevice(atom: AtomSnap, d: DeviceRequest): boolean {
   if (atom.class !== d.class) return false;
   if (d.sharing && atomSharing(atom) !== d.sharing) return false;
-  return matchesSelector(d.selector, atom.attributes);
+  return d.selector.length === 0 || matchesSelector(d.selector, atom.attributes);
 }
 
 function byScore(a: Candidate, b: Candidate): number {
   return b.score - a.score || cmp(a.nodeId, b.nodeId);
+}
+
+/** Inserts into a list kept sorted by byScore, keeping at most `limit` entries. */
+function insertRanked(list: Candidate[], c: Candidate, limit: number): void {
+  let i = list.length;
+  while (i > 0 && byScore(list[i - 1]!, c) > 0) i--;
+  if (i >= limit) return;
+  list.splice(i, 0, c);
+  if (list.length > limit) list.pop();
 }
 
 function describeMisfits(misfits: Map<Misfit, number>, total: number): string {
@@ -165,17 +175,80 @@ function describeMisfits(misfits: Map<Misfit, number>, total: number): string {
   return `0/${total} nodes fit${parts.length ? `: ${parts.join(', ')}` : ''}`;
 }
 
+/**
+ * A cheap first pass over one node, without allocations: is the node possibly feasible, and what is its packing
+ * score? Necessary, not sufficient (two device requests of one class may count the same atom), so feasible nodes
+ * still go through fitNode(). The packing score is exact; fitNode() adds at most LOCALITY_BONUS.
+ */
+function screenNode(node: NodeSnap, req: PlacementRequest, scalars: readonly [ScalarResource, number][]): Misfit | number {
+  if (!node.schedulable) return 'unschedulable';
+  for (const [name, amount] of scalars) {
+    const s = node.scalars[name];
+    if (!s || s.allocated + amount > Math.floor(s.allocatable * s.ratio)) return `scalar:${name}`;
+  }
+  const devices = req.devices;
+  const single = devices.length === 1 ? devices[0]! : undefined;
+  let relevant = 0;
+  let relevantFree = 0;
+  let anyBusy = false;
+  let singleFree = 0;
+  for (const a of node.atoms) {
+    const free = isFree(a, req);
+    if (!free) anyBusy = true;
+    if (single) {
+      if (a.class !== single.class) continue;
+      relevant++;
+      if (free) {
+        relevantFree++;
+        if (matchesDevice(a, single)) singleFree++;
+      }
+    } else if (devices.some((d) => d.class === a.class)) {
+      relevant++;
+      if (free) relevantFree++;
+    }
+  }
+  let wanted = 0;
+  if (single) {
+    if (singleFree < single.count) return `devices:${single.class}`;
+    wanted = single.count;
+  } else {
+    for (const d of devices) {
+      let free = 0;
+      for (const a of node.atoms) if (a.class === d.class && isFree(a, req) && matchesDevice(a, d)) free++;
+      if (free < d.count) return `devices:${d.class}`;
+      wanted += d.count;
+    }
+  }
+  if (req.binding === 'node') return anyBusy ? 'busy-node' : 100;
+  return relevant === 0 ? 0 : Math.round((100 * (relevant - relevantFree + wanted)) / relevant);
+}
+
 export function plan(pool: PoolSnap, req: PlacementRequest): PlanResult {
-  const fits: Candidate[] = [];
   const misfits = new Map<Misfit, number>();
+  const miss = (m: Misfit) => misfits.set(m, (misfits.get(m) ?? 0) + 1);
+  // Feasible nodes bucketed by packing score (0–100): a counting sort, so the exact pass visits the best first.
+  const buckets: NodeSnap[][] = Array.from({ length: 101 }, () => []);
+  const scalars = (Object.entries(req.resources ?? {}) as [ScalarResource, number][]).filter(([, n]) => n > 0);
   for (const node of pool.nodes) {
-    const f = fitNode(node, req);
-    if (f.candidate) fits.push(f.candidate);
-    else if (f.misfit) misfits.set(f.misfit, (misfits.get(f.misfit) ?? 0) + 1);
+    const s = screenNode(node, req, scalars);
+    if (typeof s === 'number') buckets[s]!.push(node);
+    else miss(s);
+  }
+  const fits: Candidate[] = [];
+  // Without a gang only the best MAX_CANDIDATES matter: stop once no node left can beat the last of them.
+  const done = (packing: number) =>
+    !req.gang && fits.length >= MAX_CANDIDATES && fits[MAX_CANDIDATES - 1]!.score >= packing + LOCALITY_BONUS;
+  scan: for (let packing = 100; packing >= 0; packing--) {
+    for (const node of buckets[packing]!) {
+      if (done(packing)) break scan;
+      const f = fitNode(node, req);
+      if (f.candidate) insertRanked(fits, f.candidate, req.gang ? Infinity : MAX_CANDIDATES);
+      else if (f.misfit) miss(f.misfit);
+    }
   }
   if (!req.gang) {
     if (fits.length === 0) return { ok: false, reason: describeMisfits(misfits, pool.nodes.length) };
-    return { ok: true, candidates: fits.sort(byScore).slice(0, MAX_CANDIDATES) };
+    return { ok: true, candidates: fits };
   }
   return planGang(pool, req.gang.size, req.gang.topologyKey ?? pool.topologyKey, fits, misfits);
 }
