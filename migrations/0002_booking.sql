@@ -183,8 +183,13 @@ DECLARE
   v_released jsonb;
   v_row record;
 BEGIN
-  -- Locks are taken in the placer's order (bookings, then node counters by node, then quota rows by key), so a release
-  -- and a placement wait for each other at most one way.
+  -- Then writes in the placer's order (bookings, node counters by node, quota rows by key), so a release and a
+  -- placement wait for each other at most one way.
+  -- The placer's locks, in its order: nodes, then atoms. A concurrent cordon or health flip then lands wholly before
+  -- or wholly after this release, and the capacity rollup's deltas see one consistent state.
+  PERFORM 1 FROM nodes WHERE id IN (SELECT node_id FROM allocations WHERE id = ANY (p_ids)) ORDER BY id FOR SHARE;
+  PERFORM 1 FROM devices WHERE id IN (SELECT device_id FROM device_bookings WHERE allocation_id = ANY (p_ids))
+    ORDER BY id FOR SHARE;
   WITH released AS (
     UPDATE allocations SET released_at = v_now WHERE id = ANY (p_ids) AND released_at IS NULL RETURNING node_id, scalars
   )

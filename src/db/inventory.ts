@@ -44,6 +44,8 @@ export async function upsertPool(db: Db, spec: PoolSpec): Promise<string> {
       ],
     );
     const poolId = rows[0]!.id;
+    // Every pool has a whole-GPU row, even one with only MIG or slot atoms (summaries sum it per GPU model).
+    await c.query(`INSERT INTO pool_capacity_rollup (pool_id, resource) VALUES ($1, 'gpu') ON CONFLICT DO NOTHING`, [poolId]);
     // Ratios follow the pool onto its nodes' counters.
     await c.query(
       `UPDATE node_resources nr SET ratio = coalesce((p.overcommit ->> nr.resource)::numeric, 1)

@@ -7,7 +7,21 @@ export interface InvariantReport {
   quotaOverMax: { tenant_id: string; pool_id: string; resource: string; peak: number; max: number }[];
   scalarMismatches: { node_id: string; resource: string; allocated: number; claimed: number }[];
   scalarOutOfBounds: number;
+  rollupMismatches: Record<string, unknown>[];
 }
+
+/** The incrementally kept rollup (rows + deltas) against a computation from scratch, at the same compute_now(). */
+export const ROLLUP_MISMATCHES = `
+  WITH computed AS (SELECT * FROM bc_compute_rollup())
+  SELECT coalesce(k.pool_id, c.pool_id) AS pool_id, coalesce(k.resource, c.resource) AS resource,
+         row(k.total, k.allocatable, k.allocated, k.reserved, k.provisioning, k.unhealthy, k.maintenance, k.unreachable)::text AS kept,
+         row(c.total, c.allocatable, c.allocated, c.reserved, c.provisioning, c.unhealthy, c.maintenance, c.unreachable)::text AS computed
+  FROM pool_capacity k FULL JOIN computed c ON c.pool_id = k.pool_id AND c.resource = k.resource
+  WHERE (coalesce(k.total, 0), coalesce(k.allocatable, 0), coalesce(k.allocated, 0), coalesce(k.reserved, 0),
+         coalesce(k.provisioning, 0), coalesce(k.unhealthy, 0), coalesce(k.maintenance, 0), coalesce(k.unreachable, 0))
+     IS DISTINCT FROM
+        (coalesce(c.total, 0), coalesce(c.allocatable, 0), coalesce(c.allocated, 0), coalesce(c.reserved, 0),
+         coalesce(c.provisioning, 0), coalesce(c.unhealthy, 0), coalesce(c.maintenance, 0), coalesce(c.unreachable, 0))`;
 
 const BOOKED_BY_KEY = `
   SELECT a.tenant_id, a.pool_id, d.class AS resource,
@@ -47,6 +61,7 @@ export async function checkInvariants(db: Db): Promise<InvariantReport> {
       FROM allocations a, jsonb_each_text(a.scalars) s WHERE a.released_at IS NULL GROUP BY 1, 2
     ) c USING (node_id, resource)
     WHERE nr.allocated <> coalesce(c.claimed, 0)`);
+  const rollup = await db.query(ROLLUP_MISMATCHES);
   const bounds = await db.query(`
     SELECT count(*)::int AS n FROM node_resources WHERE allocated < 0 OR allocated > floor(allocatable * ratio)`);
   return {
@@ -56,6 +71,7 @@ export async function checkInvariants(db: Db): Promise<InvariantReport> {
     quotaOverMax: overMax.rows,
     scalarMismatches: scalars.rows,
     scalarOutOfBounds: bounds.rows[0].n,
+    rollupMismatches: rollup.rows,
   };
 }
 
@@ -66,6 +82,7 @@ export const CLEAN: InvariantReport = {
   quotaOverMax: [],
   scalarMismatches: [],
   scalarOutOfBounds: 0,
+  rollupMismatches: [],
 };
 
 /** A small deterministic PRNG (mulberry32), so a failing torture run can be replayed from its seed. */
