@@ -30,6 +30,9 @@ done
 k8s_ldflags="-s -w$xflags"
 etcd_ldflags="-s -w"
 
+if ! command -v go >/dev/null && [[ -x /usr/local/go/bin/go ]]; then export PATH="/usr/local/go/bin:$PATH"; fi
+command -v go >/dev/null || { echo "build.sh: the Go toolchain is needed (go not on PATH)" >&2; exit 1; }
+
 stamp_input() {
   cat "$here/versions.env" "$here/build/kubernetes/go.mod" "$here/build/kubernetes/go.sum" \
     "$here/build/etcd/go.mod" "$here/build/etcd/go.sum"
@@ -47,7 +50,6 @@ if [[ "${BC_FORCE_BUILD:-0}" != 1 ]] && up_to_date; then
   exit 0
 fi
 
-command -v go >/dev/null || { echo "build.sh: the Go toolchain is needed (go not on PATH)" >&2; exit 1; }
 mkdir -p "$out"
 exec 9>"$out/.build.lock"
 flock 9

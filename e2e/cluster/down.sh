@@ -55,6 +55,7 @@ for ns in /run/netns/cni-*; do
     rm -f "$ns"
   fi
 done
+[[ -d /run/netns ]] && ! mountpoint -q /run/netns && rmdir /run/netns 2>/dev/null
 ip link show "$BC_CNI_BRIDGE" >/dev/null 2>&1 && ip link delete "$BC_CNI_BRIDGE"
 
 # 6. Mounts under the state dir (kubelet volumes, its rshared root bind mount, container rootfs), deepest first.
@@ -88,13 +89,19 @@ for ipt in iptables ip6tables; do
   done
 done
 
-# 9. Empty directories that containerd and its shims leave in /run/containerd (removed only when empty, so that
+# 9. The kubelet's device-plugin socket and checkpoint: the kubelet keeps them in /var/lib/kubelet/device-plugins
+#    whatever its --root-dir. Other files there (a device plugin's socket) are left to whoever made them.
+dp=/var/lib/kubelet/device-plugins
+rm -f "$dp/kubelet.sock" "$dp/kubelet_internal_checkpoint"
+[[ -d "$dp" ]] && rmdir "$dp" 2>/dev/null && rmdir /var/lib/kubelet 2>/dev/null
+
+# 10. Empty directories that containerd and its shims leave in /run/containerd (removed only when empty, so that
 #    another containerd on this machine keeps its own).
 for dir in /run/containerd/runc/k8s.io /run/containerd/runc /run/containerd/s /run/containerd/fifo /run/containerd; do
   [[ -d "$dir" ]] && rmdir "$dir" 2>/dev/null
 done
 
-# 10. The state dir (logs kept aside).
+# 11. The state dir (logs kept aside).
 if [[ -d "$d" ]]; then
   if [[ -d "$BC_LOGS" ]]; then
     rm -rf "$BC_CACHE/last-cluster-logs"

@@ -37,8 +37,12 @@ export interface ClusterInfo {
   schedulerConfigFile: string;
   /** Name of the one real (kubelet) node. */
   nodeName: string;
-  /** The kubelet's --root-dir; device plugins register at `${kubeletRoot}/device-plugins/kubelet.sock`. */
+  /** The kubelet's --root-dir (pods, volumes, plugins_registry, pod-resources). */
   kubeletRoot: string;
+  /**
+   * Where the kubelet's device-plugin registration socket (kubelet.sock) is and plugins put theirs. The kubelet fixes
+   * it at /var/lib/kubelet/device-plugins whatever its root dir, so there is one per machine.
+   */
   devicePluginDir: string;
   podResourcesSocket: string;
   containerdSocket: string;
@@ -90,7 +94,7 @@ export function clusterInfo(): ClusterInfo {
     schedulerConfigFile: e.BC_SCHEDULER_CONFIG_FILE!,
     nodeName: e.BC_NODE_NAME!,
     kubeletRoot,
-    devicePluginDir: path.join(kubeletRoot, 'device-plugins'),
+    devicePluginDir: '/var/lib/kubelet/device-plugins',
     podResourcesSocket: path.join(kubeletRoot, 'pod-resources', 'kubelet.sock'),
     containerdSocket: e.BC_CONTAINERD_SOCK!,
     busyboxImage: e.BC_BUSYBOX_IMAGE!,

@@ -1,3 +1,5 @@
+import fs from 'node:fs';
+import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   type KubeEvent,
@@ -157,6 +159,8 @@ describe('test cluster', () => {
 
   it.skipIf(external)('restarts the kubelet and runs pods again', async () => {
     await restartKubelet();
+    // The device manager is up: device plugins (ours, in later suites) register at this socket.
+    expect(fs.existsSync(path.join(clusterInfo().devicePluginDir, 'kubelet.sock'))).toBe(true);
     await apply(busyboxPod('after-restart', 'echo after-restart'));
     await waitForPodPhase(ns, 'after-restart', ['Succeeded']);
     expect(await kubectl(['-n', ns, 'logs', 'after-restart'])).toContain('after-restart');
