@@ -29,7 +29,10 @@ export default defineConfig({
           globalSetup: ['e2e/cluster/global-setup.ts'],
           testTimeout: 180_000,
           hookTimeout: 180_000,
+          // One shared cluster whose components tests restart: files one at a time, after the other projects.
           fileParallelism: false,
+          maxWorkers: 1,
+          sequence: { groupOrder: 2 },
         },
       },
     ],
