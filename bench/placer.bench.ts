@@ -24,6 +24,7 @@ function quantile(sorted: number[], q: number): number {
 async function runConcurrent(n: number, fn: (i: number) => Promise<void>) {
   const latencies: number[] = [];
   let next = 0;
+  const cpu0 = process.cpuUsage();
   const started = performance.now();
   await Promise.all(
     Array.from({ length: CONCURRENCY }, async () => {
@@ -36,8 +37,15 @@ async function runConcurrent(n: number, fn: (i: number) => Promise<void>) {
     }),
   );
   const seconds = (performance.now() - started) / 1000;
+  const cpu = process.cpuUsage(cpu0);
   latencies.sort((a, b) => a - b);
-  return { perSecond: n / seconds, p50: quantile(latencies, 0.5), p99: quantile(latencies, 0.99) };
+  return {
+    perSecond: n / seconds,
+    p50: quantile(latencies, 0.5),
+    p99: quantile(latencies, 0.99),
+    /** Share of one core this process used: the rest of the machine went to PostgreSQL. */
+    clientCpu: (cpu.user + cpu.system) / 1e6 / seconds,
+  };
 }
 
 async function seed(db: Db, nodes: number): Promise<string> {
@@ -83,7 +91,7 @@ async function main() {
   const clock = await DbClock.create(db);
 
   console.log(`# ${PLACEMENTS} single-GPU placements per size, concurrency ${CONCURRENCY}, ${os.cpus().length} cores`);
-  console.log('nodes\tplacer/s\tp50 ms\tp99 ms\tfloor/s\tfloor p50\tfloor p99\tratio');
+  console.log('nodes\tplacer/s\tp50 ms\tp99 ms\tclient cpu\tfloor/s\tfloor p50\tfloor p99\tclient cpu\tratio');
   for (const nodes of SIZES) {
     const poolId = await seed(db, nodes);
     const ledger = new Ledger(db);
@@ -118,8 +126,9 @@ async function main() {
       );
     });
     console.log(
-      [nodes, placer.perSecond.toFixed(0), placer.p50.toFixed(2), placer.p99.toFixed(2), floor.perSecond.toFixed(0),
-        floor.p50.toFixed(2), floor.p99.toFixed(2), `${((100 * placer.perSecond) / floor.perSecond).toFixed(0)}%`].join('\t'),
+      [nodes, placer.perSecond.toFixed(0), placer.p50.toFixed(2), placer.p99.toFixed(2), placer.clientCpu.toFixed(2),
+        floor.perSecond.toFixed(0), floor.p50.toFixed(2), floor.p99.toFixed(2), floor.clientCpu.toFixed(2),
+        `${((100 * placer.perSecond) / floor.perSecond).toFixed(0)}%`].join('\t'),
     );
   }
   await db.end();

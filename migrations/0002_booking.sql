@@ -138,9 +138,12 @@ BEGIN
       -- counters kept exact; an unlimited key takes only a share lock (no hot row), and the rebuild counts its use.
       FOR v_charge IN SELECT class AS resource, count(*)::integer AS amount FROM devices WHERE id = ANY (v_atoms)
                       GROUP BY class ORDER BY class LOOP
-        INSERT INTO quotas (tenant_id, pool_id, resource, max) VALUES (v_tenant, v_pool, v_charge.resource, NULL)
-        ON CONFLICT DO NOTHING;
         SELECT max INTO v_max FROM quotas WHERE tenant_id = v_tenant AND pool_id = v_pool AND resource = v_charge.resource;
+        IF NOT FOUND THEN
+          INSERT INTO quotas (tenant_id, pool_id, resource, max) VALUES (v_tenant, v_pool, v_charge.resource, NULL)
+          ON CONFLICT DO NOTHING;
+          SELECT max INTO v_max FROM quotas WHERE tenant_id = v_tenant AND pool_id = v_pool AND resource = v_charge.resource;
+        END IF;
         IF v_max IS NULL THEN
           SELECT max INTO v_max FROM quotas
           WHERE tenant_id = v_tenant AND pool_id = v_pool AND resource = v_charge.resource FOR SHARE;

@@ -6,6 +6,7 @@ import {
   type Candidate,
   type DeviceRequest,
   type NodeSnap,
+  type NodeSummary,
   type PlacementRequest,
   type PlanResult,
   type PoolSnap,
@@ -188,6 +189,20 @@ function screenNode(node: NodeSnap, req: PlacementRequest, scalars: readonly [Sc
   }
   const devices = req.devices;
   const single = devices.length === 1 ? devices[0]! : undefined;
+  // Fast path: no booking of this node touches the window, and the request needs no look at attributes.
+  const sum = node.summary;
+  if (
+    single &&
+    sum &&
+    single.selector.length === 0 &&
+    !single.sharing &&
+    (req.window.end <= sum.busyFrom || req.window.start >= sum.busyUntil)
+  ) {
+    const c = sum.classes.get(single.class);
+    if (!c || c.healthy < single.count) return `devices:${single.class}`;
+    if (req.binding === 'node') return c.healthy === c.bookable ? 100 : 'busy-node';
+    return Math.round((100 * (c.bookable - c.healthy + single.count)) / c.bookable);
+  }
   let relevant = 0;
   let relevantFree = 0;
   let anyBusy = false;
@@ -221,6 +236,25 @@ function screenNode(node: NodeSnap, req: PlacementRequest, scalars: readonly [Sc
   }
   if (req.binding === 'node') return anyBusy ? 'busy-node' : 100;
   return relevant === 0 ? 0 : Math.round((100 * (relevant - relevantFree + wanted)) / relevant);
+}
+
+/** The summary of a node's atoms; call again after changing their bookings or health. */
+export function summarizeNode(node: NodeSnap): NodeSummary {
+  const classes = new Map<AtomSnap['class'], { bookable: number; healthy: number }>();
+  let busyFrom = Infinity;
+  let busyUntil = -Infinity;
+  for (const a of node.atoms) {
+    if (!a.bookable) continue;
+    const c = classes.get(a.class) ?? { bookable: 0, healthy: 0 };
+    c.bookable++;
+    if (a.healthy) c.healthy++;
+    classes.set(a.class, c);
+    for (const b of a.bookings) {
+      if (b.start < busyFrom) busyFrom = b.start;
+      if (b.end > busyUntil) busyUntil = b.end;
+    }
+  }
+  return { classes, busyFrom, busyUntil };
 }
 
 export function plan(pool: PoolSnap, req: PlacementRequest): PlanResult {

@@ -34,8 +34,19 @@ export interface ScalarSnap {
   allocated: number;
 }
 
+/** Per-node counts that let the planner screen a node without visiting its atoms (see summarizeNode). */
+export interface NodeSummary {
+  /** Bookable atoms per class, and how many of them are healthy. */
+  readonly classes: ReadonlyMap<DeviceClass, { readonly bookable: number; readonly healthy: number }>;
+  /** The earliest start and the latest end of any booking of the node's atoms (Infinity / -Infinity if none). */
+  readonly busyFrom: number;
+  readonly busyUntil: number;
+}
+
 export interface NodeSnap {
   readonly id: string;
+  /** Kept current by whoever mutates the atoms' bookings; absent means "visit the atoms". */
+  summary?: NodeSummary;
   /** The schedulability predicate, the tenant-owned rule included. */
   readonly schedulable: boolean;
   readonly labels: Readonly<Record<string, string>>;

@@ -3,7 +3,7 @@
 // saves reads, so a stale cache costs a replan, never a double booking.
 import { createHash } from 'node:crypto';
 import type { ReservationCreateInput } from '../api/schemas.ts';
-import { plan } from '../core/planner.ts';
+import { plan, summarizeNode } from '../core/planner.ts';
 import { selectorFromObject } from '../core/selector.ts';
 import type { Candidate, NodeSnap, PlacementRequest, PoolSnap } from '../core/types.ts';
 import { newAllocationId, newReservationId } from '../ids.ts';
@@ -88,7 +88,7 @@ export class Ledger {
   private async load(poolId: string): Promise<CachedPool> {
     const info = await getPool(this.db, poolId);
     if (!info) throw new Error(`pool ${poolId} not found`);
-    const nodes = new Map((await loadNodes(this.db, poolId)).map((n) => [n.id, n]));
+    const nodes = new Map(withSummaries(await loadNodes(this.db, poolId)).map((n) => [n.id, n]));
     return { info, nodes, snap: toSnap(info, nodes) };
   }
 
@@ -104,7 +104,7 @@ export class Ledger {
 
   private async reloadNodes(poolId: string, nodeIds: string[]): Promise<void> {
     const c = await this.cached(poolId);
-    const fresh = await loadNodes(this.db, poolId, nodeIds);
+    const fresh = withSummaries(await loadNodes(this.db, poolId, nodeIds));
     for (const id of nodeIds) c.nodes.delete(id);
     for (const n of fresh) c.nodes.set(n.id, n);
     c.snap = toSnap(c.info, c.nodes);
@@ -366,6 +366,11 @@ export class Ledger {
   }
 }
 
+function withSummaries(nodes: NodeSnap[]): NodeSnap[] {
+  for (const n of nodes) n.summary = summarizeNode(n);
+  return nodes;
+}
+
 function toSnap(info: PoolInfo, nodes: Map<string, NodeSnap>): PoolSnap {
   return { id: info.id, sharing: info.sharing, topologyKey: info.topologyKey, nodes: [...nodes.values()] };
 }
@@ -394,6 +399,10 @@ function assume(c: CachedPool, chosen: readonly Candidate[], window: { start: nu
         s.allocated -= amount;
       });
     }
+    node.summary = summarizeNode(node);
+    undo.push(() => {
+      node.summary = summarizeNode(node);
+    });
   }
   let undone = false;
   return () => {

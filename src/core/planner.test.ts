@@ -1,0 +1,167 @@
+import fc from 'fast-check';
+import { describe, expect, it } from 'vitest';
+import { MAX_CANDIDATES, plan, summarizeNode } from './planner.ts';
+import type { AtomSnap, DeviceClass, NodeSnap, PlacementRequest, PoolSnap } from './types.ts';
+
+// Builders: makeNode('n1').gpus(8).busy(0, [0, 10]).build()
+class NodeB {
+  private atoms: AtomSnap[] = [];
+  private sched = true;
+  private labels: Record<string, string> = {};
+  constructor(private readonly id: string) {}
+  gpus(n: number, attrs: Record<string, string | number> = {}) {
+    for (let i = 0; i < n; i++) {
+      this.atoms.push({
+        id: `${this.id}-g${i}`, class: 'gpu', parentId: null, healthy: true, bookable: true, bookings: [],
+        attributes: { numaNode: i < n / 2 ? 0 : 1, nvlinkDomain: `${this.id}-nvl`, gpuModel: 'H100', vramGiB: 80, ...attrs },
+      });
+    }
+    return this;
+  }
+  busy(i: number, start: number, end: number) {
+    this.atoms[i]!.bookings.push({ start, end });
+    return this;
+  }
+  unhealthy(i: number) {
+    this.atoms[i] = { ...this.atoms[i]!, healthy: false };
+    return this;
+  }
+  unschedulable() {
+    this.sched = false;
+    return this;
+  }
+  zone(z: string) {
+    this.labels.zone = z;
+    return this;
+  }
+  build(summarized = true): NodeSnap {
+    const n: NodeSnap = { id: this.id, schedulable: this.sched, labels: this.labels, atoms: this.atoms, scalars: {} };
+    if (summarized) n.summary = summarizeNode(n);
+    return n;
+  }
+}
+const node = (id: string) => new NodeB(id);
+const pool = (nodes: NodeSnap[]): PoolSnap => ({ id: 'p', sharing: 'exclusive', topologyKey: 'zone', nodes });
+const req = (count: number, over: Partial<PlacementRequest> = {}): PlacementRequest => ({
+  devices: [{ class: 'gpu', count, selector: [] }],
+  window: { start: 100, end: 200 },
+  binding: 'hold',
+  ...over,
+});
+
+describe('plan', () => {
+  it('prefers the fuller node (bin-packing) and one NUMA node', () => {
+    const p = pool([node('a').gpus(8).build(), node('b').gpus(8).busy(0, 0, 1000).busy(1, 0, 1000).build()]);
+    const r = plan(p, req(2));
+    if (!r.ok) throw new Error(r.reason);
+    expect(r.candidates[0]!.nodeId).toBe('b');
+    expect(r.candidates[0]!.atoms).toEqual(['b-g2', 'b-g3']);
+  });
+
+  it('treats bookings outside the window as free, and half-open ranges as not overlapping', () => {
+    const p = pool([node('a').gpus(1).busy(0, 0, 100).busy(0, 200, 300).build()]);
+    expect(plan(p, req(1)).ok).toBe(true);
+    expect(plan(p, req(1, { window: { start: 99, end: 200 } })).ok).toBe(false);
+  });
+
+  it('explains a miss by counting nodes per reason', () => {
+    const p = pool([node('a').gpus(1).build(), node('b').gpus(4).unschedulable().build(), node('c').gpus(2).unhealthy(0).unhealthy(1).build()]);
+    expect(plan(p, req(2))).toEqual({ ok: false, reason: '0/3 nodes fit: 2 without enough free gpu atoms matching the request in the window, 1 unschedulable' });
+  });
+
+  it('places a gang in one domain only', () => {
+    const p = pool([node('a').gpus(8).zone('x').build(), node('b').gpus(8).zone('y').build(), node('c').gpus(8).zone('y').build()]);
+    const r = plan(p, req(8, { gang: { size: 2 } }));
+    expect(r).toMatchObject({ ok: true, gangDomain: 'y' });
+    if (r.ok) expect(r.candidates.map((c) => c.nodeId)).toEqual(['b', 'c']);
+    expect(plan(p, req(8, { gang: { size: 3 } })).ok).toBe(false);
+  });
+});
+
+// Random pools: up to 30 nodes of up to 8 GPUs with random bookings, health and schedulability.
+const arbNode = (i: number) =>
+  fc.record({
+    gpus: fc.integer({ min: 0, max: 8 }),
+    schedulable: fc.boolean(),
+    zone: fc.constantFrom('x', 'y', 'z'),
+    bookings: fc.array(fc.record({ atom: fc.nat(7), start: fc.integer({ min: 0, max: 300 }), len: fc.integer({ min: 1, max: 200 }) }), { maxLength: 6 }),
+    unhealthy: fc.array(fc.nat(7), { maxLength: 2 }),
+  }).map((spec) => {
+    const b = node(`n${String(i).padStart(2, '0')}`).gpus(spec.gpus).zone(spec.zone);
+    if (!spec.schedulable) b.unschedulable();
+    for (const u of spec.unhealthy) if (u < spec.gpus) b.unhealthy(u);
+    for (const k of spec.bookings) if (k.atom < spec.gpus) b.busy(k.atom, k.start, k.start + k.len);
+    return b;
+  });
+const arbPool = fc.integer({ min: 1, max: 30 }).chain((n) => fc.tuple(...Array.from({ length: n }, (_, i) => arbNode(i))));
+const arbReq = fc.record({
+  count: fc.integer({ min: 1, max: 8 }),
+  start: fc.integer({ min: 0, max: 400 }),
+  len: fc.integer({ min: 1, max: 200 }),
+  nvlink: fc.boolean(),
+  node: fc.boolean(),
+});
+
+function freeAtoms(n: NodeSnap, r: PlacementRequest, cls: DeviceClass = 'gpu') {
+  return n.atoms.filter((a) => a.class === cls && a.healthy && a.bookable && a.bookings.every((b) => b.end <= r.window.start || b.start >= r.window.end));
+}
+
+describe('plan properties', () => {
+  it('every candidate takes distinct free atoms of one node, at most 10, best first; a miss means no node could fit', () => {
+    fc.assert(
+      fc.property(arbPool, arbReq, (builders, q) => {
+        const nodes = builders.map((b) => b.build());
+        const r = req(q.count, { window: { start: q.start, end: q.start + q.len }, ...(q.nvlink ? { topology: 'nvlink-all' as const } : {}), binding: q.node ? 'node' : 'hold' });
+        const result = plan(pool(nodes), r);
+        const byId = new Map(nodes.map((n) => [n.id, n]));
+        if (result.ok) {
+          expect(result.candidates.length).toBeGreaterThan(0);
+          expect(result.candidates.length).toBeLessThanOrEqual(MAX_CANDIDATES);
+          for (let i = 1; i < result.candidates.length; i++) expect(result.candidates[i - 1]!.score).toBeGreaterThanOrEqual(result.candidates[i]!.score);
+          for (const c of result.candidates) {
+            const n = byId.get(c.nodeId)!;
+            expect(n.schedulable).toBe(true);
+            expect(new Set(c.atoms).size).toBe(c.atoms.length);
+            const free = new Set(freeAtoms(n, r).map((a) => a.id));
+            for (const a of c.atoms) expect(free.has(a)).toBe(true);
+            if (q.node) expect(c.atoms.length).toBe(n.atoms.length);
+            else expect(c.atoms.length).toBe(q.count);
+          }
+        } else {
+          for (const n of nodes) {
+            if (!n.schedulable || q.nvlink || q.node) continue;
+            expect(freeAtoms(n, r).length).toBeLessThan(q.count);
+          }
+        }
+      }),
+      { numRuns: 400 },
+    );
+  });
+
+  it('the summary fast path gives the same answer as visiting every atom', () => {
+    fc.assert(
+      fc.property(arbPool, arbReq, (builders, q) => {
+        const r = req(q.count, { window: { start: q.start, end: q.start + q.len }, binding: q.node ? 'node' : 'hold' });
+        const withSummary = plan(pool(builders.map((b) => b.build(true))), r);
+        const without = plan(pool(builders.map((b) => b.build(false))), r);
+        expect(withSummary).toEqual(without);
+      }),
+      { numRuns: 400 },
+    );
+  });
+
+  it('a gang takes `size` distinct nodes of one domain, or nothing', () => {
+    fc.assert(
+      fc.property(arbPool, fc.integer({ min: 2, max: 4 }), fc.integer({ min: 1, max: 4 }), (builders, size, count) => {
+        const nodes = builders.map((b) => b.build());
+        const result = plan(pool(nodes), req(count, { gang: { size } }));
+        if (!result.ok) return;
+        expect(result.candidates).toHaveLength(size);
+        expect(new Set(result.candidates.map((c) => c.nodeId)).size).toBe(size);
+        const zones = new Set(result.candidates.map((c) => nodes.find((n) => n.id === c.nodeId)!.labels.zone));
+        expect([...zones]).toEqual([result.gangDomain]);
+      }),
+      { numRuns: 300 },
+    );
+  });
+});
