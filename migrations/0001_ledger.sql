@@ -124,6 +124,8 @@ CREATE TABLE allocations (
   CONSTRAINT check$allocations$owner CHECK ((kind = 'reservation') = (reservation_id IS NOT NULL))
 );
 CREATE INDEX index$allocations$reservation ON allocations (reservation_id);
+-- A pod holds at most one live on-demand allocation.
+CREATE UNIQUE INDEX unique$allocations$live_pod ON allocations (pod_uid) WHERE kind = 'pod' AND released_at IS NULL;
 CREATE INDEX index$allocations$node ON allocations (node_id);
 
 -- Guard 1. A released booking keeps its row: `during` is truncated at the release (or emptied when it had not started),

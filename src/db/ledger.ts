@@ -34,6 +34,10 @@ export type ReserveFailure =
   | 'IDEMPOTENCY_MISMATCH'
   | 'CONTENDED';
 
+export type PodBookingOutcome =
+  | { ok: true; allocationId: string; nodeId: string; atoms: string[]; existing: boolean }
+  | { ok: false; code: ReserveFailure; message: string; replans: number };
+
 export type ReserveOutcome =
   | { ok: true; reservation: ReservationView; existing: boolean; replans: number }
   | { ok: false; code: ReserveFailure; message: string; replans: number };
@@ -123,12 +127,80 @@ export class Ledger {
     return outcome;
   }
 
-  private async reserveOnce(input: ReservationCreateInput, now: number): Promise<ReserveOutcome> {
+  /**
+   * Books atoms on one node for an on-demand pod (no reservation), from now for `durationSeconds`, or open-ended when
+   * null — open-ended only on atoms with no booking ahead, so it never overlaps a future booking. Quota and every guard
+   * apply. Idempotent per pod: a pod that holds a live booking gets it back.
+   */
+  async bookPod(
+    p: {
+      tenantId: string;
+      poolId: string;
+      podUid: string;
+      nodeId: string;
+      devices: ReservationCreateInput['devices'];
+      durationSeconds: number | null;
+    },
+    now: number,
+  ): Promise<PodBookingOutcome> {
+    const existing = await this.podBooking(p.podUid);
+    if (existing) return { ok: true, ...existing, existing: true };
+    const input: ReservationCreateInput = {
+      tenantId: p.tenantId,
+      poolId: p.poolId,
+      devices: p.devices,
+      duration: p.durationSeconds ?? 0,
+      binding: 'hold',
+      idempotencyKey: p.podUid,
+    };
+    const started = performance.now();
+    const outcome = await this.reserveOnce(input, now, { podUid: p.podUid, nodeId: p.nodeId, openEnded: p.durationSeconds === null });
+    this.opts.metrics?.onPlacement?.((performance.now() - started) / 1000, outcome.ok ? 'pod' : outcome.code);
+    if (!outcome.ok) {
+      const again = await this.podBooking(p.podUid);
+      if (again) return { ok: true, ...again, existing: true };
+      return outcome;
+    }
+    const a = outcome.reservation.allocations[0]!;
+    return { ok: true, allocationId: a.id, nodeId: a.nodeId, atoms: a.atoms, existing: false };
+  }
+
+  /** The live on-demand booking of a pod, if any. */
+  async podBooking(podUid: string): Promise<{ allocationId: string; nodeId: string; atoms: string[] } | undefined> {
+    const { rows } = await this.db.query(
+      `SELECT a.id, a.node_id, coalesce(array_agg(b.device_id ORDER BY b.device_id) FILTER (WHERE b.id IS NOT NULL), '{}') AS atoms
+       FROM allocations a LEFT JOIN device_bookings b ON b.allocation_id = a.id
+       WHERE a.pod_uid = $1 AND a.kind = 'pod' AND a.released_at IS NULL GROUP BY a.id, a.node_id`,
+      [podUid],
+    );
+    const r = rows[0];
+    return r ? { allocationId: r.id, nodeId: r.node_id, atoms: r.atoms } : undefined;
+  }
+
+  /** Ends a pod's on-demand booking now (truncated, counters given back). Returns whether there was one. */
+  async releasePod(podUid: string): Promise<boolean> {
+    const rows = await withRetriedTransaction(this.db, async (c) => {
+      const { rows } = await c.query<{ id: string; node_id: string; pool_id: string }>(
+        `SELECT id, node_id, pool_id FROM allocations WHERE pod_uid = $1 AND kind = 'pod' AND released_at IS NULL`,
+        [podUid],
+      );
+      if (rows.length) await c.query('SELECT bc_release_allocations($1)', [rows.map((r) => r.id)]);
+      return rows;
+    });
+    for (const r of rows) if (this.pools.has(r.pool_id)) await this.reloadNodes(r.pool_id, [r.node_id]);
+    return rows.length > 0;
+  }
+
+  private async reserveOnce(
+    input: ReservationCreateInput,
+    now: number,
+    pod?: { podUid: string; nodeId: string; openEnded: boolean },
+  ): Promise<ReserveOutcome> {
     const notFound = { ok: false, code: 'NOT_FOUND', message: `pool ${input.poolId} not found`, replans: 0 } as const;
     let c = await this.cached(input.poolId).catch(() => undefined);
     if (!c) return notFound;
-    const req = toPlacementRequest(input, now);
-    const reservation = {
+    const req = toPlacementRequest(input, now, pod?.openEnded);
+    const reservation = pod ? null : {
       id: newReservationId(),
       projectId: input.projectId ?? null,
       idempotencyKey: input.idempotencyKey,
@@ -144,10 +216,10 @@ export class Ledger {
       c = await this.cached(input.poolId);
       if (!isPoolVisible(c.info, input.tenantId)) return { ...notFound, replans };
       if (c.info.archived) return { ok: false, code: 'POOL_ARCHIVED', message: `pool ${c.info.id} is archived`, replans };
-      const p = plan(c.snap, req);
+      const p = plan(pod ? { ...c.snap, nodes: c.snap.nodes.filter((n) => n.id === pod.nodeId) } : c.snap, req);
       if (!p.ok) {
         // An idempotent retry of a reservation that already holds the capacity must find it, not "no capacity".
-        const existing = await this.findByIdempotencyKey(input.tenantId, input.idempotencyKey);
+        const existing = reservation && (await this.findByIdempotencyKey(input.tenantId, input.idempotencyKey));
         if (existing) return this.existingOutcome(existing, reservation.requestHash, replans);
         // "Does not fit" is said on fresh rows only.
         if (!refreshedAfterMiss) {
@@ -171,8 +243,9 @@ export class Ledger {
             tenantId: input.tenantId,
             poolId: input.poolId,
             start: input.start ?? null,
-            durationSeconds: input.duration,
+            durationSeconds: pod?.openEnded ? null : input.duration,
             reservation,
+            podUid: pod?.podUid ?? null,
             allocations,
           },
         ]);
@@ -202,7 +275,7 @@ export class Ledger {
             tenantId: input.tenantId,
             poolId: input.poolId,
             state: r.state!,
-            spot: reservation.spot,
+            spot: reservation?.spot ?? false,
             binding: input.binding,
             start: window.start,
             end: window.end,
@@ -228,6 +301,7 @@ export class Ledger {
         };
       }
       if (r.code === 'idempotency_mismatch') {
+        // Only reservations carry an idempotency key.
         return {
           ok: false,
           code: 'IDEMPOTENCY_MISMATCH',
@@ -412,8 +486,9 @@ function assume(c: CachedPool, chosen: readonly Candidate[], window: { start: nu
   };
 }
 
-export function toPlacementRequest(input: ReservationCreateInput, now: number): PlacementRequest {
+export function toPlacementRequest(input: ReservationCreateInput, now: number, openEnded = false): PlacementRequest {
   const start = Math.max(now, input.start ?? now);
+  const end = openEnded ? Infinity : start + input.duration * 1000;
   return {
     devices: input.devices.map((d) => ({
       class: d.class,
@@ -423,7 +498,7 @@ export function toPlacementRequest(input: ReservationCreateInput, now: number): 
       ...(d.sharing ? { sharing: d.sharing } : {}),
     })),
     ...(input.topology ? { topology: input.topology } : {}),
-    window: { start, end: start + input.duration * 1000 },
+    window: { start, end },
     binding: input.binding,
     ...(input.resources ? { resources: input.resources } : {}),
     ...(input.gang ? { gang: input.gang } : {}),

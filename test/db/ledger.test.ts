@@ -259,3 +259,30 @@ describe('quota', () => {
     expect(after.rows[0]).toEqual({ max: 8, used: 8 });
   });
 });
+
+describe('on-demand pods', () => {
+  it('book open-ended only atoms with nothing booked ahead, once per pod, and release by truncation', async () => {
+    const l = new Ledger(t.db);
+    const poolId = await freshPool('pods', 1, (b) => b.owner('ops').offer('acme', { gpu: 3 }));
+    const node = 'pods-n0';
+    // 6 of the 8 GPUs are booked tomorrow.
+    const later = await l.reserve(reservation(poolId, { tenantId: 'ops', devices: [{ class: 'gpu', count: 6 }], start: clock.now() + 24 * HOUR }), clock.now());
+    if (!later.ok) throw new Error(later.message);
+    const tomorrow = new Set(later.reservation.allocations[0]!.atoms);
+    const a = await l.bookPod({ tenantId: 'acme', poolId, podUid: 'uid-a', nodeId: node, devices: [{ class: 'gpu', count: 2 }], durationSeconds: null }, clock.now());
+    if (!a.ok) throw new Error(a.message);
+    for (const atom of a.atoms) expect(tomorrow.has(atom)).toBe(false);
+    // A third open-ended GPU is not there; one bounded by a deadline before tomorrow is.
+    expect(await l.bookPod({ tenantId: 'acme', poolId, podUid: 'uid-b', nodeId: node, devices: [{ class: 'gpu', count: 1 }], durationSeconds: null }, clock.now())).toMatchObject({ ok: false, code: 'NO_CAPACITY' });
+    const b = await l.bookPod({ tenantId: 'acme', poolId, podUid: 'uid-b', nodeId: node, devices: [{ class: 'gpu', count: 1 }], durationSeconds: 3600 }, clock.now());
+    expect(b.ok).toBe(true);
+    // Quota: acme may hold 3 at once.
+    expect(await l.bookPod({ tenantId: 'acme', poolId, podUid: 'uid-c', nodeId: node, devices: [{ class: 'gpu', count: 1 }], durationSeconds: 600 }, clock.now())).toMatchObject({ ok: false, code: 'QUOTA_EXCEEDED' });
+    // The same pod again gets its booking back.
+    expect(await l.bookPod({ tenantId: 'acme', poolId, podUid: 'uid-a', nodeId: node, devices: [{ class: 'gpu', count: 2 }], durationSeconds: null }, clock.now())).toMatchObject({ ok: true, existing: true, atoms: a.atoms });
+    expect(await l.releasePod('uid-a')).toBe(true);
+    expect(await l.releasePod('uid-a')).toBe(false);
+    expect(await l.podBooking('uid-a')).toBeUndefined();
+    expect((await l.bookPod({ tenantId: 'acme', poolId, podUid: 'uid-c', nodeId: node, devices: [{ class: 'gpu', count: 1 }], durationSeconds: 600 }, clock.now())).ok).toBe(true);
+  });
+});
