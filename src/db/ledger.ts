@@ -7,8 +7,9 @@ import { plan, summarizeNode } from '../core/planner.ts';
 import { selectorFromObject } from '../core/selector.ts';
 import type { Candidate, NodeSnap, PlacementRequest, PoolSnap } from '../core/types.ts';
 import { newAllocationId, newReservationId } from '../ids.ts';
-import { isRetryable } from './errors.ts';
-import { withRetriedTransaction, type Db } from './pool.ts';
+import type pg from 'pg';
+import { isRetryable, sqlState } from './errors.ts';
+import { withRetriedTransaction, withTransaction, type Db } from './pool.ts';
 import { getPool, isPoolVisible, loadNodes, type PoolInfo } from './snapshot.ts';
 
 export type ReservationState = 'held' | 'confirmed' | 'released' | 'expired';
@@ -48,10 +49,27 @@ export interface LedgerMetrics {
   onReplan?(): void;
 }
 
+export interface Fence {
+  readonly name: string;
+  readonly epoch: number;
+}
+
 export interface LedgerOptions {
   /** How many times one request replans after a lost race before it answers CONTENDED. */
   maxReplans?: number;
   metrics?: LedgerMetrics;
+  /**
+   * For a leader's ledger: every write first checks this fence (bc_check_fence) in its transaction, so a deposed
+   * leader's writes fail with FencedError instead of committing. Read at each write (the epoch changes on election).
+   */
+  fence?: () => Fence | undefined;
+}
+
+export class FencedError extends Error {
+  readonly code = 'FENCED';
+  constructor(message: string) {
+    super(message);
+  }
 }
 
 interface CachedPool {
@@ -81,6 +99,26 @@ export class Ledger {
     private readonly opts: LedgerOptions = {},
   ) {
     this.maxReplans = opts.maxReplans ?? 16;
+  }
+
+  /** One statement, fenced when this ledger belongs to a leader: the fence check and the statement commit together. */
+  private async write<R extends pg.QueryResultRow>(sql: string, params: unknown[]): Promise<pg.QueryResult<R>> {
+    const fence = this.opts.fence?.();
+    if (!fence) return this.db.query<R>(sql, params);
+    return withTransaction(this.db, async (c) => {
+      await this.checkFence(c, fence);
+      return c.query<R>(sql, params);
+    });
+  }
+
+  private async checkFence(c: pg.ClientBase, fence: Fence | undefined): Promise<void> {
+    if (!fence) return;
+    try {
+      await c.query('SELECT bc_check_fence($1, $2)', [fence.name, fence.epoch]);
+    } catch (e) {
+      if (sqlState(e) === 'BC009') throw new FencedError((e as Error).message);
+      throw e;
+    }
   }
 
   /** Drops every cached snapshot (e.g. after inventory or pool changes made elsewhere). */
@@ -180,6 +218,7 @@ export class Ledger {
   /** Ends a pod's on-demand booking now (truncated, counters given back). Returns whether there was one. */
   async releasePod(podUid: string): Promise<boolean> {
     const rows = await withRetriedTransaction(this.db, async (c) => {
+      await this.checkFence(c, this.opts.fence?.());
       const { rows } = await c.query<{ id: string; node_id: string; pool_id: string }>(
         `SELECT id, node_id, pool_id FROM allocations WHERE pod_uid = $1 AND kind = 'pod' AND released_at IS NULL`,
         [podUid],
@@ -238,7 +277,7 @@ export class Ledger {
       const undoAssume = assume(c, chosen, req.window);
       let r: PlaceResult;
       try {
-        const { rows } = await this.db.query<{ r: PlaceResult }>('SELECT bc_place($1) AS r', [
+        const { rows } = await this.write<{ r: PlaceResult }>('SELECT bc_place($1) AS r', [
           {
             tenantId: input.tenantId,
             poolId: input.poolId,
@@ -407,6 +446,7 @@ export class Ledger {
 
   private async end(reservationId: string, state: 'released' | 'expired', onlyIfLeaseRanOut = false): Promise<boolean> {
     const nodes = await withRetriedTransaction(this.db, async (c) => {
+      await this.checkFence(c, this.opts.fence?.());
       const { rows } = await c.query(
         `UPDATE reservations SET state = $2, ended_at = compute_now(), updated_at = compute_now(), lease_expires_at = NULL
          WHERE id = $1 AND state IN ('held', 'confirmed')

@@ -209,3 +209,24 @@ it('a node that is not converged (no inventory yet) is not schedulable', async (
   const { rows } = await t.db.query(`SELECT schedulable FROM nodes WHERE id = 'fresh-node'`);
   expect(rows[0].schedulable).toBe(false);
 });
+
+describe('leader fencing', () => {
+  it("a deposed leader's booking fails, and a new leader's goes through", async () => {
+    const { Ledger: L, FencedError } = await import('../../src/db/ledger.ts');
+    const poolId = await makePool('fenced').create(t.db);
+    await makeNode('fenced-n').gpus(2).create(t.db, poolId);
+    const take = async (holder: string) => {
+      const { rows } = await t.db.query(`SELECT bc_take_fence('controller', $1) AS epoch`, [holder]);
+      return Number(rows[0].epoch);
+    };
+    const oldEpoch = await take('replica-a');
+    const oldLeader = new L(t.db, { fence: () => ({ name: 'controller', epoch: oldEpoch }) });
+    expect((await oldLeader.reserve(reservation(poolId), clock.now())).ok).toBe(true);
+    const newEpoch = await take('replica-b');
+    await expect(oldLeader.reserve(reservation(poolId), clock.now())).rejects.toBeInstanceOf(FencedError);
+    const newLeader = new L(t.db, { fence: () => ({ name: 'controller', epoch: newEpoch }) });
+    expect((await newLeader.reserve(reservation(poolId), clock.now())).ok).toBe(true);
+    const { rows } = await t.db.query(`SELECT count(*)::int AS n FROM allocations WHERE node_id = 'fenced-n'`);
+    expect(rows[0].n).toBe(2);
+  });
+});
