@@ -17,6 +17,13 @@ export interface Interval {
   readonly end: number;
 }
 
+/** A booking as the planner sees it: its range, and whether it belongs to a spot (preemptible) reservation. */
+export interface BookingSnap extends Interval {
+  readonly spot?: boolean;
+  /** The reservation (or pod allocation) that holds it: counted, never shown. */
+  readonly ref?: string;
+}
+
 export interface AtomSnap {
   readonly id: string;
   readonly class: DeviceClass;
@@ -25,7 +32,7 @@ export interface AtomSnap {
   readonly healthy: boolean;
   readonly bookable: boolean;
   /** Live bookings of this atom (released ones truncated), in any order. */
-  readonly bookings: Interval[];
+  readonly bookings: BookingSnap[];
 }
 
 export interface ScalarSnap {

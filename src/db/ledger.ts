@@ -3,9 +3,9 @@
 // saves reads, so a stale cache costs a replan, never a double booking.
 import { createHash } from 'node:crypto';
 import type { ReservationCreateInput } from '../api/schemas.ts';
-import { plan, summarizeNode } from '../core/planner.ts';
+import { plan, spotVictims, summarizeNode, withoutSpot } from '../core/planner.ts';
 import { selectorFromObject } from '../core/selector.ts';
-import type { Candidate, NodeSnap, PlacementRequest, PoolSnap } from '../core/types.ts';
+import type { Candidate, NodeSnap, PlacementRequest, PlanResult, PoolSnap } from '../core/types.ts';
 import { newAllocationId, newReservationId } from '../ids.ts';
 import type pg from 'pg';
 import { isRetryable, sqlState } from './errors.ts';
@@ -35,6 +35,8 @@ export type ReserveFailure =
   | 'IDEMPOTENCY_MISMATCH'
   | 'CONTENDED';
 
+export type PreviewResult = PlanResult | (Extract<PlanResult, { ok: false }> & { preemptible: { count: number; start: number } });
+
 export type PodBookingOutcome =
   | { ok: true; allocationId: string; nodeId: string; atoms: string[]; existing: boolean }
   | { ok: false; code: ReserveFailure; message: string; replans: number };
@@ -63,6 +65,8 @@ export interface LedgerOptions {
    * leader's writes fail with FencedError instead of committing. Read at each write (the epoch changes on election).
    */
   fence?: () => Fence | undefined;
+  /** How long a spot reservation is warned before preemption (what preview's `preemptible.start` adds). Default 120 s. */
+  spotNoticeSeconds?: number;
 }
 
 export class FencedError extends Error {
@@ -93,12 +97,14 @@ interface PlaceResult {
 export class Ledger {
   private readonly pools = new Map<string, Promise<CachedPool>>();
   private readonly maxReplans: number;
+  private readonly spotNoticeMs: number;
 
   constructor(
     readonly db: Db,
     private readonly opts: LedgerOptions = {},
   ) {
     this.maxReplans = opts.maxReplans ?? 16;
+    this.spotNoticeMs = (opts.spotNoticeSeconds ?? 120) * 1000;
   }
 
   /** One statement, fenced when this ledger belongs to a leader: the fence check and the statement commit together. */
@@ -152,10 +158,22 @@ export class Ledger {
     c.snap = toSnap(c.info, c.nodes);
   }
 
-  /** Runs the planner on the current snapshot without writing (capacity.preview uses this). */
-  async preview(input: ReservationCreateInput, now: number) {
+  /**
+   * Runs the planner on fresh rows without writing and without quota (capacity.preview). When a regular request does
+   * not fit, says how many spot reservations would get a notice for it to fit, and when it would then start (after the
+   * notice period): a count only.
+   */
+  async preview(input: ReservationCreateInput, now: number): Promise<PreviewResult> {
     const c = await this.cached(input.poolId, true);
-    return plan(c.snap, toPlacementRequest(input, now));
+    const req = toPlacementRequest(input, now);
+    const result = plan(c.snap, req);
+    if (result.ok || input.spot) return result;
+    const preempted = withoutSpot(c.snap);
+    const again = plan(preempted, req);
+    if (!again.ok) return result;
+    const count = spotVictims(c.snap, input.gang ? again.candidates : again.candidates.slice(0, 1), req.window);
+    if (count === 0) return result;
+    return { ...result, preemptible: { count, start: Math.max(req.window.start, now + this.spotNoticeMs) } };
   }
 
   async reserve(input: ReservationCreateInput, now: number): Promise<ReserveOutcome> {

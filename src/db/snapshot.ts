@@ -1,6 +1,6 @@
 // Reads the planner's snapshot of a pool from the ledger: nodes (schedulability resolved), atoms with their live
 // bookings, scalar counters. Three statements, merged here; no per-atom round trips.
-import type { Attributes, AtomSnap, DeviceClass, Interval, NodeSnap, ScalarResource, ScalarSnap, Sharing } from '../core/types.ts';
+import type { Attributes, AtomSnap, BookingSnap, DeviceClass, NodeSnap, ScalarResource, ScalarSnap, Sharing } from '../core/types.ts';
 import type { Db } from './pool.ts';
 
 export interface PoolInfo {
@@ -61,8 +61,10 @@ export async function loadNodes(db: Db, poolId: string, nodeIds?: readonly strin
     ),
     db.query(
       `SELECT b.device_id, (extract(epoch FROM lower(b.during)) * 1000)::float8 AS s,
-              CASE WHEN upper_inf(b.during) THEN NULL ELSE (extract(epoch FROM upper(b.during)) * 1000)::float8 END AS e
+              CASE WHEN upper_inf(b.during) THEN NULL ELSE (extract(epoch FROM upper(b.during)) * 1000)::float8 END AS e,
+              coalesce(a.reservation_id, a.id) AS ref, coalesce(r.spot, false) AS spot
        FROM device_bookings b JOIN devices d ON d.id = b.device_id JOIN nodes n ON n.id = d.node_id
+       JOIN allocations a ON a.id = b.allocation_id LEFT JOIN reservations r ON r.id = a.reservation_id
        WHERE n.pool_id = $1 ${only} AND d.bookable AND NOT isempty(b.during) AND upper(b.during) > compute_now()`,
       params,
     ),
@@ -72,10 +74,10 @@ export async function loadNodes(db: Db, poolId: string, nodeIds?: readonly strin
       params,
     ),
   ]);
-  const bookingsOf = new Map<string, Interval[]>();
+  const bookingsOf = new Map<string, BookingSnap[]>();
   for (const b of bookings.rows) {
     const list = bookingsOf.get(b.device_id) ?? [];
-    list.push({ start: b.s, end: b.e ?? Infinity });
+    list.push(b.spot ? { start: b.s, end: b.e ?? Infinity, spot: true, ref: b.ref } : { start: b.s, end: b.e ?? Infinity });
     bookingsOf.set(b.device_id, list);
   }
   const atomsOf = new Map<string, AtomSnap[]>();

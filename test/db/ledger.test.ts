@@ -286,3 +286,29 @@ describe('on-demand pods', () => {
     expect((await l.bookPod({ tenantId: 'acme', poolId, podUid: 'uid-c', nodeId: node, devices: [{ class: 'gpu', count: 1 }], durationSeconds: 600 }, clock.now())).ok).toBe(true);
   });
 });
+
+describe('preview', () => {
+  it('writes nothing, and when a regular request does not fit counts the spot reservations that would get a notice', async () => {
+    const l = new Ledger(t.db, { spotNoticeSeconds: 120 });
+    const poolId = await freshPool('preview', 1);
+    const spotA = await l.reserve(reservation(poolId, { devices: [{ class: 'gpu', count: 3 }], spot: true }), clock.now());
+    const spotB = await l.reserve(reservation(poolId, { devices: [{ class: 'gpu', count: 3 }], spot: true }), clock.now());
+    const regular = await l.reserve(reservation(poolId, { devices: [{ class: 'gpu', count: 2 }] }), clock.now());
+    expect(spotA.ok && spotB.ok && regular.ok).toBe(true);
+    const before = await t.db.query('SELECT count(*)::int AS n FROM device_bookings');
+    const now = clock.now();
+    const p = await l.preview(reservation(poolId, { devices: [{ class: 'gpu', count: 4 }] }), now);
+    expect(p.ok).toBe(false);
+    if (p.ok || !('preemptible' in p)) throw new Error('expected a preemptible count');
+    expect(p.preemptible.count).toBe(2);
+    expect(p.preemptible.start).toBeGreaterThanOrEqual(now + 120_000);
+    // A spot request gets no such count; a request that fits gets candidates.
+    expect(await l.preview(reservation(poolId, { devices: [{ class: 'gpu', count: 4 }], spot: true }), now)).not.toHaveProperty('preemptible');
+    expect(await l.preview(reservation(poolId, { devices: [{ class: 'gpu', count: 9 }] }), now)).not.toHaveProperty('preemptible');
+    await l.release(regular.ok ? regular.reservation.id : '');
+    const fits = await l.preview(reservation(poolId, { devices: [{ class: 'gpu', count: 2 }] }), clock.now());
+    expect(fits).toMatchObject({ ok: true, candidates: [{ nodeId: 'preview-n0' }] });
+    const after = await t.db.query('SELECT count(*)::int AS n FROM device_bookings');
+    expect(after.rows[0].n).toBe(before.rows[0].n);
+  });
+});
