@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import pg from 'pg';
-import { inject } from 'vitest';
+import { afterAll, beforeAll, inject } from 'vitest';
+import { DbClock } from '../../src/db/clock.ts';
 import { createPool, type Db } from '../../src/db/pool.ts';
 import { withDatabase } from './pg-global-setup.ts';
 
@@ -31,4 +32,24 @@ export async function createTestDatabase(poolSize = 20): Promise<TestDatabase> {
       await c.end();
     },
   };
+}
+
+export interface TestContext {
+  readonly db: Db;
+  readonly url: string;
+  readonly clock: DbClock;
+}
+
+/** Registers the file's hooks: a fresh database before its tests, dropped after; the context is filled in beforeAll. */
+export function useTestDatabase(): TestContext {
+  const ctx = {} as { db: Db; url: string; clock: DbClock };
+  let t: TestDatabase | undefined;
+  beforeAll(async () => {
+    t = await createTestDatabase();
+    ctx.db = t.db;
+    ctx.url = t.url;
+    ctx.clock = await DbClock.create(t.db);
+  });
+  afterAll(async () => t?.drop());
+  return ctx;
 }
