@@ -133,58 +133,44 @@ END $$;
 CREATE TRIGGER trigger$nodes$rollup AFTER UPDATE ON nodes REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
   FOR EACH STATEMENT EXECUTE FUNCTION bc_rollup_nodes_changed();
 
--- Devices inserted or changed (health, bookable, present): old and new images on the current node rows.
-CREATE FUNCTION bc_rollup_devices_changed() RETURNS trigger LANGUAGE plpgsql AS $$
+-- Devices (health, bookable, present) or scalar counters inserted or changed: old and new images on the current node
+-- rows. Changes of one node's devices or counters and of the node itself take turns (the node row's lock), so each
+-- trigger counts against a state that includes the other's change.
+CREATE FUNCTION bc_rollup_node_parts_changed() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
+  v_node_ids text[];
   v_nodes nodes[];
+  v_old_devices devices[] := '{}';
+  v_new_devices devices[] := '{}';
+  v_old_resources node_resources[] := '{}';
+  v_new_resources node_resources[] := '{}';
 BEGIN
-  -- Changes of one node's devices or counters and of the node itself take turns (the node row's lock), so each
-  -- trigger counts against a state that includes the other's change.
   IF TG_OP = 'INSERT' THEN
-    PERFORM 1 FROM nodes WHERE id IN (SELECT node_id FROM new_rows) ORDER BY id FOR SHARE;
+    v_node_ids := ARRAY(SELECT DISTINCT node_id FROM new_rows);
   ELSE
-    PERFORM 1 FROM nodes WHERE id IN (SELECT node_id FROM new_rows UNION SELECT node_id FROM old_rows) ORDER BY id FOR SHARE;
+    v_node_ids := ARRAY(SELECT node_id FROM new_rows UNION SELECT node_id FROM old_rows);
   END IF;
-  IF TG_OP = 'INSERT' THEN
-    v_nodes := ARRAY(SELECT n::nodes FROM nodes n WHERE n.id IN (SELECT node_id FROM new_rows));
-    PERFORM bc_append_deltas(v_nodes, '{}'::devices[], '{}'::node_resources[], v_nodes, ARRAY(SELECT d::devices FROM new_rows d), '{}'::node_resources[]);
+  PERFORM 1 FROM nodes WHERE id = ANY (v_node_ids) ORDER BY id FOR SHARE;
+  v_nodes := ARRAY(SELECT n::nodes FROM nodes n WHERE n.id = ANY (v_node_ids));
+  IF TG_TABLE_NAME = 'devices' THEN
+    v_new_devices := ARRAY(SELECT d::devices FROM new_rows d);
+    IF TG_OP = 'UPDATE' THEN v_old_devices := ARRAY(SELECT d::devices FROM old_rows d); END IF;
   ELSE
-    v_nodes := ARRAY(SELECT n::nodes FROM nodes n WHERE n.id IN (SELECT node_id FROM new_rows UNION SELECT node_id FROM old_rows));
-    PERFORM bc_append_deltas(v_nodes, ARRAY(SELECT d::devices FROM old_rows d), '{}'::node_resources[], v_nodes, ARRAY(SELECT d::devices FROM new_rows d), '{}'::node_resources[]);
+    v_new_resources := ARRAY(SELECT r::node_resources FROM new_rows r);
+    IF TG_OP = 'UPDATE' THEN v_old_resources := ARRAY(SELECT r::node_resources FROM old_rows r); END IF;
   END IF;
+  PERFORM bc_append_deltas(v_nodes, v_old_devices, v_old_resources, v_nodes, v_new_devices, v_new_resources);
   RETURN NULL;
 END $$;
 CREATE TRIGGER trigger$devices$rollup_insert AFTER INSERT ON devices REFERENCING NEW TABLE AS new_rows
-  FOR EACH STATEMENT EXECUTE FUNCTION bc_rollup_devices_changed();
+  FOR EACH STATEMENT EXECUTE FUNCTION bc_rollup_node_parts_changed();
 CREATE TRIGGER trigger$devices$rollup_update AFTER UPDATE ON devices REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
-  FOR EACH STATEMENT EXECUTE FUNCTION bc_rollup_devices_changed();
-
--- Scalar counters inserted or changed.
-CREATE FUNCTION bc_rollup_resources_changed() RETURNS trigger LANGUAGE plpgsql AS $$
-DECLARE
-  v_nodes nodes[];
-BEGIN
-  -- Changes of one node's devices or counters and of the node itself take turns (the node row's lock), so each
-  -- trigger counts against a state that includes the other's change.
-  IF TG_OP = 'INSERT' THEN
-    PERFORM 1 FROM nodes WHERE id IN (SELECT node_id FROM new_rows) ORDER BY id FOR SHARE;
-  ELSE
-    PERFORM 1 FROM nodes WHERE id IN (SELECT node_id FROM new_rows UNION SELECT node_id FROM old_rows) ORDER BY id FOR SHARE;
-  END IF;
-  IF TG_OP = 'INSERT' THEN
-    v_nodes := ARRAY(SELECT n::nodes FROM nodes n WHERE n.id IN (SELECT node_id FROM new_rows));
-    PERFORM bc_append_deltas(v_nodes, '{}'::devices[], '{}'::node_resources[], v_nodes, '{}'::devices[], ARRAY(SELECT r::node_resources FROM new_rows r));
-  ELSE
-    v_nodes := ARRAY(SELECT n::nodes FROM nodes n WHERE n.id IN (SELECT node_id FROM new_rows UNION SELECT node_id FROM old_rows));
-    PERFORM bc_append_deltas(v_nodes, '{}'::devices[], ARRAY(SELECT r::node_resources FROM old_rows r), v_nodes, '{}'::devices[], ARRAY(SELECT r::node_resources FROM new_rows r));
-  END IF;
-  RETURN NULL;
-END $$;
+  FOR EACH STATEMENT EXECUTE FUNCTION bc_rollup_node_parts_changed();
 CREATE TRIGGER trigger$node_resources$rollup_insert AFTER INSERT ON node_resources REFERENCING NEW TABLE AS new_rows
-  FOR EACH STATEMENT EXECUTE FUNCTION bc_rollup_resources_changed();
+  FOR EACH STATEMENT EXECUTE FUNCTION bc_rollup_node_parts_changed();
 CREATE TRIGGER trigger$node_resources$rollup_update AFTER UPDATE ON node_resources
   REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
-  FOR EACH STATEMENT EXECUTE FUNCTION bc_rollup_resources_changed();
+  FOR EACH STATEMENT EXECUTE FUNCTION bc_rollup_node_parts_changed();
 
 -- Bookings: the hot path, so counted directly (allocated/reserved only, on allocatable atoms).
 CREATE FUNCTION bc_booking_counts(p_bookings device_bookings[])
