@@ -105,13 +105,16 @@ async function main() {
         { tenantId: 'bench', poolId, devices: [{ class: 'gpu', count: 1 }], duration: 3600, binding: 'hold', idempotencyKey: `b${nodes}-${i}` },
         clock.now(),
       );
-      if (!r.ok) { failures++; if (failures < 3) console.error(r); }
+      if (!r.ok) {
+        failures++;
+        if (failures <= 3) console.error(r);
+      }
     });
     if (failures) throw new Error(`${failures} placements failed`);
 
     // The floor: the same number of bookings, one INSERT each, on atoms nobody else books, a year out.
     await db.query(
-      `INSERT INTO allocations (id, kind, pod_uid, node_id, during) VALUES ('alloc_floor_${nodes}', 'pod', 'floor', 'b${nodes}-1', tstzrange(compute_now(), 'infinity'))`,
+      `INSERT INTO allocations (id, kind, pod_uid, node_id, during) VALUES ('alloc_floor_${nodes}', 'pod', 'floor-${nodes}', 'b${nodes}-1', tstzrange(compute_now(), 'infinity'))`,
     );
     const { rows: devices } = await db.query<{ id: string }>(
       `SELECT id FROM devices WHERE node_id LIKE 'b${nodes}-%' ORDER BY id DESC LIMIT $1`,
@@ -122,7 +125,7 @@ async function main() {
         `INSERT INTO device_bookings (device_id, allocation_id, during, planned)
          VALUES ($1, $2, tstzrange(compute_now() + interval '1 year', compute_now() + interval '1 year 1 hour'),
                          tstzrange(compute_now() + interval '1 year', compute_now() + interval '1 year 1 hour'))`,
-        [devices[i % devices.length]!.id + (i >= devices.length ? '' : ''), `alloc_floor_${nodes}`],
+        [devices[i % devices.length]!.id, `alloc_floor_${nodes}`],
       );
     });
     console.log(
