@@ -1,0 +1,92 @@
+// Resource names we hand out, and what a pod asks for. Pure.
+import type { DeviceClass } from '../core/types.ts';
+
+export const GENERIC_RESOURCES: Readonly<Record<string, DeviceClass>> = {
+  'bettercompute.io/gpu': 'gpu',
+  'bettercompute.io/gpu.mig': 'gpu.mig',
+  'bettercompute.io/gpu.slot': 'gpu.slot',
+};
+export const RESOURCE_OF_CLASS: Readonly<Partial<Record<DeviceClass, string>>> = {
+  gpu: 'bettercompute.io/gpu',
+  'gpu.mig': 'bettercompute.io/gpu.mig',
+  'gpu.slot': 'bettercompute.io/gpu.slot',
+};
+export const RESERVATION_GROUP = 'reservations.bettercompute.io';
+/**
+ * The scheduler calls an extender only for pods that request one of its managedResources, matched by exact name; the
+ * per-reservation names are not known in advance, so pods of a reservation also request this marker (ignored by the
+ * scheduler's fit check, absent from nodes, dropped by the kubelet's admission as an extender-managed resource).
+ */
+export const RESERVATION_MARKER = 'bettercompute.io/reservation';
+export const ATOMS_ANNOTATION = 'bettercompute.io/atoms';
+export const ALLOCATION_ANNOTATION = 'bettercompute.io/allocation';
+export const RESERVATION_LABEL = 'bettercompute.io/reservation';
+export const TENANT_LABEL = 'bettercompute.io/tenant';
+
+/** `reservations.bettercompute.io/rsv-<ulid>` for reservation `rsv_<ulid>`. */
+export function reservationResourceName(reservationId: string): string {
+  return `${RESERVATION_GROUP}/${reservationId.replace(/_/g, '-')}`;
+}
+
+export function reservationIdOfResource(resource: string): string | undefined {
+  if (!resource.startsWith(`${RESERVATION_GROUP}/`)) return undefined;
+  const id = resource.slice(RESERVATION_GROUP.length + 1).replace(/-/g, '_');
+  return /^rsv_[0-9a-hjkmnp-tv-z]{26}$/.test(id) ? id : undefined;
+}
+
+export interface PodDemand {
+  /** The reservation the pod draws from, with the number of its atoms it asks for. */
+  reservation?: { id: string; resource: string; count: number };
+  /** On-demand atoms per class. */
+  devices: { class: DeviceClass; count: number }[];
+  /** A reservation resource that is not well formed, or more than one reservation. */
+  invalid?: string;
+}
+
+interface ContainerLike {
+  resources?: { requests?: Record<string, string | number> | undefined; limits?: Record<string, string | number> | undefined } | undefined;
+}
+
+function countOf(v: string | number | undefined): number {
+  if (v === undefined) return 0;
+  const n = typeof v === 'number' ? v : Number(v);
+  return Number.isInteger(n) && n > 0 ? n : 0;
+}
+
+function sumRequests(containers: readonly ContainerLike[]): Map<string, number> {
+  const out = new Map<string, number>();
+  for (const c of containers) {
+    // Extended resources: request equals limit, and either alone is allowed.
+    const names = new Set([...Object.keys(c.resources?.requests ?? {}), ...Object.keys(c.resources?.limits ?? {})]);
+    for (const name of names) {
+      const n = countOf(c.resources?.requests?.[name] ?? c.resources?.limits?.[name]);
+      if (n) out.set(name, (out.get(name) ?? 0) + n);
+    }
+  }
+  return out;
+}
+
+/** What a pod asks of us: the max of its init containers and the sum of its containers, as the scheduler counts. */
+export function podDemand(spec: { containers: readonly ContainerLike[]; initContainers?: readonly ContainerLike[] | null | undefined }): PodDemand {
+  const total = sumRequests(spec.containers);
+  for (const ic of spec.initContainers ?? []) {
+    for (const [name, n] of sumRequests([ic])) total.set(name, Math.max(total.get(name) ?? 0, n));
+  }
+  const demand: PodDemand = { devices: [] };
+  const reservations: string[] = [];
+  for (const [name, count] of [...total].sort(([a], [b]) => (a < b ? -1 : 1))) {
+    const cls = GENERIC_RESOURCES[name];
+    if (cls) demand.devices.push({ class: cls, count });
+    else if (name.startsWith(`${RESERVATION_GROUP}/`)) {
+      const id = reservationIdOfResource(name);
+      if (!id) demand.invalid = `${name} names no reservation (expected ${RESERVATION_GROUP}/rsv-<id>)`;
+      else {
+        reservations.push(name);
+        demand.reservation = { id, resource: name, count };
+      }
+    }
+  }
+  if (reservations.length > 1) demand.invalid = `a pod draws from one reservation, not ${reservations.length}`;
+  if (demand.reservation && demand.devices.length) demand.invalid = 'a pod draws from a reservation or on demand, not both';
+  return demand;
+}

@@ -1,0 +1,348 @@
+// The extender's decisions: filter and prioritize read the ledger (no writes); bind writes first (assignment or
+// booking, and the node's on-demand admission lease), then creates the Binding, and undoes its writes if that fails.
+import { plan, summarizeNode } from '../core/planner.ts';
+import type { DeviceClass, NodeSnap, PoolSnap } from '../core/types.ts';
+import type { Clock } from '../db/clock.ts';
+import { toPlacementRequest, type Ledger } from '../db/ledger.ts';
+import { withTransaction, type Db } from '../db/pool.ts';
+import { getPool, isPoolVisible, loadNodes, type PoolInfo } from '../db/snapshot.ts';
+import { errorFields, type Logger } from '../log.ts';
+import type { ExtenderKube } from './kube.ts';
+import {
+  assignPod,
+  dropAdmission,
+  nodePools,
+  quotaHeadroom,
+  releaseAssignment,
+  reservationAtoms,
+  setAdmissionAtoms,
+  takeAdmission,
+} from './queries.ts';
+import { ALLOCATION_ANNOTATION, ATOMS_ANNOTATION, podDemand, RESOURCE_OF_CLASS, TENANT_LABEL, type PodDemand } from './resources.ts';
+import {
+  nodeNamesOf,
+  PodSchema,
+  type ExtenderArgs,
+  type ExtenderBindingArgs,
+  type ExtenderBindingResult,
+  type ExtenderFilterResult,
+  type HostPriority,
+  type Pod,
+} from './wire.ts';
+
+export interface ExtenderMetrics {
+  onCall?(verb: 'filter' | 'prioritize' | 'bind', seconds: number, outcome: string): void;
+}
+
+export interface ExtenderDeps {
+  db: Db;
+  ledger: Ledger;
+  clock: Clock;
+  kube: ExtenderKube;
+  log: Logger;
+  metrics?: ExtenderMetrics;
+  /** The scheduler's MaxExtenderPriority (10 in kube-scheduler v1). */
+  maxPriority?: number;
+  /** How long an on-demand admission lease lives when the agent never releases it. */
+  admissionTtlSeconds?: number;
+  /** How long a bind waits for another pod's admission on the same node before it answers Error. */
+  admissionWaitMs?: number;
+  /** How long filter/prioritize reuse a pool's snapshot (bind is the arbiter; a stale read only costs a retry). */
+  snapshotTtlMs?: number;
+}
+
+interface Verdict {
+  pass: Map<string, number>;
+  failed: Record<string, string>;
+  unresolvable: Record<string, string>;
+}
+
+interface CachedSnap {
+  at: number;
+  info: PoolInfo;
+  snap: PoolSnap;
+  byId: Map<string, NodeSnap>;
+}
+
+class BindError extends Error {}
+
+export class ExtenderService {
+  private readonly maxPriority: number;
+  private readonly ttlSeconds: number;
+  private readonly waitMs: number;
+  private readonly snapshotTtlMs: number;
+  private readonly snaps = new Map<string, Promise<CachedSnap>>();
+  private pools?: { at: number; map: Promise<Map<string, string | null>> };
+
+  constructor(private readonly d: ExtenderDeps) {
+    this.maxPriority = d.maxPriority ?? 10;
+    this.ttlSeconds = d.admissionTtlSeconds ?? 60;
+    this.waitMs = d.admissionWaitMs ?? 20_000;
+    this.snapshotTtlMs = d.snapshotTtlMs ?? 1000;
+  }
+
+  async filter(args: ExtenderArgs): Promise<ExtenderFilterResult> {
+    const started = performance.now();
+    const names = nodeNamesOf(args);
+    const v = await this.judge(args.Pod, names);
+    const result: ExtenderFilterResult = {
+      Nodes: null,
+      NodeNames: names.filter((n) => v.pass.has(n)),
+      FailedNodes: v.failed,
+      FailedAndUnresolvableNodes: v.unresolvable,
+      Error: '',
+    };
+    this.d.metrics?.onCall?.('filter', (performance.now() - started) / 1000, result.NodeNames!.length ? 'fit' : 'none');
+    return result;
+  }
+
+  async prioritize(args: ExtenderArgs): Promise<HostPriority[]> {
+    const started = performance.now();
+    const names = nodeNamesOf(args);
+    const v = await this.judge(args.Pod, names);
+    this.d.metrics?.onCall?.('prioritize', (performance.now() - started) / 1000, 'ok');
+    return names.map((n) => ({ Host: n, Score: Math.max(0, Math.min(this.maxPriority, Math.round(v.pass.get(n) ?? 0))) }));
+  }
+
+  async bind(args: ExtenderBindingArgs): Promise<ExtenderBindingResult> {
+    const started = performance.now();
+    let outcome = 'bound';
+    try {
+      const raw = await this.d.kube.getPod(args.PodNamespace, args.PodName);
+      if (!raw) throw new BindError(`pod ${args.PodNamespace}/${args.PodName} not found`);
+      const pod = PodSchema.parse(raw);
+      if (pod.metadata.uid !== args.PodUID) throw new BindError(`pod ${args.PodNamespace}/${args.PodName} has another UID`);
+      const demand = podDemand(pod.spec);
+      if (demand.invalid) throw new BindError(demand.invalid);
+      if (demand.reservation) await this.bindReservation(pod, demand.reservation, args.Node);
+      else if (demand.devices.length) await this.bindOnDemand(pod, demand.devices, args.Node);
+      else await this.d.kube.bindPod(pod.metadata.namespace, pod.metadata.name, pod.metadata.uid, args.Node);
+      return { Error: '' };
+    } catch (e) {
+      outcome = e instanceof BindError ? 'refused' : 'error';
+      const message = e instanceof Error ? e.message : String(e);
+      this.d.log.warn('extender bind failed', { pod: `${args.PodNamespace}/${args.PodName}`, node: args.Node, ...errorFields(e) });
+      return { Error: message };
+    } finally {
+      this.d.metrics?.onCall?.('bind', (performance.now() - started) / 1000, outcome);
+    }
+  }
+
+  // ---- filter / prioritize ------------------------------------------------------------------------------------
+
+  private async judge(pod: Pod, names: string[]): Promise<Verdict> {
+    const v: Verdict = { pass: new Map(), failed: {}, unresolvable: {} };
+    const demand = podDemand(pod.spec);
+    if (demand.invalid) {
+      for (const n of names) v.unresolvable[n] = demand.invalid;
+      return v;
+    }
+    if (demand.reservation) await this.judgeReservation(pod, demand.reservation, names, v);
+    else if (demand.devices.length) await this.judgeOnDemand(pod, demand.devices, names, v);
+    else for (const n of names) v.pass.set(n, 0);
+    return v;
+  }
+
+  private async tenantOf(namespace: string): Promise<string> {
+    const labels = await this.d.kube.namespaceLabels(namespace);
+    return labels[TENANT_LABEL] ?? namespace;
+  }
+
+  private async judgeReservation(pod: Pod, want: NonNullable<PodDemand['reservation']>, names: string[], v: Verdict) {
+    const all = (reason: string) => {
+      for (const n of names) v.unresolvable[n] = reason;
+    };
+    const r = await reservationAtoms(this.d.db, want.id);
+    if (!r) return all(`reservation ${want.id} not found`);
+    if (r.state !== 'held' && r.state !== 'confirmed') return all(`reservation ${want.id} is ${r.state}`);
+    const tenant = await this.tenantOf(pod.metadata.namespace);
+    if (tenant !== r.tenantId) return all(`reservation ${want.id} belongs to another tenant`);
+    const now = this.d.clock.now();
+    if (now < r.start) return all(`reservation ${want.id} starts at ${new Date(r.start).toISOString()}`);
+    if (now >= r.end) return all(`reservation ${want.id} ended at ${new Date(r.end).toISOString()}`);
+    await Promise.all(
+      names.map(async (n) => {
+        const atoms = r.atoms.get(n);
+        if (!atoms) {
+          v.unresolvable[n] = `reservation ${want.id} holds no atoms on this node`;
+          return;
+        }
+        const free = atoms.length - (r.assigned.get(n) ?? 0);
+        if (free < want.count) {
+          v.failed[n] = `reservation ${want.id} holds ${atoms.length} atoms here, ${atoms.length - free} assigned to its pods; the pod asks ${want.count}`;
+          return;
+        }
+        const allocatable = await this.d.kube.nodeAllocatable(n);
+        const advertised = Number(allocatable?.[want.resource] ?? 0);
+        if (advertised < want.count) {
+          v.failed[n] = `the kubelet does not advertise ${want.count} of ${want.resource} yet (${advertised})`;
+          return;
+        }
+        // Packing: the node this pod fills best (fewest of the reservation's atoms left over) scores highest.
+        v.pass.set(n, this.maxPriority - Math.min(this.maxPriority, free - want.count));
+      }),
+    );
+  }
+
+  private nodePools(): Promise<Map<string, string | null>> {
+    const now = performance.now();
+    if (!this.pools || now - this.pools.at > this.snapshotTtlMs) {
+      const map = nodePools(this.d.db);
+      map.catch(() => (this.pools = undefined));
+      this.pools = { at: now, map };
+    }
+    return this.pools.map;
+  }
+
+  private snapshot(poolId: string): Promise<CachedSnap> {
+    const hit = this.snaps.get(poolId);
+    const now = performance.now();
+    if (hit) {
+      // Served while fresh; a stale one is replaced, and callers wait for the new one.
+      const fresh = hit.then((c) => (now - c.at <= this.snapshotTtlMs ? c : undefined));
+      return fresh.then((c) => c ?? this.loadSnapshot(poolId, hit));
+    }
+    return this.loadSnapshot(poolId);
+  }
+
+  private loadSnapshot(poolId: string, replacing?: Promise<CachedSnap>): Promise<CachedSnap> {
+    const current = this.snaps.get(poolId);
+    if (current && current !== replacing) return current;
+    const p = (async () => {
+      const info = await getPool(this.d.db, poolId);
+      if (!info) throw new Error(`pool ${poolId} not found`);
+      const nodes = await loadNodes(this.d.db, poolId);
+      for (const n of nodes) n.summary = summarizeNode(n);
+      return {
+        at: performance.now(),
+        info,
+        snap: { id: info.id, sharing: info.sharing, topologyKey: info.topologyKey, nodes },
+        byId: new Map(nodes.map((n) => [n.id, n])),
+      };
+    })();
+    p.catch(() => this.snaps.delete(poolId));
+    this.snaps.set(poolId, p);
+    return p;
+  }
+
+  /** Drops cached reads after a write of ours (bind), so the next filter sees it. */
+  invalidate(poolId?: string): void {
+    if (poolId) this.snaps.delete(poolId);
+    else this.snaps.clear();
+  }
+
+  private async judgeOnDemand(pod: Pod, devices: PodDemand['devices'], names: string[], v: Verdict) {
+    const [tenant, pools] = await Promise.all([this.tenantOf(pod.metadata.namespace), this.nodePools()]);
+    const byPool = new Map<string, string[]>();
+    for (const n of names) {
+      const poolId = pools.get(n);
+      if (!poolId) {
+        v.unresolvable[n] = 'not a GPU node of any pool in the ledger';
+        continue;
+      }
+      const list = byPool.get(poolId);
+      if (list) list.push(n);
+      else byPool.set(poolId, [n]);
+    }
+    const now = this.d.clock.now();
+    const deadline = pod.spec.activeDeadlineSeconds ?? null;
+    await Promise.all(
+      [...byPool].map(async ([poolId, members]) => {
+        const c = await this.snapshot(poolId);
+        const fail = (reason: string, unresolvable = false) => {
+          for (const n of members) (unresolvable ? v.unresolvable : v.failed)[n] = reason;
+        };
+        if (!isPoolVisible(c.info, tenant)) return fail(`pool ${c.info.name} is not offered to tenant ${tenant}`, true);
+        if (c.info.archived) return fail(`pool ${c.info.name} is archived`, true);
+        const quota = await quotaHeadroom(this.d.db, tenant, poolId, devices.map((d) => d.class), deadline ? now + deadline * 1000 : null);
+        for (const d of devices) {
+          const q = quota.get(d.class);
+          if (q && q.peak + d.count > q.max) {
+            return fail(
+              `QuotaExceeded: tenant ${tenant} would exceed its ${d.class} quota in pool ${c.info.name} (${q.peak} of ${q.max} in use, the pod asks ${d.count})`,
+            );
+          }
+        }
+        const req = toPlacementRequest(
+          { tenantId: tenant, poolId, devices, duration: deadline ?? 0, binding: 'hold', idempotencyKey: pod.metadata.uid },
+          now,
+          deadline === null,
+        );
+        for (const n of members) {
+          const node = c.byId.get(n);
+          if (!node) {
+            v.failed[n] = 'the node has reported no devices';
+            continue;
+          }
+          const p = plan({ ...c.snap, nodes: [node] }, req);
+          if (p.ok) v.pass.set(n, (p.candidates[0]!.score / 110) * this.maxPriority);
+          else v.failed[n] = p.reason.replace(/^0\/1 nodes fit: 1 /, '');
+        }
+      }),
+    );
+  }
+
+  // ---- bind ---------------------------------------------------------------------------------------------------
+
+  private async bindReservation(pod: Pod, want: NonNullable<PodDemand['reservation']>, node: string) {
+    const { namespace, name, uid } = pod.metadata;
+    const assigned = await withTransaction(this.d.db, (c) =>
+      assignPod(c, { podUid: uid, reservationId: want.id, nodeId: node, namespace, podName: name, count: want.count }),
+    );
+    if (!assigned.ok) throw new BindError(assigned.reason);
+    try {
+      await this.d.kube.bindPod(namespace, name, uid, node);
+    } catch (e) {
+      if (!assigned.existing) await releaseAssignment(this.d.db, uid);
+      throw e;
+    }
+    this.d.log.info('bound reservation pod', { pod: `${namespace}/${name}`, node, reservation: want.id, count: want.count });
+  }
+
+  private async waitForAdmission(node: string, pod: Pod): Promise<void> {
+    const { namespace, name, uid } = pod.metadata;
+    const deadline = performance.now() + this.waitMs;
+    for (let delay = 20; ; delay = Math.min(delay * 2, 250)) {
+      if (await takeAdmission(this.d.db, { nodeId: node, podUid: uid, namespace, podName: name, ttlSeconds: this.ttlSeconds })) return;
+      if (performance.now() > deadline) throw new BindError(`another on-demand admission is in flight on node ${node}; retry`);
+      await new Promise((r) => setTimeout(r, delay));
+    }
+  }
+
+  private async bindOnDemand(pod: Pod, devices: { class: DeviceClass; count: number }[], node: string) {
+    const { namespace, name, uid } = pod.metadata;
+    const poolId = (await this.nodePools()).get(node) ?? (await nodePools(this.d.db)).get(node);
+    if (!poolId) throw new BindError(`node ${node} is not a GPU node of any pool in the ledger`);
+    const tenant = await this.tenantOf(namespace);
+    await this.waitForAdmission(node, pod);
+    let booked: { atoms: string[]; allocationId: string; existing: boolean } | undefined;
+    try {
+      const deadline = pod.spec.activeDeadlineSeconds ?? null;
+      const out = await this.d.ledger.bookPod(
+        { tenantId: tenant, poolId, podUid: uid, nodeId: node, devices, durationSeconds: deadline },
+        this.d.clock.now(),
+      );
+      if (!out.ok) throw new BindError(out.code === 'QUOTA_EXCEEDED' ? `QuotaExceeded: ${out.message}` : `${out.code}: ${out.message}`);
+      if (out.nodeId !== node) throw new BindError(`pod already holds a booking on ${out.nodeId}`);
+      booked = out;
+      await setAdmissionAtoms(this.d.db, node, uid, out.atoms);
+      await this.d.kube.annotatePod(namespace, name, {
+        [ATOMS_ANNOTATION]: out.atoms.join(','),
+        [ALLOCATION_ANNOTATION]: out.allocationId,
+      });
+      await this.d.kube.bindPod(namespace, name, uid, node);
+      this.invalidate(poolId);
+      this.d.log.info('bound on-demand pod', {
+        pod: `${namespace}/${name}`,
+        node,
+        atoms: out.atoms,
+        resources: devices.map((d) => `${RESOURCE_OF_CLASS[d.class] ?? d.class}=${d.count}`),
+      });
+    } catch (e) {
+      if (booked && !booked.existing) await this.d.ledger.releasePod(uid).catch(() => undefined);
+      await dropAdmission(this.d.db, node, uid).catch(() => undefined);
+      this.invalidate(poolId);
+      throw e;
+    }
+  }
+}
