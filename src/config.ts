@@ -1,6 +1,7 @@
 import os from 'node:os';
 import path from 'node:path';
 import { z } from 'zod';
+import { DurationError, parseDuration } from './core/duration.ts';
 
 // The one place that reads the environment. Parsed once at start into a frozen object that is passed explicitly.
 const ConfigSchema = z.object({
@@ -10,8 +11,34 @@ const ConfigSchema = z.object({
   logLevel: z.enum(['debug', 'info', 'warn', 'error']),
   httpPort: z.coerce.number().int().min(0).max(65535),
   httpHost: z.string().min(1),
+  /** `serve`: how requests are authorized — a static token file (local use) or Kubernetes TokenReview + SubjectAccessReview. */
+  auth: z.enum(['static', 'kubernetes']),
+  /** `serve` with auth=static: the token file (YAML or JSON); without one every request is refused. */
+  tokenFile: z.string().min(1).optional(),
+  /** auth=kubernetes: a kubeconfig file; without one the in-cluster service account is used. */
+  kubeconfig: z.string().min(1).optional(),
+  /** How often `serve` rebuilds the capacity rollup, and how often it folds pending deltas (milliseconds). */
+  rollupEveryMs: durationMs('BETTER_COMPUTE_ROLLUP_EVERY'),
+  foldEveryMs: durationMs('BETTER_COMPUTE_FOLD_EVERY'),
+  /** The CLI: the capacity API to talk to, the bearer token it sends and the tenant it asks about by default. */
+  serverUrl: z.string().url(),
+  token: z.string().min(1).optional(),
+  tenant: z.string().min(1).optional(),
 });
 export type Config = Readonly<z.infer<typeof ConfigSchema>>;
+
+/** A duration setting ('5m', '10s', 'PT1H' or whole seconds) as milliseconds. */
+function durationMs(name: string) {
+  return z.string().transform((v, ctx) => {
+    try {
+      return parseDuration(v) * 1000;
+    } catch (err) {
+      if (!(err instanceof DurationError)) throw err;
+      ctx.addIssue({ code: 'custom', message: `${name}: ${err.message}` });
+      return z.NEVER;
+    }
+  });
+}
 
 function defaultDataDir(): string {
   // Run as root, PostgreSQL runs as the `postgres` user, which cannot enter /root: keep the data where it can.
@@ -28,6 +55,14 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       logLevel: env.LOG_LEVEL || 'info',
       httpPort: env.PORT || 8080,
       httpHost: env.HOST || '127.0.0.1',
+      auth: env.BETTER_COMPUTE_AUTH || 'static',
+      tokenFile: env.BETTER_COMPUTE_TOKEN_FILE || undefined,
+      kubeconfig: env.KUBECONFIG || undefined,
+      rollupEveryMs: env.BETTER_COMPUTE_ROLLUP_EVERY || '5m',
+      foldEveryMs: env.BETTER_COMPUTE_FOLD_EVERY || '10s',
+      serverUrl: env.BETTER_COMPUTE_SERVER || 'http://127.0.0.1:8080',
+      token: env.BETTER_COMPUTE_TOKEN || undefined,
+      tenant: env.BETTER_COMPUTE_TENANT || undefined,
     }),
   );
 }

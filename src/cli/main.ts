@@ -3,11 +3,15 @@ import { parseArgs } from 'node:util';
 import { loadConfig } from '../config.ts';
 import { openDatabase } from '../db/connect.ts';
 import { migrate } from '../db/migrate.ts';
+import { capacityCommand } from './capacity.ts';
+import { serveCommand } from './serve.ts';
 
 const USAGE = `usage: better-compute <command> [options]
 
 commands:
   migrate            apply the database migrations (embedded PostgreSQL unless DATABASE_URL is set)
+  serve              run the capacity API and /metrics (migrates first; see serve --help)
+  capacity           capacity summary, pool rows, placement preview, GPU timeline (see capacity --help)
 `;
 
 type Command = (argv: string[]) => Promise<number>;
@@ -31,6 +35,12 @@ const commands: Record<string, Command> = {
     }
     return 0;
   },
+  serve: (argv) => serveCommand(argv, loadConfig()),
+  capacity: (argv) =>
+    capacityCommand(argv, loadConfig(), {
+      stdout: (text) => process.stdout.write(text),
+      stderr: (text) => process.stderr.write(text),
+    }),
 };
 
 async function main(argv: string[]): Promise<number> {

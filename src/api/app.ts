@@ -1,0 +1,144 @@
+// The HTTP API: the four capacity methods, health, readiness and /metrics. Routes are thin: authenticate, read the
+// JSON body, validate with the zod schema, authorize on the tenant (or the pool), call the service, encode. Every
+// failure goes through one translator (toErrorResponse).
+import express, { type NextFunction, type Request, type RequestHandler, type Response } from 'express';
+import type { Registry } from 'prom-client';
+import type { z } from 'zod';
+import { errorFields, type Logger } from '../log.ts';
+import type { HttpMetrics } from '../metrics/registry.ts';
+import { bearerToken, type Authorizer, type CapacityReadTarget, type Principal } from './authz.ts';
+import type { CapacityService } from './capacity-service.ts';
+import { ApiError, invalidInput, toErrorResponse } from './errors.ts';
+import { ByPoolInput, parseInput, PreviewInput, SummaryInput, TimelineInput } from './schemas.ts';
+
+/** The largest request body read, in bytes; a larger one is INVALID_INPUT. */
+export const MAX_BODY_BYTES = 64 * 1024;
+
+export const CAPACITY_PATHS = {
+  summary: '/api/compute/capacity/summary',
+  byPool: '/api/compute/capacity/byPool',
+  preview: '/api/compute/capacity/preview',
+  timeline: '/api/compute/capacity/timeline',
+} as const;
+
+export interface AppDeps {
+  service: CapacityService;
+  authorizer: Authorizer;
+  registry: Registry;
+  log: Logger;
+  /** Throws when the process should not get traffic (database unreachable, shutting down). */
+  ready: () => Promise<void>;
+  http?: HttpMetrics;
+  maxBodyBytes?: number;
+}
+
+interface Locals {
+  route?: string;
+  principal?: Principal;
+}
+
+const locals = (res: Response) => res.locals as Locals;
+
+export function createApp(deps: AppDeps): express.Express {
+  const app = express();
+  app.disable('x-powered-by');
+  app.set('etag', false);
+  app.set('query parser', false);
+
+  // One log line and one histogram observation per request.
+  app.use((req, res, next) => {
+    const started = performance.now();
+    res.on('finish', () => {
+      const ms = Math.round((performance.now() - started) * 100) / 100;
+      const path = req.originalUrl.split('?')[0] ?? req.originalUrl;
+      deps.log.info('request', { method: req.method, path, status: res.statusCode, ms });
+      deps.http?.observe(locals(res).route ?? 'other', req.method, res.statusCode, ms / 1000);
+    });
+    next();
+  });
+
+  app.get('/healthz', (_req, res) => {
+    locals(res).route = '/healthz';
+    res.json({ status: 'ok' });
+  });
+
+  app.get('/readyz', async (_req, res) => {
+    locals(res).route = '/readyz';
+    try {
+      await deps.ready();
+      res.json({ status: 'ready' });
+    } catch (e) {
+      res.status(503).json({ error: { code: 'UNAVAILABLE', message: `not ready: ${(e as Error).message}` } });
+    }
+  });
+
+  app.get('/metrics', async (_req, res) => {
+    locals(res).route = '/metrics';
+    const text = await deps.registry.metrics();
+    res.type(deps.registry.contentType).send(text);
+  });
+
+  const json = express.json({ limit: deps.maxBodyBytes ?? MAX_BODY_BYTES, strict: false, type: () => true });
+
+  const authenticate: RequestHandler = async (req, res, next) => {
+    locals(res).principal = await deps.authorizer.authenticate(bearerToken(req.get('authorization')));
+    next();
+  };
+
+  const requireJson: RequestHandler = (req, _res, next) => {
+    if (req.is('application/json') !== 'application/json') {
+      throw invalidInput('send a JSON object with Content-Type: application/json');
+    }
+    next();
+  };
+
+  /** A capacity method: validate, authorize on the target, run. */
+  function method<T>(
+    path: string,
+    schema: z.ZodType<T>,
+    target: (input: T) => CapacityReadTarget,
+    run: (input: T) => Promise<unknown>,
+  ) {
+    app.post(
+      path,
+      (_req, res, next) => {
+        locals(res).route = path;
+        next();
+      },
+      authenticate,
+      requireJson,
+      json,
+      async (req, res) => {
+        const input = parseInput(schema, req.body);
+        await deps.authorizer.authorizeCapacityRead(locals(res).principal!, target(input));
+        res.json(await run(input));
+      },
+    );
+  }
+
+  const onTenant = (i: { tenantId: string }) => ({ tenantId: i.tenantId });
+  const onPool = (i: { tenantId: string; poolId: string }) => ({ tenantId: i.tenantId, poolId: i.poolId });
+  method(CAPACITY_PATHS.summary, SummaryInput, onTenant, (i) => deps.service.summary(i));
+  method(CAPACITY_PATHS.byPool, ByPoolInput, onPool, (i) => deps.service.byPool(i));
+  method(CAPACITY_PATHS.preview, PreviewInput, onPool, (i) => deps.service.preview(i));
+  method(CAPACITY_PATHS.timeline, TimelineInput, onPool, (i) => deps.service.timeline(i));
+
+  app.use((req, _res, next) => {
+    next(new ApiError('NOT_FOUND', `no route ${req.method} ${req.path}`));
+  });
+
+  // The one error translator.
+  app.use((err: unknown, req: Request, res: Response, _next: NextFunction) => {
+    const { status, body, internal } = toErrorResponse(err);
+    if (internal) deps.log.error('request failed', { method: req.method, path: req.path, ...errorFields(err) });
+    if (res.headersSent) {
+      res.end();
+      return;
+    }
+    // A body that was not read (refused before parsing) must not be taken for the next request on the connection.
+    if (!req.complete) res.set('Connection', 'close');
+    res.status(status).json(body);
+  });
+
+  return app;
+}

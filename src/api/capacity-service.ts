@@ -1,0 +1,132 @@
+// The capacity methods behind the HTTP routes (and the CLI's --direct mode): visibility (NOT_FOUND) rules, the
+// clock-dependent timeline defaults, and the shape of each answer. Reads only; nothing here writes.
+import { DbClock, type Clock } from '../db/clock.ts';
+import { capacitySummary, gpuTimeline, poolCapacity, type CapacityRow, type Summary, type TimelineBucket } from '../db/capacity.ts';
+import { Ledger, type LedgerMetrics } from '../db/ledger.ts';
+import type { Db } from '../db/pool.ts';
+import { getPool, isPoolVisible, type PoolInfo } from '../db/snapshot.ts';
+import { notFound } from './errors.ts';
+import { resolveTimelineWindow, type ByPoolInput, type PreviewInput, type SummaryInput, type TimelineInput } from './schemas.ts';
+
+/** The most candidates a preview returns (a gang returns all its members). */
+export const MAX_PREVIEW_CANDIDATES = 10;
+
+export interface PreviewCandidate {
+  nodeId: string;
+  atoms: string[];
+  score: number;
+}
+
+export interface Preemptible {
+  /** How many spot reservations would get a notice. */
+  count: number;
+  /** When the request would start (epoch ms). */
+  start: number;
+}
+
+export interface PreviewResult {
+  fits: boolean;
+  candidates: PreviewCandidate[];
+  /** The placement domain of the chosen gang. */
+  gangDomain?: string;
+  /** Why it does not fit. */
+  reason?: string;
+  /** A regular request that does not fit: what preempting spot reservations would take. */
+  preemptible?: Preemptible;
+}
+
+export interface ByPoolResult {
+  poolId: string;
+  capacity: CapacityRow[];
+}
+
+export interface TimelineResult {
+  poolId: string;
+  from: number;
+  to: number;
+  stepMinutes: number;
+  allocatable: number;
+  buckets: TimelineBucket[];
+}
+
+/** What the planner answers; Ledger.preview satisfies it. `preemptible` is passed through when the ledger gives one. */
+export type PlanAnswer =
+  | {
+      readonly ok: true;
+      readonly candidates: readonly { readonly nodeId: string; readonly atoms: readonly string[]; readonly score: number }[];
+      readonly gangDomain?: string;
+    }
+  | { readonly ok: false; readonly reason: string; readonly preemptible?: Preemptible };
+
+export interface Previewer {
+  preview(input: PreviewInput, nowMs: number): Promise<PlanAnswer>;
+}
+
+export interface CapacityServiceDeps {
+  db: Db;
+  previewer: Previewer;
+  /** The database's compute_now(): the timeline's defaults and the preview's "now" come from it. */
+  clock: Clock;
+}
+
+export class CapacityService {
+  constructor(private readonly deps: CapacityServiceDeps) {}
+
+  /**
+   * The pool, when the tenant may see it: owned, or offered and not archived. Anything else — no such pool, another
+   * tenant's pool, an archived pool of another owner — is the same NOT_FOUND, so that a caller learns nothing about
+   * pools it cannot see.
+   */
+  async visiblePool(poolId: string, tenantId: string): Promise<PoolInfo> {
+    const pool = await getPool(this.deps.db, poolId);
+    if (!pool || !isPoolVisible(pool, tenantId)) throw notFound(`pool ${poolId} not found`);
+    return pool;
+  }
+
+  summary(input: SummaryInput): Promise<Summary> {
+    return capacitySummary(this.deps.db, input.tenantId);
+  }
+
+  async byPool(input: ByPoolInput): Promise<ByPoolResult> {
+    await this.visiblePool(input.poolId, input.tenantId);
+    return { poolId: input.poolId, capacity: await poolCapacity(this.deps.db, input.poolId) };
+  }
+
+  async preview(input: PreviewInput): Promise<PreviewResult> {
+    await this.visiblePool(input.poolId, input.tenantId);
+    const plan = await this.deps.previewer.preview(input, this.deps.clock.now());
+    if (plan.ok) {
+      const all = plan.candidates.map((c) => ({ nodeId: c.nodeId, atoms: [...c.atoms], score: c.score }));
+      return {
+        fits: true,
+        candidates: input.gang ? all : all.slice(0, MAX_PREVIEW_CANDIDATES),
+        ...(plan.gangDomain !== undefined ? { gangDomain: plan.gangDomain } : {}),
+      };
+    }
+    const p = plan.preemptible;
+    return {
+      fits: false,
+      candidates: [],
+      reason: plan.reason,
+      // A count and a time only, and only for a regular request: spot requests never preempt.
+      ...(p && !input.spot ? { preemptible: { count: p.count, start: p.start } } : {}),
+    };
+  }
+
+  async timeline(input: TimelineInput): Promise<TimelineResult> {
+    const w = resolveTimelineWindow(input, this.deps.clock.now());
+    await this.visiblePool(input.poolId, input.tenantId);
+    const { allocatable, buckets } = await gpuTimeline(this.deps.db, input.poolId, w.from, w.to, w.stepMs);
+    return { poolId: input.poolId, from: w.from, to: w.to, stepMinutes: w.stepMinutes, allocatable, buckets };
+  }
+}
+
+/** The service on a database, with its own Ledger (for previews) and database clock. */
+export async function createCapacityService(
+  db: Db,
+  opts: { metrics?: LedgerMetrics } = {},
+): Promise<{ service: CapacityService; clock: DbClock; ledger: Ledger }> {
+  const clock = await DbClock.create(db);
+  const ledger = new Ledger(db, opts.metrics ? { metrics: opts.metrics } : {});
+  return { service: new CapacityService({ db, previewer: ledger, clock }), clock, ledger };
+}

@@ -1,0 +1,267 @@
+// `better-compute capacity`: the tenant summary, one pool's rows, a placement preview or a GPU timeline, as human
+// tables (or a chart) or `-o json`. It talks to the capacity API (`--server`, a bearer token from `--token` or
+// BETTER_COMPUTE_TOKEN); with `--direct` it reads the database itself, through the same service and schemas but
+// without authorization (whoever can reach the database can read it all).
+import { parseArgs } from 'node:util';
+import { CAPACITY_PATHS } from '../api/app.ts';
+import { ApiError } from '../api/errors.ts';
+import { createCapacityService, type ByPoolResult, type PreviewResult, type TimelineResult } from '../api/capacity-service.ts';
+import { ByPoolInput, parseInput, PreviewInput, SummaryInput, TimelineInput, ValidationError } from '../api/schemas.ts';
+import type { Config } from '../config.ts';
+import { SelectorError } from '../core/selector.ts';
+import type { Summary } from '../db/capacity.ts';
+import { openDatabase } from '../db/connect.ts';
+import { renderPoolRows, renderPreview, renderSummary, renderTimeline } from './render.ts';
+import { selectorTextToObject } from './selector-object.ts';
+
+export const CAPACITY_USAGE = `usage: better-compute capacity --tenant T [what] [options]
+
+what:
+  (nothing)                    the tenant's summary: every pool it owns or is offered, with totals per GPU model
+  --pool P                     one pool's rollup rows
+  --preview --pool P           would a request fit now, and where (nothing is booked)
+      --gpus N                 whole GPUs (default 1); --class C for another device class
+      --for D                  duration, e.g. 1d, 8h, PT90M (default 1h)
+      --start T                start time: epoch milliseconds or ISO 8601 (default now)
+      --selector S             device selector, e.g. "vramGiB >= 80 && gpuModel == \\"H100\\""
+      --gang N                 N nodes in one placement domain (--topology-key K)
+      --binding B              hold (default) or node
+      --spot                   a spot request
+  --timeline --pool P          whole GPUs booked per time bucket, as a chart
+      --from T --to T          window (default: this hour, for 24 hours)
+      --step M                 bucket minutes (default 60)
+
+options:
+  --tenant T                   the tenant (BETTER_COMPUTE_TENANT)
+  -o, --output table|json      output format (default table)
+  --server URL                 the capacity API (BETTER_COMPUTE_SERVER, default http://127.0.0.1:8080)
+  --token TOKEN                bearer token (BETTER_COMPUTE_TOKEN)
+  --direct                     read the database directly instead of the API (no authorization)
+`;
+
+export class CliError extends Error {
+  constructor(
+    readonly code: string,
+    message: string,
+    readonly exitCode = 1,
+  ) {
+    super(message);
+    this.name = 'CliError';
+  }
+}
+
+const usage = (message: string) => new CliError('USAGE', message, 2);
+
+/** The four capacity calls, over HTTP or directly on the database. */
+export interface CapacityClient {
+  summary(body: unknown): Promise<Summary>;
+  byPool(body: unknown): Promise<ByPoolResult>;
+  preview(body: unknown): Promise<PreviewResult>;
+  timeline(body: unknown): Promise<TimelineResult>;
+  close(): Promise<void>;
+}
+
+export function httpClient(serverUrl: string, token: string | undefined): CapacityClient {
+  const base = serverUrl.replace(/\/+$/, '');
+  async function call<T>(path: string, body: unknown): Promise<T> {
+    let res: Response;
+    try {
+      res = await fetch(`${base}${path}`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', ...(token ? { authorization: `Bearer ${token}` } : {}) },
+        body: JSON.stringify(body),
+      });
+    } catch (e) {
+      const cause = (e as { cause?: { code?: string; message?: string } }).cause;
+      throw new CliError('UNREACHABLE', `cannot reach ${base}: ${cause?.code ?? cause?.message ?? (e as Error).message}`);
+    }
+    const text = await res.text();
+    let json: unknown;
+    try {
+      json = JSON.parse(text);
+    } catch {
+      throw new CliError('BAD_RESPONSE', `${base}${path} answered ${res.status} with a body that is not JSON`);
+    }
+    if (!res.ok) {
+      const err = (json as { error?: { code?: unknown; message?: unknown } }).error;
+      throw new CliError(String(err?.code ?? `HTTP_${res.status}`), String(err?.message ?? res.statusText));
+    }
+    return json as T;
+  }
+  return {
+    summary: (b) => call(CAPACITY_PATHS.summary, b),
+    byPool: (b) => call(CAPACITY_PATHS.byPool, b),
+    preview: (b) => call(CAPACITY_PATHS.preview, b),
+    timeline: (b) => call(CAPACITY_PATHS.timeline, b),
+    async close() {},
+  };
+}
+
+export async function directClient(config: Config): Promise<CapacityClient> {
+  const database = await openDatabase(config, { migrate: false, poolSize: 2 });
+  try {
+    const { service } = await createCapacityService(database.db);
+    return {
+      summary: async (b) => service.summary(parseInput(SummaryInput, b)),
+      byPool: async (b) => service.byPool(parseInput(ByPoolInput, b)),
+      preview: async (b) => service.preview(parseInput(PreviewInput, b)),
+      timeline: async (b) => service.timeline(parseInput(TimelineInput, b)),
+      close: () => database.close(),
+    };
+  } catch (e) {
+    await database.close();
+    throw e;
+  }
+}
+
+/** Epoch milliseconds, or an ISO 8601 date-time with a zone (or a bare date, taken as UTC). */
+export function parseTime(flag: string, text: string): number {
+  if (/^\d+$/.test(text)) return Number(text);
+  if (/^\d{4}-\d{2}-\d{2}(T\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:?\d{2}))?$/.test(text)) {
+    const ms = Date.parse(text);
+    if (Number.isFinite(ms)) return ms;
+  }
+  throw usage(`--${flag}: not a time (epoch milliseconds or ISO 8601 with a zone, e.g. 2026-01-15T10:00Z): ${text}`);
+}
+
+function parseInteger(flag: string, text: string): number {
+  if (!/^-?\d+$/.test(text)) throw usage(`--${flag}: not a whole number: ${text}`);
+  return Number(text);
+}
+
+export interface CapacityIo {
+  stdout: (text: string) => void;
+  stderr: (text: string) => void;
+  /** Overrides how the client is made (tests); default: HTTP, or the database with --direct. */
+  client?: (opts: { direct: boolean; server: string; token: string | undefined }) => Promise<CapacityClient>;
+}
+
+export async function capacityCommand(argv: string[], config: Config, io: CapacityIo): Promise<number> {
+  let values;
+  try {
+    ({ values } = parseArgs({
+      args: argv,
+      strict: true,
+      allowPositionals: false,
+      options: {
+        tenant: { type: 'string' },
+        pool: { type: 'string' },
+        preview: { type: 'boolean' },
+        timeline: { type: 'boolean' },
+        gpus: { type: 'string' },
+        class: { type: 'string' },
+        for: { type: 'string' },
+        start: { type: 'string' },
+        selector: { type: 'string' },
+        gang: { type: 'string' },
+        'topology-key': { type: 'string' },
+        binding: { type: 'string' },
+        spot: { type: 'boolean' },
+        from: { type: 'string' },
+        to: { type: 'string' },
+        step: { type: 'string' },
+        output: { type: 'string', short: 'o' },
+        server: { type: 'string' },
+        token: { type: 'string' },
+        direct: { type: 'boolean' },
+        help: { type: 'boolean', short: 'h' },
+      },
+    }));
+  } catch (e) {
+    io.stderr(`${(e as Error).message}\n${CAPACITY_USAGE}`);
+    return 2;
+  }
+  if (values.help) {
+    io.stdout(CAPACITY_USAGE);
+    return 0;
+  }
+  const output = values.output ?? 'table';
+  try {
+    if (output !== 'table' && output !== 'json') throw usage(`-o: table or json, not ${output}`);
+    const tenantId = values.tenant ?? config.tenant;
+    if (!tenantId) throw usage('--tenant is required (or set BETTER_COMPUTE_TENANT)');
+    if (values.preview && values.timeline) throw usage('--preview and --timeline do not go together');
+    const previewOnly = ['gpus', 'class', 'for', 'start', 'selector', 'gang', 'topology-key', 'binding', 'spot'] as const;
+    const timelineOnly = ['from', 'to', 'step'] as const;
+    for (const f of previewOnly) if (values[f] !== undefined && !values.preview) throw usage(`--${f} needs --preview`);
+    for (const f of timelineOnly) if (values[f] !== undefined && !values.timeline) throw usage(`--${f} needs --timeline`);
+    if ((values.preview || values.timeline) && !values.pool) throw usage(`--${values.preview ? 'preview' : 'timeline'} needs --pool`);
+
+    const makeClient =
+      io.client ??
+      (async (o: { direct: boolean; server: string; token: string | undefined }) =>
+        o.direct ? directClient(config) : httpClient(o.server, o.token));
+    const client = await makeClient({ direct: values.direct ?? false, server: values.server ?? config.serverUrl, token: values.token ?? config.token });
+    try {
+      let result: unknown;
+      let text: string;
+      if (values.preview) {
+        let selector: Record<string, unknown> | undefined;
+        if (values.selector !== undefined) {
+          try {
+            selector = selectorTextToObject(values.selector);
+          } catch (e) {
+            if (e instanceof SelectorError) throw usage(`--selector: ${e.message}`);
+            throw e;
+          }
+        }
+        const body = {
+          tenantId,
+          poolId: values.pool,
+          devices: [
+            {
+              class: values.class ?? 'gpu',
+              count: values.gpus === undefined ? 1 : parseInteger('gpus', values.gpus),
+              ...(selector ? { selector } : {}),
+            },
+          ],
+          duration: values.for ?? '1h',
+          ...(values.start !== undefined ? { start: parseTime('start', values.start) } : {}),
+          ...(values.binding !== undefined ? { binding: values.binding } : {}),
+          ...(values.spot ? { spot: true } : {}),
+          ...(values.gang !== undefined
+            ? { gang: { size: parseInteger('gang', values.gang), ...(values['topology-key'] ? { topologyKey: values['topology-key'] } : {}) } }
+            : {}),
+          // Required by the schema; nothing is written, so any key does.
+          idempotencyKey: 'cli-preview',
+        };
+        const r = await client.preview(body);
+        result = r;
+        text = renderPreview(r);
+      } else if (values.timeline) {
+        const r = await client.timeline({
+          tenantId,
+          poolId: values.pool,
+          ...(values.from !== undefined ? { from: parseTime('from', values.from) } : {}),
+          ...(values.to !== undefined ? { to: parseTime('to', values.to) } : {}),
+          ...(values.step !== undefined ? { stepMinutes: parseInteger('step', values.step) } : {}),
+        });
+        result = r;
+        text = renderTimeline(r);
+      } else if (values.pool) {
+        const r = await client.byPool({ tenantId, poolId: values.pool });
+        result = r;
+        text = renderPoolRows(r);
+      } else {
+        const r = await client.summary({ tenantId });
+        result = r;
+        text = renderSummary(r);
+      }
+      io.stdout(output === 'json' ? `${JSON.stringify(result, null, 2)}\n` : text);
+      return 0;
+    } finally {
+      await client.close();
+    }
+  } catch (e) {
+    let failure: { code: string; message: string; exitCode: number };
+    if (e instanceof CliError) failure = { code: e.code, message: e.message, exitCode: e.exitCode };
+    else if (e instanceof ApiError || e instanceof ValidationError) failure = { code: e.code, message: e.message, exitCode: 1 };
+    else throw e;
+    io.stderr(
+      output === 'json'
+        ? `${JSON.stringify({ error: { code: failure.code, message: failure.message } })}\n`
+        : `error ${failure.code}: ${failure.message}\n`,
+    );
+    return failure.exitCode;
+  }
+}

@@ -1,0 +1,106 @@
+// Human output of `better-compute capacity`: aligned tables and the timeline chart. Pure: strings in, strings out.
+import type { ByPoolResult, PreviewResult, TimelineResult } from '../api/capacity-service.ts';
+import type { CapacityRow, Summary } from '../db/capacity.ts';
+
+type Align = 'left' | 'right';
+
+/** Columns padded to their widest cell, two spaces apart; numbers right-aligned. No trailing spaces. */
+type Cell = string | number;
+
+export function table(headers: readonly string[], rows: readonly (readonly Cell[])[], align?: readonly Align[]): string {
+  const cells = rows.map((r) => r.map((c) => String(c)));
+  const widths = headers.map((h, i) => Math.max(h.length, ...cells.map((r) => (r[i] ?? '').length)));
+  const alignOf = (i: number): Align => align?.[i] ?? (rows.length > 0 && rows.every((r) => typeof r[i] === 'number') ? 'right' : 'left');
+  const line = (r: readonly string[]) =>
+    r
+      .map((c, i) => (alignOf(i) === 'right' ? c.padStart(widths[i]!) : c.padEnd(widths[i]!)))
+      .join('  ')
+      .trimEnd();
+  return [line(headers), ...cells.map(line)].join('\n');
+}
+
+const COLUMNS = ['total', 'allocatable', 'allocated', 'reserved', 'available', 'provisioning', 'unhealthy', 'maintenance', 'unreachable'] as const;
+const COLUMN_HEADERS = COLUMNS.map((c) => c.toUpperCase());
+const numbers = (r: CapacityRow) => COLUMNS.map((c) => r[c]);
+
+/** `2026-01-15 10:00Z` */
+export function formatTime(ms: number, withTime = true): string {
+  const iso = new Date(ms).toISOString();
+  return withTime ? `${iso.slice(0, 10)} ${iso.slice(11, 16)}Z` : iso.slice(0, 10);
+}
+
+export function renderSummary(s: Summary): string {
+  const out: string[] = [];
+  const n = s.pools.length;
+  out.push(`Tenant ${s.tenantId}: ${n} pool${n === 1 ? '' : 's'}`);
+  if (n === 0) return `${out[0]}\n`;
+  const rows: (string | number)[][] = [];
+  for (const p of s.pools) {
+    const name = p.archived ? `${p.name} (archived)` : p.name;
+    if (p.capacity.length === 0) rows.push([name, p.poolId, p.gpuModel ?? '-', '-', ...COLUMNS.map(() => '-')]);
+    for (const r of p.capacity) rows.push([name, p.poolId, p.gpuModel ?? '-', r.resource, ...numbers(r)]);
+  }
+  out.push('', table(['POOL', 'POOL ID', 'MODEL', 'RESOURCE', ...COLUMN_HEADERS], rows, ['left', 'left', 'left', 'left', ...COLUMNS.map(() => 'right' as const)]));
+  const models = Object.entries(s.byGpuModel).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+  if (models.length > 0) {
+    out.push(
+      '',
+      'Whole GPUs per model:',
+      table(
+        ['GPU MODEL', 'TOTAL', 'ALLOCATABLE', 'ALLOCATED', 'RESERVED', 'AVAILABLE'],
+        models.map(([m, t]) => [m, t.total, t.allocatable, t.allocated, t.reserved, t.available]),
+      ),
+    );
+  }
+  return `${out.join('\n')}\n`;
+}
+
+export function renderPoolRows(r: ByPoolResult): string {
+  const rows = r.capacity.map((c) => [c.resource, ...numbers(c), formatTime(c.updatedAt)]);
+  return `Pool ${r.poolId}\n\n${table(['RESOURCE', ...COLUMN_HEADERS, 'UPDATED'], rows, ['left', ...COLUMNS.map(() => 'right' as const), 'left'])}\n`;
+}
+
+export function renderPreview(p: PreviewResult): string {
+  if (!p.fits) {
+    const lines = [`Fits: no — ${p.reason ?? 'no placement'}`];
+    if (p.preemptible) {
+      const c = p.preemptible.count;
+      lines.push(
+        `Preempting: ${c} spot reservation${c === 1 ? '' : 's'} would get a notice; the request would start at ${formatTime(p.preemptible.start)}`,
+      );
+    }
+    return `${lines.join('\n')}\n`;
+  }
+  const head = `Fits: yes — ${p.candidates.length} candidate${p.candidates.length === 1 ? '' : 's'}${p.gangDomain !== undefined ? ` (gang in ${p.gangDomain})` : ''}`;
+  const rows = p.candidates.map((c, i) => [i + 1, c.nodeId, c.score, c.atoms.length, c.atoms.join(',')]);
+  return `${head}\n\n${table(['#', 'NODE', 'SCORE', 'ATOMS', 'ATOM IDS'], rows, ['right', 'left', 'right', 'right', 'left'])}\n`;
+}
+
+/** The widest bar, in characters. */
+export const CHART_WIDTH = 40;
+
+/**
+ * One line per bucket: its start, a bar of booked (`#`) and free (`.`) GPUs scaled to the pool's allocatable GPUs,
+ * and the numbers. Booked GPUs beyond allocatable (allocatable shrank after they were booked) show as `!`.
+ */
+export function renderTimeline(t: TimelineResult): string {
+  const withTime = t.stepMinutes % 1440 !== 0 || t.from % 86_400_000 !== 0;
+  const scale = t.allocatable > CHART_WIDTH ? CHART_WIDTH / t.allocatable : 1;
+  const width = Math.round(t.allocatable * scale);
+  const bw = String(Math.max(...t.buckets.map((b) => b.booked), 0)).length;
+  const fw = String(Math.max(...t.buckets.map((b) => b.free), 0)).length;
+  const lines = [
+    `Pool ${t.poolId}: whole GPUs booked per ${t.stepMinutes}-minute bucket, ${formatTime(t.from)} to ${formatTime(t.to)}`,
+    `Allocatable now: ${t.allocatable} GPU${t.allocatable === 1 ? '' : 's'}${scale < 1 ? ` (one character = ${(1 / scale).toFixed(1)} GPUs)` : ''}   # booked   . free${t.allocatable === 0 ? '' : '   ! booked beyond allocatable'}`,
+    '',
+  ];
+  for (const b of t.buckets) {
+    const within = Math.min(b.booked, t.allocatable);
+    let booked = Math.round(within * scale);
+    if (within > 0 && booked === 0) booked = 1; // any booking shows
+    if (within < t.allocatable && booked === width && width > 0) booked = width - 1; // any free GPU shows
+    const bar = `${'#'.repeat(booked)}${'.'.repeat(width - booked)}${b.booked > t.allocatable ? '!' : ' '}`;
+    lines.push(`${formatTime(b.start, withTime)}  ${bar}  booked ${String(b.booked).padStart(bw)}  free ${String(b.free).padStart(fw)}`);
+  }
+  return `${lines.join('\n')}\n`;
+}

@@ -1,0 +1,28 @@
+// The process's metrics registry: its own (never prom-client's global one), with the default process metrics, the
+// HTTP request histogram, the capacity gauges and the placement metrics registered by their owners.
+import { collectDefaultMetrics, Histogram, Registry } from 'prom-client';
+
+export function createRegistry(opts: { defaultMetrics?: boolean } = {}): Registry {
+  const registry = new Registry();
+  if (opts.defaultMetrics ?? true) collectDefaultMetrics({ register: registry });
+  return registry;
+}
+
+export interface HttpMetrics {
+  observe(route: string, method: string, status: number, seconds: number): void;
+}
+
+export function httpMetrics(registry: Registry): HttpMetrics {
+  const h = new Histogram({
+    name: 'bettercompute_http_request_duration_seconds',
+    help: 'HTTP requests served by the capacity API, by route, method and status code.',
+    labelNames: ['route', 'method', 'code'] as const,
+    buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5],
+    registers: [registry],
+  });
+  return {
+    observe(route, method, status, seconds) {
+      h.observe({ route, method, code: String(status) }, seconds);
+    },
+  };
+}
