@@ -24,6 +24,12 @@ const ConfigSchema = z.object({
   serverUrl: z.string().url(),
   token: z.string().min(1).optional(),
   tenant: z.string().min(1).optional(),
+  /** `agent`: this node's name (the downward API's spec.nodeName), and where its devices come from. */
+  nodeName: z.string().min(1).optional(),
+  /** `agent`: a JSON file with a NodeDevices spec (simulated GPUs); without one, nvidia-smi is run. */
+  devicesFile: z.string().min(1).optional(),
+  devicePluginDir: z.string().min(1),
+  podResourcesSocket: z.string().min(1),
 });
 export type Config = Readonly<z.infer<typeof ConfigSchema>>;
 
@@ -63,6 +69,10 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       serverUrl: env.BETTER_COMPUTE_SERVER || 'http://127.0.0.1:8080',
       token: env.BETTER_COMPUTE_TOKEN || undefined,
       tenant: env.BETTER_COMPUTE_TENANT || undefined,
+      nodeName: env.NODE_NAME || undefined,
+      devicesFile: env.BETTER_COMPUTE_DEVICES_FILE || undefined,
+      devicePluginDir: env.BETTER_COMPUTE_DEVICE_PLUGIN_DIR || '/var/lib/kubelet/device-plugins',
+      podResourcesSocket: env.BETTER_COMPUTE_POD_RESOURCES_SOCKET || '/var/lib/kubelet/pod-resources/kubelet.sock',
     }),
   );
 }

@@ -3,6 +3,7 @@ import { parseArgs } from 'node:util';
 import { loadConfig } from '../config.ts';
 import { openDatabase } from '../db/connect.ts';
 import { migrate } from '../db/migrate.ts';
+import { createLogger } from '../log.ts';
 import { capacityCommand } from './capacity.ts';
 import { serveCommand } from './serve.ts';
 
@@ -11,6 +12,7 @@ const USAGE = `usage: better-compute <command> [options]
 commands:
   migrate            apply the database migrations (embedded PostgreSQL unless DATABASE_URL is set)
   serve              run the capacity API and /metrics (migrates first; see serve --help)
+  agent              run the node agent: device discovery, NodeDevices, kubelet device plugins (see agent --help)
   capacity           capacity summary, pool rows, placement preview, GPU timeline (see capacity --help)
 `;
 
@@ -36,6 +38,11 @@ const commands: Record<string, Command> = {
     return 0;
   },
   serve: (argv) => serveCommand(argv, loadConfig()),
+  async agent(argv) {
+    const config = loadConfig();
+    const { agentCommand } = await import('../agent/run.ts');
+    return agentCommand(argv, config, createLogger({ level: config.logLevel }));
+  },
   capacity: (argv) =>
     capacityCommand(argv, loadConfig(), {
       stdout: (text) => process.stdout.write(text),

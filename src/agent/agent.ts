@@ -1,0 +1,443 @@
+// The node agent: discovers devices, publishes them (NodeDevices), and serves one kubelet device plugin endpoint per
+// resource: the generic bettercompute.io/gpu (.mig, .slot) for on-demand pods, and one per reservation holding atoms on
+// this node during its window. Reservation endpoints hand out only that reservation's atoms, so the kubelet itself
+// keeps reservations apart; the generic endpoints hand out the atoms booked for the pod that holds this node's
+// on-demand admission lease. Every Allocate refuses an atom another live container holds (guard 6, PodResources).
+import fs from 'node:fs';
+import path from 'node:path';
+import * as k8s from '@kubernetes/client-node';
+import type { DeviceClass } from '../core/types.ts';
+import type { Clock } from '../db/clock.ts';
+import type { Db } from '../db/pool.ts';
+import { currentAdmission, dropAdmission } from '../extender/queries.ts';
+import { GENERIC_RESOURCES, RESERVATION_GROUP, RESOURCE_OF_CLASS, reservationIdOfResource } from '../extender/resources.ts';
+import { errorFields, type Logger } from '../log.ts';
+import type { DeviceSource, NodeDevicesSpec } from './discovery.ts';
+import { DevicePluginEndpoint, RefusedError, type EndpointHandler, type PluginDevice } from './plugin.ts';
+import { podResourcesReader, type PodResourcesReader } from './podresources.ts';
+
+export const API_GROUP = 'bettercompute.io';
+export const API_VERSION = 'v1alpha1';
+
+export interface AtomInfo {
+  id: string;
+  class: DeviceClass;
+  /** The GPU the atom is (or is part of). */
+  gpu: string;
+  /** What NVIDIA_VISIBLE_DEVICES names for it: the GPU UUID, the MIG UUID, or for a slot its GPU's UUID. */
+  visible: string;
+  healthy: boolean;
+  numaNode?: number;
+}
+
+/** A Reservation CR as the controller writes its status (the fields we read). */
+export interface ReservationObject {
+  metadata?: { name?: string; namespace?: string };
+  status?: {
+    phase?: string;
+    reservationId?: string;
+    resourceName?: string;
+    allocations?: { node: string; atoms: string[] }[];
+    start?: string;
+    end?: string;
+  };
+}
+
+export interface AgentOptions {
+  nodeName: string;
+  devicePluginDir: string;
+  podResourcesSocket: string;
+  source: DeviceSource;
+  db: Db;
+  clock: Clock;
+  log: Logger;
+  /** For publishing NodeDevices and watching Reservations; without one, `reservations` must be given. */
+  kubeConfig?: k8s.KubeConfig;
+  /** A reservation source other than the API server (tests). */
+  reservations?: () => ReservationObject[];
+  discoverEveryMs?: number;
+  reconcileEveryMs?: number;
+  publish?: boolean;
+}
+
+interface Served {
+  endpoint: DevicePluginEndpoint;
+  registered: boolean;
+  /** Reservation endpoints: the atoms; generic: undefined (read from the inventory). */
+  atoms?: string[];
+  reservationId?: string;
+}
+
+function socketNameOf(resource: string): string {
+  return `bettercompute-${resource.replace(/^.*\//, '').replace(/[^a-zA-Z0-9.-]/g, '-')}.sock`;
+}
+
+/** The atoms of a device spec, by the ledger's rules (ids as in the spec: <uuid>, <uuid>/gi<g>/ci<c>, <uuid>/s<k>). */
+export function atomsFromSpec(spec: NodeDevicesSpec, ledgerRows?: { id: string; class: string; parent_id: string | null; healthy: boolean }[]): AtomInfo[] {
+  const gpus = new Map(spec.gpus.map((g) => [g.uuid, g]));
+  const migUuid = new Map<string, string>();
+  const migHealth = new Map<string, boolean>();
+  for (const g of spec.gpus) {
+    for (const m of g.mig ?? []) {
+      const id = `${g.uuid}/gi${m.gi}/ci${m.ci}`;
+      migUuid.set(id, m.uuid ?? `MIG-${g.uuid}/${m.gi}/${m.ci}`);
+      migHealth.set(id, (g.healthy ?? true) && (m.healthy ?? true));
+    }
+  }
+  const info = (id: string, cls: DeviceClass, gpu: string, dbHealthy = true): AtomInfo => {
+    const g = gpus.get(gpu);
+    const healthy = dbHealthy && (cls === 'gpu.mig' ? (migHealth.get(id) ?? true) : (g?.healthy ?? true));
+    return {
+      id,
+      class: cls,
+      gpu,
+      visible: cls === 'gpu.mig' ? (migUuid.get(id) ?? id) : gpu,
+      healthy,
+      ...(g?.numaNode !== undefined ? { numaNode: g.numaNode } : {}),
+    };
+  };
+  if (ledgerRows && ledgerRows.length) {
+    return ledgerRows
+      .filter((r) => r.class in RESOURCE_OF_CLASS)
+      .map((r) => info(r.id, r.class as DeviceClass, r.parent_id ?? r.id, r.healthy));
+  }
+  const out: AtomInfo[] = [];
+  for (const g of spec.gpus) {
+    if (g.mig && g.mig.length) for (const m of g.mig) out.push(info(`${g.uuid}/gi${m.gi}/ci${m.ci}`, 'gpu.mig', g.uuid));
+    else out.push(info(g.uuid, 'gpu', g.uuid));
+  }
+  return out;
+}
+
+/** The reservations whose window holds `now` and that hold atoms on `node`: resource name → atoms. */
+export function activeReservations(objs: readonly ReservationObject[], node: string, now: number): Map<string, { id: string; atoms: string[] }> {
+  const out = new Map<string, { id: string; atoms: string[] }>();
+  for (const o of objs) {
+    const s = o.status;
+    if (!s || s.phase !== 'Reserved' || !s.reservationId || !s.resourceName) continue;
+    if (reservationIdOfResource(s.resourceName) !== s.reservationId) continue;
+    const start = s.start ? Date.parse(s.start) : NaN;
+    const end = s.end ? Date.parse(s.end) : NaN;
+    if (!(start <= now && now < end)) continue;
+    const atoms = (s.allocations ?? []).filter((a) => a.node === node).flatMap((a) => a.atoms);
+    if (atoms.length) out.set(s.resourceName, { id: s.reservationId, atoms: [...new Set(atoms)].sort() });
+  }
+  return out;
+}
+
+const OUR_RESOURCE = (name: string) => name.startsWith('bettercompute.io/') || name.startsWith(`${RESERVATION_GROUP}/`);
+
+export class Agent {
+  private spec: NodeDevicesSpec = { gpus: [], scalars: {} };
+  private atoms = new Map<string, AtomInfo>();
+  private readonly served = new Map<string, Served>();
+  private readonly podResources: PodResourcesReader;
+  private readonly kubeletSocket: string;
+  private reservationObjs: () => ReservationObject[];
+  private informer?: k8s.Informer<k8s.KubernetesObject> & k8s.ObjectCache<k8s.KubernetesObject>;
+  private watcher?: fs.FSWatcher;
+  private timers: NodeJS.Timeout[] = [];
+  private published?: string;
+  private stopped = false;
+  private reconciling: Promise<void> = Promise.resolve();
+  /** Admission pod UID → atoms this agent has allocated for it so far. */
+  private readonly allocatedFor = new Map<string, Set<string>>();
+  private kubeletIno?: number;
+
+  constructor(private readonly o: AgentOptions) {
+    this.podResources = podResourcesReader(o.podResourcesSocket);
+    this.kubeletSocket = path.join(o.devicePluginDir, 'kubelet.sock');
+    this.reservationObjs = o.reservations ?? (() => []);
+  }
+
+  async start(): Promise<void> {
+    await this.discover();
+    if (this.o.kubeConfig && !this.o.reservations) await this.watchReservations(this.o.kubeConfig);
+    this.kubeletIno = this.inode(this.kubeletSocket);
+    this.watcher = fs.watch(this.o.devicePluginDir, (_event, file) => {
+      if (file === 'kubelet.sock') this.onKubeletSocket();
+    });
+    await this.reconcile();
+    this.timers.push(setInterval(() => void this.discover().then(() => this.reconcile()).catch(() => undefined), this.o.discoverEveryMs ?? 30_000));
+    this.timers.push(setInterval(() => void this.reconcile(), this.o.reconcileEveryMs ?? 2000));
+    this.o.log.info('agent started', { node: this.o.nodeName, source: this.o.source.kind, resources: [...this.served.keys()] });
+  }
+
+  async stop(): Promise<void> {
+    this.stopped = true;
+    for (const t of this.timers) clearInterval(t);
+    this.watcher?.close();
+    await this.informer?.stop();
+    await this.reconciling.catch(() => undefined);
+    for (const s of this.served.values()) await s.endpoint.stop();
+    this.served.clear();
+    this.podResources.close();
+    this.o.log.info('agent stopped', { node: this.o.nodeName });
+  }
+
+  /** The resources served now (resource name → registered). */
+  status(): Record<string, boolean> {
+    return Object.fromEntries([...this.served].map(([r, s]) => [r, s.registered]));
+  }
+
+  private inode(file: string): number | undefined {
+    try {
+      return fs.statSync(file).ino;
+    } catch {
+      return undefined;
+    }
+  }
+
+  private onKubeletSocket(): void {
+    const ino = this.inode(this.kubeletSocket);
+    if (ino === undefined || ino === this.kubeletIno) return;
+    this.kubeletIno = ino;
+    this.o.log.info('kubelet.sock re-created: re-registering every endpoint', { node: this.o.nodeName });
+    // The kubelet removed our sockets when it started: serve again on new ones, then register.
+    void this.serialized(async () => {
+      for (const s of this.served.values()) {
+        await s.endpoint.stop();
+        await s.endpoint.start();
+        s.registered = false;
+      }
+      await this.registerPending();
+    });
+  }
+
+  private serialized(fn: () => Promise<void>): Promise<void> {
+    const next = this.reconciling.then(fn, fn);
+    this.reconciling = next.catch((e: unknown) => this.o.log.error('agent step failed', errorFields(e)));
+    return this.reconciling;
+  }
+
+  // ---- inventory -----------------------------------------------------------------------------------------------
+
+  private async discover(): Promise<void> {
+    try {
+      this.spec = await this.o.source.discover();
+    } catch (e) {
+      this.o.log.error('device discovery failed', errorFields(e));
+      return;
+    }
+    if (this.o.kubeConfig && this.o.publish !== false) await this.publish(this.o.kubeConfig).catch((e: unknown) => this.o.log.warn('publishing NodeDevices failed', errorFields(e)));
+  }
+
+  /** The NodeDevices spec without agent-local fields (driver index, PCI bus id, MIG UUIDs). */
+  private publicSpec(): NodeDevicesSpec {
+    return {
+      gpus: this.spec.gpus.map(({ index: _i, pciBusId: _p, mig, ...g }) => ({
+        ...g,
+        ...(mig ? { mig: mig.map(({ uuid: _u, ...m }) => m) } : {}),
+      })),
+      scalars: this.spec.scalars,
+    };
+  }
+
+  private async publish(kc: k8s.KubeConfig): Promise<void> {
+    const spec = this.publicSpec();
+    const text = JSON.stringify(spec);
+    if (text === this.published) return;
+    const api = kc.makeApiClient(k8s.CustomObjectsApi);
+    const base = { group: API_GROUP, version: API_VERSION, plural: 'nodedevices' };
+    try {
+      await api.patchClusterCustomObject(
+        { ...base, name: this.o.nodeName, body: { spec } },
+        k8s.setHeaderOptions('Content-Type', k8s.PatchStrategy.MergePatch),
+      );
+    } catch (e) {
+      if ((e as { code?: number }).code !== 404) throw e;
+      await api.createClusterCustomObject({
+        ...base,
+        body: { apiVersion: `${API_GROUP}/${API_VERSION}`, kind: 'NodeDevices', metadata: { name: this.o.nodeName }, spec },
+      });
+    }
+    this.published = text;
+    this.o.log.info('published NodeDevices', { node: this.o.nodeName, gpus: spec.gpus.length, unhealthy: spec.gpus.filter((g) => g.healthy === false).length });
+  }
+
+  private async loadAtoms(): Promise<void> {
+    const { rows } = await this.o.db.query<{ id: string; class: string; parent_id: string | null; healthy: boolean }>(
+      `SELECT id, class, parent_id, healthy FROM devices WHERE node_id = $1 AND present AND bookable ORDER BY id`,
+      [this.o.nodeName],
+    );
+    this.atoms = new Map(atomsFromSpec(this.spec, rows).map((a) => [a.id, a]));
+  }
+
+  // ---- reservations --------------------------------------------------------------------------------------------
+
+  private async watchReservations(kc: k8s.KubeConfig): Promise<void> {
+    const api = kc.makeApiClient(k8s.CustomObjectsApi);
+    const informer = k8s.makeInformer<k8s.KubernetesObject>(
+      kc,
+      `/apis/${API_GROUP}/${API_VERSION}/reservations`,
+      () => api.listClusterCustomObject({ group: API_GROUP, version: API_VERSION, plural: 'reservations' }) as Promise<k8s.KubernetesListObject<k8s.KubernetesObject>>,
+    );
+    const poke = () => void this.reconcile();
+    informer.on('add', poke);
+    informer.on('update', poke);
+    informer.on('delete', poke);
+    informer.on('error', (e: unknown) => {
+      if (this.stopped) return;
+      this.o.log.warn('reservation watch failed; restarting', errorFields(e));
+      setTimeout(() => {
+        if (!this.stopped) void informer.start().catch(() => undefined);
+      }, 2000);
+    });
+    this.informer = informer;
+    this.reservationObjs = () => informer.list() as ReservationObject[];
+    try {
+      await informer.start();
+    } catch (e) {
+      this.o.log.warn('reservation watch could not start (is the Reservation CRD installed?)', errorFields(e));
+    }
+  }
+
+  // ---- endpoints -----------------------------------------------------------------------------------------------
+
+  reconcile(): Promise<void> {
+    return this.serialized(async () => {
+      if (this.stopped) return;
+      await this.loadAtoms();
+      const desired = new Map<string, { atoms?: string[]; reservationId?: string }>();
+      for (const [cls, resource] of Object.entries(RESOURCE_OF_CLASS)) {
+        if ([...this.atoms.values()].some((a) => a.class === cls)) desired.set(resource!, {});
+      }
+      for (const [resource, r] of activeReservations(this.reservationObjs(), this.o.nodeName, this.o.clock.now())) {
+        desired.set(resource, { atoms: r.atoms, reservationId: r.id });
+      }
+      for (const [resource, s] of [...this.served]) {
+        if (desired.has(resource)) continue;
+        await s.endpoint.stop();
+        this.served.delete(resource);
+        this.o.log.info('stopped device plugin endpoint', { resource });
+      }
+      for (const [resource, d] of desired) {
+        const s = this.served.get(resource);
+        if (s) {
+          if (d.atoms && JSON.stringify(d.atoms) !== JSON.stringify(s.atoms)) s.atoms = d.atoms;
+          s.endpoint.update();
+          if (!s.endpoint.socketExists()) {
+            // The kubelet removed it (it clears the directory when it starts): serve and register again.
+            await s.endpoint.stop();
+            await s.endpoint.start();
+            s.registered = false;
+          }
+          continue;
+        }
+        const served: Served = { endpoint: undefined as unknown as DevicePluginEndpoint, registered: false };
+        if (d.atoms) served.atoms = d.atoms;
+        if (d.reservationId) served.reservationId = d.reservationId;
+        served.endpoint = new DevicePluginEndpoint(this.o.devicePluginDir, socketNameOf(resource), this.handler(resource, served), this.o.log);
+        await served.endpoint.start();
+        this.served.set(resource, served);
+        this.o.log.info('serving device plugin endpoint', { resource, devices: served.endpoint.resource && this.devicesOf(resource, served).length });
+      }
+      await this.registerPending();
+    });
+  }
+
+  private async registerPending(): Promise<void> {
+    if (!fs.existsSync(this.kubeletSocket)) return;
+    for (const [resource, s] of this.served) {
+      if (s.registered) continue;
+      try {
+        await s.endpoint.register(this.kubeletSocket);
+        s.registered = true;
+        this.o.log.info('registered with the kubelet', { resource });
+      } catch (e) {
+        this.o.log.warn('registration failed; will retry', { resource, ...errorFields(e) });
+      }
+    }
+  }
+
+  private devicesOf(resource: string, s: Served): PluginDevice[] {
+    const toDevice = (a: AtomInfo | undefined, id: string): PluginDevice => ({
+      ID: id,
+      health: a && a.healthy ? 'Healthy' : 'Unhealthy',
+      ...(a?.numaNode !== undefined ? { numaNode: a.numaNode } : {}),
+    });
+    if (s.atoms) return s.atoms.map((id) => toDevice(this.atoms.get(id), id));
+    const cls = GENERIC_RESOURCES[resource];
+    return [...this.atoms.values()].filter((a) => a.class === cls).map((a) => toDevice(a, a.id));
+  }
+
+  private handler(resource: string, s: Served): EndpointHandler {
+    const generic = GENERIC_RESOURCES[resource];
+    return {
+      resource,
+      preferredAllocation: generic !== undefined,
+      devices: () => this.devicesOf(resource, s),
+      preferred: async (available, mustInclude, size) => {
+        if (!generic) return [...mustInclude, ...available.filter((a) => !mustInclude.includes(a))].slice(0, size);
+        const adm = await currentAdmission(this.o.db, this.o.nodeName);
+        const done = adm ? (this.allocatedFor.get(adm.podUid) ?? new Set<string>()) : new Set<string>();
+        const booked = (adm?.atoms ?? []).filter((a) => this.classOf(a) === generic && !done.has(a) && available.includes(a));
+        return [...new Set([...mustInclude, ...booked])].slice(0, size);
+      },
+      allocate: async (ids) => {
+        if (s.reservationId) {
+          const outside = ids.filter((id) => !(s.atoms ?? []).includes(id));
+          if (outside.length) throw new RefusedError(`${outside.join(',')} are not atoms of reservation ${s.reservationId} on this node`);
+          await this.guard6(ids);
+          this.o.log.info('allocated reservation atoms', { resource, atoms: ids });
+          return { ...this.envs(ids), BETTERCOMPUTE_RESERVATION: s.reservationId };
+        }
+        const adm = await currentAdmission(this.o.db, this.o.nodeName);
+        if (!adm || adm.atoms.length === 0) {
+          throw new RefusedError(`no on-demand admission is in flight on ${this.o.nodeName}: ${resource} goes only to pods bound by the scheduler extender`);
+        }
+        const notBooked = ids.filter((id) => !adm.atoms.includes(id));
+        if (notBooked.length) {
+          throw new RefusedError(`the kubelet chose ${ids.join(',')}, but pod ${adm.namespace}/${adm.podName} was booked ${adm.atoms.join(',')}`);
+        }
+        await this.guard6(ids);
+        const done = this.allocatedFor.get(adm.podUid) ?? new Set<string>();
+        for (const id of ids) done.add(id);
+        this.allocatedFor.set(adm.podUid, done);
+        if (adm.atoms.every((a) => done.has(a))) {
+          await dropAdmission(this.o.db, this.o.nodeName, adm.podUid);
+          this.allocatedFor.delete(adm.podUid);
+        }
+        this.o.log.info('allocated on-demand atoms', { resource, pod: `${adm.namespace}/${adm.podName}`, atoms: ids });
+        return this.envs(ids);
+      },
+    };
+  }
+
+  private classOf(atom: string): DeviceClass | undefined {
+    const a = this.atoms.get(atom);
+    if (a) return a.class;
+    if (/\/gi\d+\/ci\d+$/.test(atom)) return 'gpu.mig';
+    if (/\/s\d+$/.test(atom)) return 'gpu.slot';
+    return 'gpu';
+  }
+
+  private envs(ids: string[]): Record<string, string> {
+    const sorted = [...ids].sort();
+    const visible = [...new Set(sorted.map((id) => this.atoms.get(id)?.visible ?? id.replace(/\/s\d+$/, '')))];
+    return { NVIDIA_VISIBLE_DEVICES: visible.join(','), BETTERCOMPUTE_ATOMS: sorted.join(',') };
+  }
+
+  /** Guard 6: no atom (nor its GPU, nor a part of it) that another live container holds. */
+  private async guard6(ids: string[]): Promise<void> {
+    let held;
+    try {
+      held = await this.podResources.held(OUR_RESOURCE);
+    } catch (e) {
+      throw new RefusedError(`cannot check which atoms live containers hold (PodResources API): ${(e as Error).message}`);
+    }
+    const gpuOf = (id: string) => this.atoms.get(id)?.gpu ?? id.replace(/\/(gi\d+\/ci\d+|s\d+)$/, '');
+    for (const id of ids) {
+      const h = held.get(id);
+      if (h) throw new RefusedError(`atom ${id} is held by ${h.pod} (container ${h.container}, ${h.resource})`);
+      const gpu = gpuOf(id);
+      const isWhole = gpu === id;
+      for (const [atom, holder] of held) {
+        const sameGpu = gpuOf(atom) === gpu;
+        if (sameGpu && (isWhole || atom === gpu)) {
+          throw new RefusedError(`atom ${id} overlaps ${atom}, held by ${holder.pod} (container ${holder.container})`);
+        }
+      }
+    }
+  }
+}
