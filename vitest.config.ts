@@ -28,7 +28,8 @@ export default defineConfig({
         test: {
           name: 'cluster',
           include: ['e2e/cluster/**/*.test.ts'],
-          globalSetup: ['e2e/cluster/global-setup.ts'],
+          // PostgreSQL too: the controller suites book into a database cloned per file (test/support/db.ts).
+          globalSetup: ['e2e/cluster/global-setup.ts', 'test/support/pg-global-setup.ts'],
           testTimeout: 180_000,
           hookTimeout: 180_000,
           // One shared cluster whose components tests restart: files one at a time, after the other projects.

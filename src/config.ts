@@ -24,6 +24,21 @@ const ConfigSchema = z.object({
   serverUrl: z.string().url(),
   token: z.string().min(1).optional(),
   tenant: z.string().min(1).optional(),
+  /** `controller`: the namespace of its Lease (and Deployment); the replica's identity in the Lease (POD_NAME). */
+  controllerNamespace: z.string().min(1).max(63),
+  podName: z.string().min(1).optional(),
+  /** `controller` leader election (milliseconds): lease duration, renew deadline, retry period. */
+  leaseDurationMs: durationMs('BETTER_COMPUTE_LEASE_DURATION'),
+  renewDeadlineMs: durationMs('BETTER_COMPUTE_RENEW_DEADLINE'),
+  retryPeriodMs: durationMs('BETTER_COMPUTE_RETRY_PERIOD'),
+  /** `controller` watches: server-side timeout, and how long a silent watch may stay silent before it is restarted. */
+  watchTimeoutMs: durationMs('BETTER_COMPUTE_WATCH_TIMEOUT'),
+  watchLivenessMs: durationMs('BETTER_COMPUTE_WATCH_LIVENESS'),
+  /** `controller` leader jobs: Pool status capacity refresh, lease expiry, full resync; a Pending Reservation's longest backoff. */
+  capacityRefreshMs: durationMs('BETTER_COMPUTE_CAPACITY_REFRESH'),
+  expireEveryMs: durationMs('BETTER_COMPUTE_EXPIRE_EVERY'),
+  resyncEveryMs: durationMs('BETTER_COMPUTE_RESYNC_EVERY'),
+  pendingMaxBackoffMs: durationMs('BETTER_COMPUTE_PENDING_MAX_BACKOFF'),
   /** `agent`: this node's name (the downward API's spec.nodeName), and where its devices come from. */
   nodeName: z.string().min(1).optional(),
   /** `agent`: a JSON file with a NodeDevices spec (simulated GPUs); without one, nvidia-smi is run. */
@@ -69,6 +84,17 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       serverUrl: env.BETTER_COMPUTE_SERVER || 'http://127.0.0.1:8080',
       token: env.BETTER_COMPUTE_TOKEN || undefined,
       tenant: env.BETTER_COMPUTE_TENANT || undefined,
+      controllerNamespace: env.BETTER_COMPUTE_NAMESPACE || env.POD_NAMESPACE || 'better-compute-system',
+      podName: env.POD_NAME || undefined,
+      leaseDurationMs: env.BETTER_COMPUTE_LEASE_DURATION || '15s',
+      renewDeadlineMs: env.BETTER_COMPUTE_RENEW_DEADLINE || '10s',
+      retryPeriodMs: env.BETTER_COMPUTE_RETRY_PERIOD || '2s',
+      watchTimeoutMs: env.BETTER_COMPUTE_WATCH_TIMEOUT || '60s',
+      watchLivenessMs: env.BETTER_COMPUTE_WATCH_LIVENESS || '90s',
+      capacityRefreshMs: env.BETTER_COMPUTE_CAPACITY_REFRESH || '30s',
+      expireEveryMs: env.BETTER_COMPUTE_EXPIRE_EVERY || '10s',
+      resyncEveryMs: env.BETTER_COMPUTE_RESYNC_EVERY || '5m',
+      pendingMaxBackoffMs: env.BETTER_COMPUTE_PENDING_MAX_BACKOFF || '30s',
       nodeName: env.NODE_NAME || undefined,
       devicesFile: env.BETTER_COMPUTE_DEVICES_FILE || undefined,
       devicePluginDir: env.BETTER_COMPUTE_DEVICE_PLUGIN_DIR || '/var/lib/kubelet/device-plugins',

@@ -12,6 +12,7 @@ const USAGE = `usage: better-compute <command> [options]
 commands:
   migrate            apply the database migrations (embedded PostgreSQL unless DATABASE_URL is set)
   serve              run the capacity API and /metrics (migrates first; see serve --help)
+  controller         run the controller: reservations, pools, nodes and inventory from Kubernetes (see README "Controller")
   agent              run the node agent: device discovery, NodeDevices, kubelet device plugins (see agent --help)
   capacity           capacity summary, pool rows, placement preview, GPU timeline (see capacity --help)
 `;
@@ -38,6 +39,11 @@ const commands: Record<string, Command> = {
     return 0;
   },
   serve: (argv) => serveCommand(argv, loadConfig()),
+  async controller() {
+    const config = loadConfig();
+    const { controllerCommand } = await import('../controller/run.ts');
+    return controllerCommand(config, createLogger({ level: config.logLevel }));
+  },
   async agent(argv) {
     const config = loadConfig();
     const { agentCommand } = await import('../agent/run.ts');

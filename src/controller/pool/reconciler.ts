@@ -1,0 +1,101 @@
+// Pool → the ledger's pools row (upsertPool, id kept per name), status.poolId, and status.capacity refreshed from the
+// rollup every capacityRefreshMs. A deleted Pool is archived in the ledger (its bookings and history stay).
+import { poolCapacity } from '../../db/capacity.ts';
+import { upsertPool, type PoolSpec } from '../../db/inventory.ts';
+import { FencedError } from '../../db/ledger.ts';
+import type { ControllerContext } from '../context.ts';
+import { fenced } from '../fence.ts';
+import type { ReconcileResult } from '../queue.ts';
+import { findCondition, sameJson, setCondition, type PoolCR } from '../types.ts';
+
+export function toPoolSpec(p: PoolCR): PoolSpec {
+  const s = p.spec;
+  return {
+    name: p.metadata.name,
+    ownerTenant: s.ownerTenant,
+    gpuModel: s.gpuModel ?? null,
+    sharing: s.sharing ?? 'exclusive',
+    slotsPerGpu: s.slotsPerGpu ?? 1,
+    topologyKey: s.topologyKey ?? 'topology.kubernetes.io/zone',
+    nodeSelector: s.nodeSelector ?? {},
+    overcommit: s.overcommit ?? {},
+    archived: s.archived ?? false,
+    offerings: (s.offerings ?? []).map((o) => ({ tenantId: o.tenant, quota: { ...(o.quota ?? {}) } })),
+  };
+}
+
+export class PoolReconciler {
+  /** The last spec seen per Pool name, to archive a Pool deleted while we watched. */
+  private readonly lastSpec = new Map<string, PoolSpec>();
+  /** `${generation}` last upserted per Pool name by this leader. */
+  private readonly upserted = new Map<string, number>();
+
+  constructor(private readonly ctx: ControllerContext) {}
+
+  async reconcile(name: string): Promise<ReconcileResult> {
+    const ctx = this.ctx;
+    const pool = ctx.informers.pools.get(name);
+    if (!pool) {
+      const last = this.lastSpec.get(name);
+      if (last) {
+        await fenced(ctx.db, ctx.fence(), (tx) => upsertPool(tx, { ...last, archived: true }));
+        this.lastSpec.delete(name);
+        this.upserted.delete(name);
+        const id = ctx.poolIds.get(name);
+        if (id) ctx.ledger.invalidate(id);
+        ctx.log.info('pool deleted; archived in the ledger', { pool: name, poolId: id });
+      }
+      for (const n of ctx.informers.nodes.list()) ctx.queues.nodes.add(n.metadata.name);
+      return;
+    }
+    const generation = pool.metadata.generation ?? 0;
+    let poolId = ctx.poolIds.get(name);
+    if (!poolId || this.upserted.get(name) !== generation) {
+      const spec = toPoolSpec(pool);
+      try {
+        poolId = await fenced(ctx.db, ctx.fence(), (tx) => upsertPool(tx, spec));
+      } catch (e) {
+        if (e instanceof FencedError) throw e;
+        await this.writeStatus(pool, undefined, { status: 'False', reason: 'SyncFailed', message: (e as Error).message });
+        throw e;
+      }
+      const moved = ctx.poolIds.get(name) !== poolId;
+      ctx.poolIds.set(name, poolId);
+      this.lastSpec.set(name, spec);
+      this.upserted.set(name, generation);
+      ctx.ledger.invalidate(poolId);
+      ctx.log.info('pool synced', { pool: name, poolId, generation });
+      // Membership, sharing mode or offerings may have changed: nodes map again, Pending reservations try again.
+      for (const n of ctx.informers.nodes.list()) ctx.queues.nodes.add(n.metadata.name);
+      if (moved) for (const d of ctx.informers.nodeDevices.list()) ctx.queues.nodeDevices.add(d.metadata.name);
+      ctx.wakePending(name);
+    }
+    await this.writeStatus(pool, poolId, { status: 'True', reason: 'Synced', message: `pool ${poolId} is in the ledger` });
+    return { requeueAfterMs: ctx.tuning.capacityRefreshMs };
+  }
+
+  private async writeStatus(
+    pool: PoolCR,
+    poolId: string | undefined,
+    ready: { status: 'True' | 'False'; reason: string; message: string },
+  ): Promise<void> {
+    const ctx = this.ctx;
+    const rows = poolId ? await poolCapacity(ctx.db, poolId) : [];
+    const capacity = rows.map(({ poolId: _p, updatedAt: _u, ...r }) => r);
+    const prev = pool.status;
+    const conditions = setCondition(prev?.conditions, { type: 'Ready', ...ready, observedGeneration: pool.metadata.generation ?? 0 }, ctx.nowIso());
+    const same =
+      prev?.poolId === poolId &&
+      prev?.observedGeneration === pool.metadata.generation &&
+      sameJson(prev?.capacity ?? [], capacity) &&
+      findCondition(prev?.conditions, 'Ready')?.reason === ready.reason;
+    if (same) return;
+    await ctx.kube.patchPoolStatus(pool.metadata.name, {
+      ...(poolId ? { poolId } : {}),
+      observedGeneration: pool.metadata.generation ?? 0,
+      conditions,
+      capacity,
+      updatedAt: ctx.nowIso(),
+    });
+  }
+}

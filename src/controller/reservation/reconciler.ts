@@ -1,0 +1,275 @@
+// Reservation → a booking in the ledger, idempotent on metadata.uid: a reconcile that runs again after a crash (or on
+// another leader) gets the same booking back. Status, the Reserved condition and an Event for every transition and
+// refusal; Pending ones retry with backoff and are woken when capacity changes; deletion releases the booking, then
+// removes the finalizer.
+import { parseInput, ReservationCreateInput, ValidationError } from '../../api/schemas.ts';
+import type { ReservationView, ReserveOutcome } from '../../db/ledger.ts';
+import type { ControllerContext } from '../context.ts';
+import { poolIdOf } from '../context.ts';
+import { statusOf } from '../kube.ts';
+import type { ReconcileResult } from '../queue.ts';
+import { reservationIdByKey } from './lookup.ts';
+import {
+  RESERVATION_FINALIZER,
+  TENANT_LABEL,
+  findCondition,
+  reservationResourceName,
+  sameJson,
+  setCondition,
+  splitKey,
+  type Reservation,
+  type ReservationPhase,
+  type ReservationStatus,
+} from '../types.ts';
+
+const iso = (ms: number | null | undefined): string | undefined =>
+  ms === null || ms === undefined || !Number.isFinite(ms) ? undefined : new Date(ms).toISOString();
+
+/** The Reservation's spec as the ledger's reservations.create input (validated exactly as the API validates it). */
+export function toCreateInput(r: Reservation, tenantId: string, poolId: string): ReservationCreateInput {
+  const s = r.spec;
+  const start = s.start === undefined ? undefined : Date.parse(s.start);
+  if (start !== undefined && Number.isNaN(start)) {
+    throw new ValidationError([{ path: 'spec.start', message: 'must be an RFC 3339 date-time' }]);
+  }
+  const raw: Record<string, unknown> = {
+    tenantId,
+    poolId,
+    devices: s.devices,
+    topology: s.topology,
+    start,
+    duration: s.duration,
+    binding: s.binding ?? 'hold',
+    resources: s.resources,
+    leaseSeconds: s.leaseSeconds,
+    spot: s.spot,
+    gang: s.gang,
+    idempotencyKey: r.metadata.uid,
+  };
+  for (const k of Object.keys(raw)) if (raw[k] === undefined) delete raw[k];
+  return parseInput(ReservationCreateInput, raw);
+}
+
+const PHASE_OF_STATE: Record<ReservationView['state'], ReservationPhase> = {
+  held: 'Reserved',
+  confirmed: 'Reserved',
+  released: 'Released',
+  expired: 'Expired',
+};
+
+interface Verdict {
+  phase: ReservationPhase;
+  status: 'True' | 'False';
+  reason: string;
+  message: string;
+  /** Event type; Normal for progress, Warning for refusals. */
+  eventType: 'Normal' | 'Warning';
+}
+
+export class ReservationReconciler {
+  /** `${uid}|${phase}|${reason}` of the last Event per Reservation key: the cache may lag our own status writes. */
+  private readonly lastEvent = new Map<string, string>();
+
+  constructor(private readonly ctx: ControllerContext) {}
+
+  async reconcile(key: string): Promise<ReconcileResult> {
+    const ctx = this.ctx;
+    const { namespace, name } = splitKey(key);
+    let r = ctx.informers.reservations.get(key);
+    if (!r || !namespace) return;
+
+    if (r.metadata.deletionTimestamp) return this.finalize(r);
+
+    if (!(r.metadata.finalizers ?? []).includes(RESERVATION_FINALIZER)) {
+      try {
+        r = {
+          ...r,
+          ...(await ctx.kube.setReservationFinalizers(
+            namespace,
+            name,
+            [...(r.metadata.finalizers ?? []), RESERVATION_FINALIZER],
+            r.metadata.resourceVersion ?? '',
+          )),
+        };
+      } catch (e) {
+        if (statusOf(e) === 409 || statusOf(e) === 404) return { requeueAfterMs: 200 };
+        throw e;
+      }
+    }
+
+    const st = r.status ?? {};
+    // Already booked: mirror the ledger's state (held → confirmed, expired, released elsewhere).
+    if (st.reservationId) {
+      const view = await ctx.ledger.get(st.reservationId);
+      if (view) {
+        await this.writeBooked(r, view, st.tenant ?? view.tenantId, false);
+        return view.state === 'held' && view.leaseExpiresAt ? { requeueAfterMs: Math.max(1000, view.leaseExpiresAt - ctx.clock.now() + 500) } : undefined;
+      }
+    }
+    if (st.phase === 'Failed' && st.observedGeneration === r.metadata.generation) return;
+    if (st.phase === 'Released' || st.phase === 'Expired') return;
+
+    // The tenant: pinned in status once known, so a relabelled namespace cannot book twice under two tenants.
+    let tenant = st.tenant;
+    if (!tenant) {
+      const ns = ctx.informers.namespaces.get(namespace);
+      if (!ns) return { requeueAfterMs: 500 };
+      tenant = ns.metadata.labels?.[TENANT_LABEL] || namespace;
+    }
+
+    const pool = ctx.informers.pools.get(r.spec.pool);
+    const poolId = pool ? poolIdOf(ctx, r.spec.pool) : undefined;
+    // The Pool exists but its reconcile has not put it in the ledger yet: that wakes Pending reservations soon.
+    if (pool && !poolId && !pool.status?.poolId) return { requeueAfterMs: 500 };
+    if (!poolId) {
+      await this.writeVerdict(r, tenant, undefined, {
+        phase: 'Pending',
+        status: 'False',
+        reason: 'PoolNotFound',
+        message: pool ? `pool ${r.spec.pool} is not in the ledger yet` : `no Pool named ${r.spec.pool}`,
+        eventType: 'Warning',
+      });
+      return { backoff: true };
+    }
+
+    let input: ReservationCreateInput;
+    try {
+      input = toCreateInput(r, tenant, poolId);
+    } catch (e) {
+      if (!(e instanceof ValidationError)) throw e;
+      await this.writeVerdict(r, tenant, poolId, { phase: 'Failed', status: 'False', reason: 'Invalid', message: e.message, eventType: 'Warning' });
+      return;
+    }
+
+    const outcome: ReserveOutcome = await ctx.ledger.reserve(input, ctx.clock.now());
+    if (outcome.ok) {
+      await this.writeBooked(r, outcome.reservation, tenant, true);
+      return;
+    }
+    const verdicts: Record<Exclude<typeof outcome.code, never>, Omit<Verdict, 'message'>> = {
+      NO_CAPACITY: { phase: 'Pending', status: 'False', reason: 'Unschedulable', eventType: 'Warning' },
+      QUOTA_EXCEEDED: { phase: 'Pending', status: 'False', reason: 'QuotaExceeded', eventType: 'Warning' },
+      NOT_FOUND: { phase: 'Pending', status: 'False', reason: 'PoolNotOffered', eventType: 'Warning' },
+      POOL_ARCHIVED: { phase: 'Pending', status: 'False', reason: 'PoolArchived', eventType: 'Warning' },
+      CONTENDED: { phase: 'Pending', status: 'False', reason: 'Contended', eventType: 'Normal' },
+      IDEMPOTENCY_MISMATCH: { phase: 'Failed', status: 'False', reason: 'IdempotencyMismatch', eventType: 'Warning' },
+    };
+    const v = verdicts[outcome.code];
+    const message =
+      outcome.code === 'NOT_FOUND' ? `pool ${r.spec.pool} is not offered to tenant ${tenant}` : outcome.message;
+    await this.writeVerdict(r, tenant, poolId, { ...v, message });
+    if (v.phase === 'Failed') return;
+    if (outcome.code === 'CONTENDED') return { requeueAfterMs: 100 };
+    return { backoff: true };
+  }
+
+  private async finalize(r: Reservation): Promise<ReconcileResult> {
+    const ctx = this.ctx;
+    const { namespace, name } = { namespace: r.metadata.namespace!, name: r.metadata.name };
+    if (!(r.metadata.finalizers ?? []).includes(RESERVATION_FINALIZER)) return;
+    this.lastEvent.delete(`${namespace}/${name}`);
+    let id = r.status?.reservationId;
+    if (!id && r.metadata.uid) {
+      const tenant = r.status?.tenant ?? ctx.informers.namespaces.get(namespace)?.metadata.labels?.[TENANT_LABEL] ?? namespace;
+      id = await reservationIdByKey(ctx.db, tenant, r.metadata.uid);
+    }
+    if (id) {
+      const released = await ctx.ledger.release(id);
+      if (released) {
+        ctx.log.info('reservation released', { reservation: `${namespace}/${name}`, reservationId: id });
+        await ctx.event(r, 'Reservation', { type: 'Normal', reason: 'Released', message: `released ${id}; its atoms are free from now` });
+      }
+      const view = await ctx.ledger.get(id);
+      if (view) ctx.wakePending(ctx.poolNameOf(view.poolId));
+    }
+    try {
+      await ctx.kube.setReservationFinalizers(
+        namespace,
+        name,
+        (r.metadata.finalizers ?? []).filter((f) => f !== RESERVATION_FINALIZER),
+        r.metadata.resourceVersion ?? '',
+      );
+    } catch (e) {
+      if (statusOf(e) === 404) return;
+      if (statusOf(e) === 409) return { requeueAfterMs: 200 };
+      throw e;
+    }
+  }
+
+  private async writeBooked(r: Reservation, view: ReservationView, tenant: string, fresh: boolean): Promise<void> {
+    const phase = PHASE_OF_STATE[view.state];
+    const atoms = view.allocations.reduce((n, a) => n + a.atoms.length, 0);
+    const nodes = view.allocations.map((a) => a.nodeId);
+    const messages: Record<ReservationPhase, string> = {
+      Reserved: `${atoms} atoms on ${nodes.join(', ')} from ${iso(view.start)} to ${iso(view.end)}${view.state === 'held' ? `, held until ${iso(view.leaseExpiresAt)}` : ''}`,
+      Released: `released ${view.id}`,
+      Expired: `the hold of ${view.id} ran out before it was confirmed`,
+      Pending: '',
+      Failed: '',
+    };
+    const reasons: Record<ReservationPhase, string> = {
+      Reserved: view.state === 'held' ? 'Held' : 'Reserved',
+      Released: 'Released',
+      Expired: 'Expired',
+      Pending: '',
+      Failed: '',
+    };
+    const status: ReservationStatus = {
+      phase,
+      reservationId: view.id,
+      resourceName: reservationResourceName(view.id),
+      tenant,
+      poolId: view.poolId,
+      allocations: view.allocations.map((a) => ({ node: a.nodeId, atoms: [...a.atoms] })),
+      atoms,
+      nodes: nodes.join(','),
+      ...(iso(view.start) ? { start: iso(view.start) } : {}),
+      ...(iso(view.end) ? { end: iso(view.end) } : {}),
+      ...(iso(view.leaseExpiresAt) ? { leaseExpiresAt: iso(view.leaseExpiresAt) } : {}),
+    };
+    if (fresh) this.ctx.log.info('reservation booked', { reservation: `${r.metadata.namespace}/${r.metadata.name}`, reservationId: view.id, nodes });
+    await this.writeStatus(r, status, {
+      phase,
+      status: phase === 'Reserved' ? 'True' : 'False',
+      reason: reasons[phase],
+      message: messages[phase],
+      eventType: 'Normal',
+    });
+  }
+
+  private async writeVerdict(r: Reservation, tenant: string, poolId: string | undefined, v: Verdict): Promise<void> {
+    await this.writeStatus(r, { phase: v.phase, tenant, ...(poolId ? { poolId } : {}) }, v);
+  }
+
+  /** Writes status and the Reserved condition when they changed; an Event when the phase or reason changed. */
+  private async writeStatus(r: Reservation, status: ReservationStatus, v: Verdict): Promise<void> {
+    const ctx = this.ctx;
+    const prev = r.status ?? {};
+    const prevCond = findCondition(prev.conditions, 'Reserved');
+    const conditions = setCondition(
+      prev.conditions,
+      { type: 'Reserved', status: v.status, reason: v.reason, message: v.message, observedGeneration: r.metadata.generation ?? 0 },
+      ctx.nowIso(),
+    );
+    const next: ReservationStatus = { ...status, observedGeneration: r.metadata.generation ?? 0, conditions };
+    const changed =
+      prev.phase !== next.phase ||
+      prevCond?.reason !== v.reason ||
+      prevCond?.message !== v.message ||
+      prev.observedGeneration !== next.observedGeneration ||
+      !sameJson({ ...prev, conditions: undefined }, { ...next, conditions: undefined });
+    if (!changed) return;
+    const key = `${r.metadata.namespace}/${r.metadata.name}`;
+    const stamp = `${r.metadata.uid}|${v.phase}|${v.reason}`;
+    if ((prev.phase !== v.phase || prevCond?.reason !== v.reason) && this.lastEvent.get(key) !== stamp) {
+      this.lastEvent.set(key, stamp);
+      await ctx.event(r, 'Reservation', { type: v.eventType, reason: v.reason, message: v.message });
+    }
+    try {
+      await ctx.kube.patchReservationStatus(r.metadata.namespace!, r.metadata.name, next as Record<string, unknown>);
+    } catch (e) {
+      if (statusOf(e) === 404) return;
+      throw e;
+    }
+  }
+}

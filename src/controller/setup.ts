@@ -1,0 +1,233 @@
+// setupControllers(): the informers (Reservations, Pools, Nodes, NodeDevices, Namespaces), one keyed work queue and
+// reconciler per kind, and the wiring between them. Informers run on every replica (a warm cache for a fast
+// takeover); the queues' workers run only while this replica leads (startLeading / stopLeading).
+import type { KubeConfig } from '@kubernetes/client-node';
+import type { DbClock } from '../db/clock.ts';
+import { FencedError, type Fence, type Ledger } from '../db/ledger.ts';
+import type { Db } from '../db/pool.ts';
+import { errorFields, type Logger } from '../log.ts';
+import type { ControllerContext, ControllerTuning } from './context.ts';
+import { Informer } from './informer.ts';
+import { KubeClient, PLURALS } from './kube.ts';
+import type { ControllerMetrics } from './metrics.ts';
+import { NodeReconciler } from './node/reconciler.ts';
+import { NodeDevicesReconciler } from './nodedevices/reconciler.ts';
+import { PoolReconciler } from './pool/reconciler.ts';
+import { WorkQueue, type ReconcileResult } from './queue.ts';
+import { ReservationReconciler } from './reservation/reconciler.ts';
+import { GROUP, keyOf, VERSION, type KubeObject, type Reservation } from './types.ts';
+
+export interface SetupOptions {
+  kc: KubeConfig;
+  kube: KubeClient;
+  db: Db;
+  ledger: Ledger;
+  clock: DbClock;
+  log: Logger;
+  fence: () => Fence;
+  metrics: ControllerMetrics;
+  tuning: ControllerTuning;
+  watchTimeoutSeconds: number;
+  watchLivenessMs: number;
+}
+
+export interface Controllers {
+  ctx: ControllerContext;
+  /** Starts the informers (every replica). */
+  startInformers(): void;
+  /** Waits for every informer's first list. */
+  synced(): Promise<void>;
+  /** Starts the workers and queues every known object once (the leader). */
+  startLeading(): Promise<void>;
+  /** Stops the workers at once; keys in progress finish (their writes fail at the fence). */
+  stopLeading(): Promise<void>;
+  /** Queues every known object again (the leader's periodic resync: nothing missed stays missed). */
+  resync(): void;
+  /** Queues the Reservations whose booking has one of these ledger ids (e.g. leases that expired). */
+  wakeReservations(ids: readonly string[]): void;
+  /** Stops everything. */
+  stop(): Promise<void>;
+}
+
+const generationChanged = (a: KubeObject, b: KubeObject) =>
+  a.metadata.generation !== b.metadata.generation ||
+  String(a.metadata.deletionTimestamp ?? '') !== String(b.metadata.deletionTimestamp ?? '') ||
+  (a.metadata.finalizers ?? []).join() !== (b.metadata.finalizers ?? []).join();
+
+export function setupControllers(o: SetupOptions): Controllers {
+  const log = o.log;
+  const informer = <T extends KubeObject>(name: string, path: string, list: () => Promise<{ items: T[] }>) =>
+    new Informer<T>({
+      name,
+      kc: o.kc,
+      path,
+      list,
+      log,
+      watchTimeoutSeconds: o.watchTimeoutSeconds,
+      livenessMs: o.watchLivenessMs,
+      onRestart: (n, why) => o.metrics.watchRestarted(n, why),
+    });
+  const crPath = (plural: string) => `/apis/${GROUP}/${VERSION}/${plural}`;
+  const informers: ControllerContext['informers'] = {
+    reservations: informer('reservations', crPath(PLURALS.reservations), o.kube.listReservations),
+    pools: informer('pools', crPath(PLURALS.pools), o.kube.listPools),
+    nodes: informer('nodes', '/api/v1/nodes', o.kube.listNodes),
+    nodeDevices: informer('nodedevices', crPath(PLURALS.nodedevices), o.kube.listNodeDevices),
+    namespaces: informer('namespaces', '/api/v1/namespaces', o.kube.listNamespaces),
+  };
+  const queue = (name: string, workers: number, maxDelayMs = 60_000) =>
+    new WorkQueue({ name, workers, log, maxDelayMs, onProcessed: (n, s, outcome) => o.metrics.reconciled(n, s, outcome) });
+  const queues: ControllerContext['queues'] = {
+    reservations: queue('reservations', o.tuning.reservationWorkers, o.tuning.pendingMaxBackoffMs),
+    pools: queue('pools', 1),
+    nodes: queue('nodes', 2),
+    nodeDevices: queue('nodedevices', 2),
+  };
+
+  const ctx: ControllerContext = {
+    db: o.db,
+    ledger: o.ledger,
+    clock: o.clock,
+    kube: o.kube,
+    log,
+    fence: o.fence,
+    metrics: o.metrics,
+    tuning: o.tuning,
+    informers,
+    queues,
+    poolIds: new Map(),
+    nodeWritten: new Map(),
+    inventoryApplied: new Map(),
+    async event(obj, kind, e) {
+      try {
+        await o.kube.event(obj, kind, e);
+      } catch (err) {
+        log.warn('writing an event failed', { object: keyOf(obj), reason: e.reason, ...errorFields(err) });
+      }
+    },
+    nowIso: () => new Date().toISOString().replace(/\.\d+Z$/, 'Z'),
+    wakePending(poolName) {
+      if (!poolName) return;
+      for (const r of informers.reservations.list()) {
+        const phase = r.status?.phase;
+        if (r.spec?.pool === poolName && (phase === undefined || phase === 'Pending')) {
+          queues.reservations.forget(keyOf(r));
+          queues.reservations.add(keyOf(r));
+        }
+      }
+    },
+    poolNameOf(poolId) {
+      if (!poolId) return undefined;
+      for (const [name, id] of ctx.poolIds) if (id === poolId) return name;
+      return informers.pools.list().find((p) => p.status?.poolId === poolId)?.metadata.name;
+    },
+  };
+
+  const reservations = new ReservationReconciler(ctx);
+  const pools = new PoolReconciler(ctx);
+  const nodes = new NodeReconciler(ctx);
+  const nodeDevices = new NodeDevicesReconciler(ctx, (name) => nodes.reconcile(name));
+
+  // Event handlers: a key per change. Status-only updates (our own writes) do not wake a key.
+  informers.reservations.on({
+    add: (r) => queues.reservations.add(keyOf(r)),
+    update: (a, b) => {
+      if (generationChanged(a, b)) queues.reservations.add(keyOf(b));
+    },
+    delete: (r: Reservation) => {
+      // Deleted without our finalizer (e.g. before we saw it): its booking, if any, is freed by the finalizer path
+      // only; capacity may have changed anyway.
+      ctx.wakePending(r.spec?.pool);
+    },
+  });
+  informers.pools.on({
+    add: (p) => queues.pools.add(keyOf(p)),
+    update: (a, b) => {
+      if (generationChanged(a, b)) queues.pools.add(keyOf(b));
+    },
+    delete: (p) => queues.pools.add(keyOf(p)),
+  });
+  informers.nodes.on({
+    add: (n) => queues.nodes.add(keyOf(n)),
+    update: (_a, b) => queues.nodes.add(keyOf(b)),
+    delete: (n) => queues.nodes.add(keyOf(n)),
+  });
+  informers.nodeDevices.on({
+    add: (d) => queues.nodeDevices.add(keyOf(d)),
+    update: (a, b) => {
+      if (generationChanged(a, b)) queues.nodeDevices.add(keyOf(b));
+    },
+    delete: (d) => queues.nodeDevices.add(keyOf(d)),
+  });
+  informers.namespaces.on({
+    // A namespace that appears can unblock reservations waiting for it.
+    add: (ns) => {
+      for (const r of informers.reservations.list()) if (r.metadata.namespace === ns.metadata.name && !r.status?.phase) queues.reservations.add(keyOf(r));
+    },
+  });
+
+  // A fenced write means another replica leads now: nothing to retry here.
+  const guard =
+    (name: string, fn: (key: string) => Promise<ReconcileResult>) =>
+    async (key: string): Promise<ReconcileResult> => {
+      try {
+        return await fn(key);
+      } catch (e) {
+        if (e instanceof FencedError) {
+          log.warn('write fenced: another replica leads', { controller: name, key });
+          return;
+        }
+        throw e;
+      }
+    };
+
+  let leading = false;
+  return {
+    ctx,
+    startInformers() {
+      for (const i of Object.values(informers)) i.start();
+    },
+    async synced() {
+      await Promise.all(Object.values(informers).map((i) => i.synced));
+    },
+    async startLeading() {
+      leading = true;
+      ctx.poolIds.clear();
+      ctx.nodeWritten.clear();
+      ctx.inventoryApplied.clear();
+      await this.synced();
+      if (!leading) return;
+      // Pools first, so that nodes find their poolIds; the other kinds wait for them by requeueing.
+      queues.pools.start(guard('pools', (k) => pools.reconcile(k)));
+      queues.nodes.start(guard('nodes', (k) => nodes.reconcile(k)));
+      queues.nodeDevices.start(guard('nodedevices', (k) => nodeDevices.reconcile(k)));
+      queues.reservations.start(guard('reservations', (k) => reservations.reconcile(k)));
+      for (const p of informers.pools.list()) queues.pools.add(keyOf(p));
+      for (const n of informers.nodes.list()) queues.nodes.add(keyOf(n));
+      for (const d of informers.nodeDevices.list()) queues.nodeDevices.add(keyOf(d));
+      for (const r of informers.reservations.list()) queues.reservations.add(keyOf(r));
+    },
+    resync() {
+      if (!leading) return;
+      for (const p of informers.pools.list()) queues.pools.add(keyOf(p));
+      for (const n of informers.nodes.list()) queues.nodes.add(keyOf(n));
+      for (const d of informers.nodeDevices.list()) queues.nodeDevices.add(keyOf(d));
+      for (const r of informers.reservations.list()) queues.reservations.add(keyOf(r));
+    },
+    wakeReservations(ids) {
+      const set = new Set(ids);
+      for (const r of informers.reservations.list()) {
+        if (r.status?.reservationId && set.has(r.status.reservationId)) queues.reservations.add(keyOf(r));
+      }
+    },
+    async stopLeading() {
+      leading = false;
+      await Promise.all(Object.values(queues).map((q) => q.stop()));
+    },
+    async stop() {
+      leading = false;
+      await Promise.all(Object.values(queues).map((q) => q.stop()));
+      await Promise.all(Object.values(informers).map((i) => i.stop()));
+    },
+  };
+}

@@ -1,0 +1,187 @@
+// The custom resources of group bettercompute.io/v1alpha1 (crds/), as the controller reads and writes them. The
+// OpenAPI schemas in crds/ are the authority on constraints; these types only name the fields.
+export const GROUP = 'bettercompute.io';
+export const VERSION = 'v1alpha1';
+export const API_VERSION = `${GROUP}/${VERSION}`;
+
+export const RESERVATION_FINALIZER = 'bettercompute.io/release';
+/** Namespace label naming the tenant; a namespace without it is its own tenant. */
+export const TENANT_LABEL = 'bettercompute.io/tenant';
+export const MAINTENANCE_LABEL = 'bettercompute.io/maintenance';
+export const ROLE_LABEL = 'bettercompute.io/role';
+export const TRUST_LABEL = 'bettercompute.io/trust';
+export const OWNER_TENANT_LABEL = 'bettercompute.io/owner-tenant';
+/** Taint of the test harness's simulated nodes; tolerated (it keeps stray pods away, not our bookings). */
+export const SIMULATED_TAINT = 'bettercompute.io/simulated';
+/** Prefix of the per-reservation extended resource the agent registers (docs/crds.md). */
+export const RESERVATION_RESOURCE_PREFIX = 'reservations.bettercompute.io/';
+
+export interface ObjectMeta {
+  name: string;
+  namespace?: string;
+  uid?: string;
+  generation?: number;
+  resourceVersion?: string;
+  creationTimestamp?: string | Date;
+  deletionTimestamp?: string | Date;
+  finalizers?: string[];
+  labels?: Record<string, string>;
+  annotations?: Record<string, string>;
+}
+
+export interface Condition {
+  type: string;
+  status: 'True' | 'False' | 'Unknown';
+  reason?: string;
+  message?: string;
+  lastTransitionTime?: string;
+  observedGeneration?: number;
+}
+
+export interface KubeObject {
+  apiVersion?: string;
+  kind?: string;
+  metadata: ObjectMeta;
+}
+
+export interface DeviceSpec {
+  class: 'gpu' | 'gpu.mig' | 'gpu.slot' | 'nic.vf' | 'disk' | 'node';
+  count: number;
+  selector?: Record<string, unknown>;
+  topology?: 'any' | 'nvlink-all';
+  sharing?: 'exclusive' | 'mig' | 'timeslice' | 'mps';
+}
+
+export interface ReservationSpec {
+  pool: string;
+  devices: DeviceSpec[];
+  topology?: 'any' | 'nvlink-all';
+  start?: string;
+  duration: string | number;
+  binding?: string;
+  resources?: { vcpu?: number; memoryGiB?: number; hugepages1Gi?: number };
+  leaseSeconds?: number;
+  spot?: boolean;
+  gang?: { size: number; topologyKey?: string };
+}
+
+export type ReservationPhase = 'Pending' | 'Reserved' | 'Released' | 'Expired' | 'Failed';
+
+export interface ReservationStatus {
+  phase?: ReservationPhase;
+  reservationId?: string;
+  resourceName?: string;
+  tenant?: string;
+  poolId?: string;
+  allocations?: { node: string; atoms: string[] }[];
+  atoms?: number;
+  nodes?: string;
+  start?: string;
+  end?: string;
+  leaseExpiresAt?: string;
+  observedGeneration?: number;
+  conditions?: Condition[];
+}
+
+export interface Reservation extends KubeObject {
+  spec: ReservationSpec;
+  status?: ReservationStatus;
+}
+
+export interface PoolSpecCR {
+  nodeSelector: Record<string, string>;
+  gpuModel?: string;
+  sharing?: 'exclusive' | 'mig' | 'timeslice' | 'mps';
+  slotsPerGpu?: number;
+  topologyKey?: string;
+  ownerTenant: string;
+  offerings?: { tenant: string; quota?: Partial<Record<'gpu' | 'gpu.mig' | 'gpu.slot', number>> }[];
+  overcommit?: Partial<Record<'vcpu' | 'memoryGiB' | 'hugepages1Gi', number>>;
+  archived?: boolean;
+}
+
+export interface PoolCR extends KubeObject {
+  spec: PoolSpecCR;
+  status?: {
+    poolId?: string;
+    observedGeneration?: number;
+    conditions?: Condition[];
+    capacity?: Record<string, unknown>[];
+    updatedAt?: string;
+  };
+}
+
+export interface NodeDevicesCR extends KubeObject {
+  spec: {
+    gpus: {
+      uuid: string;
+      product?: string;
+      model?: string;
+      vramGiB?: number;
+      numaNode?: number;
+      nvlinkDomain?: string;
+      healthy?: boolean;
+      mig?: { gi: number; ci: number; profile?: string; memoryGiB?: number; healthy?: boolean }[];
+    }[];
+    scalars?: Partial<Record<'vcpu' | 'memoryGiB' | 'hugepages1Gi', number>>;
+  };
+  status?: { observedGeneration?: number; gpus?: number; conditions?: Condition[] };
+}
+
+export interface NodeCR extends KubeObject {
+  spec?: { unschedulable?: boolean; taints?: { key: string; value?: string; effect: string }[] };
+  status?: { conditions?: { type: string; status: string }[] };
+}
+
+export type NamespaceCR = KubeObject;
+
+/** `reservations.bettercompute.io/<id with '_' as '-'>`: a valid extended resource name for the reservation. */
+export function reservationResourceName(reservationId: string): string {
+  return `${RESERVATION_RESOURCE_PREFIX}${reservationId.replace(/_/g, '-')}`;
+}
+
+export function keyOf(o: KubeObject): string {
+  return o.metadata.namespace ? `${o.metadata.namespace}/${o.metadata.name}` : o.metadata.name;
+}
+
+export function splitKey(key: string): { namespace?: string; name: string } {
+  const i = key.indexOf('/');
+  return i < 0 ? { name: key } : { namespace: key.slice(0, i), name: key.slice(i + 1) };
+}
+
+/**
+ * Sets a condition in a list (by type), keeping lastTransitionTime when the status did not change. `nowIso` is for
+ * people reading the object; nothing decides on it.
+ */
+export function setCondition(list: Condition[] | undefined, c: Condition, nowIso: string): Condition[] {
+  const out = [...(list ?? [])];
+  const i = out.findIndex((x) => x.type === c.type);
+  const prev = i >= 0 ? out[i] : undefined;
+  const next: Condition = {
+    ...c,
+    lastTransitionTime: prev && prev.status === c.status && prev.lastTransitionTime ? prev.lastTransitionTime : nowIso,
+  };
+  if (i >= 0) out[i] = next;
+  else out.push(next);
+  return out;
+}
+
+export function findCondition(list: Condition[] | undefined, type: string): Condition | undefined {
+  return list?.find((c) => c.type === type);
+}
+
+/** Deep equality of JSON values, object keys in any order (the API server sorts them). */
+export function sameJson(a: unknown, b: unknown): boolean {
+  return canonical(a) === canonical(b);
+}
+
+function canonical(v: unknown): string {
+  if (Array.isArray(v)) return `[${v.map(canonical).join(',')}]`;
+  if (v && typeof v === 'object') {
+    const entries = Object.entries(v as Record<string, unknown>)
+      .filter(([, x]) => x !== undefined)
+      .sort(([a], [b]) => (a < b ? -1 : 1));
+    return `{${entries.map(([k, x]) => `${JSON.stringify(k)}:${canonical(x)}`).join(',')}}`;
+  }
+  return JSON.stringify(v);
+}
