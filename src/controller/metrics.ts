@@ -48,3 +48,15 @@ export const noopControllerMetrics: ControllerMetrics = {
   watchRestarted() {},
   setLeader() {},
 };
+
+/** The scheduler extender's calls (its ExtenderMetrics option): latency by verb and outcome. */
+export function extenderMetrics(registry: Registry): { onCall(verb: string, seconds: number, outcome: string): void } {
+  const h = new Histogram({
+    name: 'bettercompute_extender_request_duration_seconds',
+    help: 'Scheduler extender calls by verb (filter, prioritize, bind) and outcome (fit, none, ok, bound, refused, error).',
+    labelNames: ['verb', 'outcome'] as const,
+    buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5],
+    registers: [registry],
+  });
+  return { onCall: (verb, seconds, outcome) => h.observe({ verb, outcome }, seconds) };
+}

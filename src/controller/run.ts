@@ -15,6 +15,8 @@ import { DbClock } from '../db/clock.ts';
 import { openDatabase, type Database } from '../db/connect.ts';
 import { Ledger } from '../db/ledger.ts';
 import { startCapacityJobs, type Jobs } from '../jobs/capacity.ts';
+import { ClientNodeExtenderKube } from '../extender/kube.ts';
+import { createExtenderRouter } from '../extender/router.ts';
 import { errorFields, type Logger } from '../log.ts';
 import { registerCapacityGauges } from '../metrics/capacity.ts';
 import { ledgerMetrics } from '../metrics/ledger.ts';
@@ -22,7 +24,7 @@ import { createRegistry, httpMetrics } from '../metrics/registry.ts';
 import { FenceHolder, LEASE_NAME } from './fence.ts';
 import { KubeClient, kubeConfigFrom } from './kube.ts';
 import { LeaderElector } from './leader.ts';
-import { controllerMetrics } from './metrics.ts';
+import { controllerMetrics, extenderMetrics } from './metrics.ts';
 import { setupControllers, type Controllers } from './setup.ts';
 
 export interface RunningController {
@@ -41,25 +43,6 @@ async function authorizerFor(config: Config, kc: ReturnType<typeof kubeConfigFro
     return StaticTokenAuthorizer.denyAll();
   }
   return StaticTokenAuthorizer.fromFile(config.tokenFile);
-}
-
-/**
- * MOUNT POINT for the scheduler extender: src/extender/router.ts exporting `createExtenderRouter(deps)` (an express
- * Router with the filter/prioritize/bind routes). Loaded when present; until then /scheduler/ answers 404.
- */
-async function extenderRouter(deps: Record<string, unknown>, log: Logger): Promise<express.RequestHandler | undefined> {
-  const specifier = '../extender/router.ts';
-  let mod: { createExtenderRouter?: (d: Record<string, unknown>) => express.RequestHandler | Promise<express.RequestHandler> };
-  try {
-    mod = (await import(specifier)) as typeof mod;
-  } catch (e) {
-    if ((e as { code?: string }).code === 'ERR_MODULE_NOT_FOUND') {
-      log.info('no scheduler extender in this build; /scheduler/ is not served');
-      return undefined;
-    }
-    throw e;
-  }
-  return mod.createExtenderRouter ? await mod.createExtenderRouter(deps) : undefined;
 }
 
 export async function runController(config: Config, log: Logger): Promise<RunningController> {
@@ -111,8 +94,19 @@ export async function runController(config: Config, log: Logger): Promise<Runnin
     });
     const root = express();
     root.disable('x-powered-by');
-    const extender = await extenderRouter({ db: database.db, ledger, clock, log, registry, kubeConfig: kc, config }, log);
-    if (extender) root.use('/scheduler', extender);
+    // The scheduler extender on every replica, with an unfenced ledger: its binds are not leader work (the database
+    // arbitrates between replicas).
+    root.use(
+      '/scheduler',
+      createExtenderRouter({
+        db: database.db,
+        ledger: previews,
+        clock,
+        kube: new ClientNodeExtenderKube(kc),
+        log,
+        metrics: extenderMetrics(registry),
+      }),
+    );
     root.use(api);
     server = await listen(root, { host: config.httpHost, port: config.httpPort });
 

@@ -1,0 +1,136 @@
+import fs from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { parseAllDocuments } from 'yaml';
+import { createTestDatabase, type TestDatabase } from '../../test/support/db.ts';
+import { installCrds, startReplica, type Replica } from './controller-support.ts';
+import { clusterInfo, kubectl, kubectlResult, uniqueName } from './harness.ts';
+
+// deploy/: the kustomize overlays render, the API server accepts what they render (server-side dry run), RBAC has no
+// wildcards, and the Grafana dashboard and alert rules name only metrics that a running controller's /metrics has.
+const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
+const NS = 'better-compute-system';
+
+interface Obj {
+  apiVersion: string;
+  kind: string;
+  metadata: { name: string; namespace?: string };
+  spec?: Record<string, unknown> & {
+    replicas?: number;
+    template?: { spec: { securityContext?: Record<string, unknown>; containers: Container[]; volumes?: { name: string }[] } };
+  };
+  rules?: { apiGroups?: string[]; resources?: string[]; verbs?: string[] }[];
+}
+interface Container {
+  env?: { name: string; value?: string; valueFrom?: unknown }[];
+  livenessProbe?: { httpGet?: { path: string } };
+  readinessProbe?: { httpGet?: { path: string } };
+  resources?: { limits?: Record<string, string>; requests?: Record<string, string> };
+  securityContext?: Record<string, unknown>;
+}
+
+async function render(overlay: string): Promise<{ text: string; objects: Obj[] }> {
+  const text = await kubectl(['kustomize', path.join(ROOT, 'deploy', 'overlays', overlay)]);
+  return { text, objects: parseAllDocuments(text).map((d) => d.toJSON() as Obj) };
+}
+
+const deploymentOf = (objects: Obj[]) => objects.find((o) => o.kind === 'Deployment' && o.metadata.name === 'better-compute-controller')!;
+
+let createdNs = false;
+let tdb: TestDatabase | undefined;
+let replica: Replica | undefined;
+
+beforeAll(async () => {
+  await installCrds();
+  const r = await kubectlResult(['get', 'namespace', NS]);
+  if (r.code !== 0) {
+    await kubectl(['create', 'namespace', NS]);
+    createdNs = true;
+  }
+});
+
+afterAll(async () => {
+  await replica?.stop();
+  await tdb?.drop();
+  if (createdNs) await kubectl(['delete', 'namespace', NS, '--wait=false']);
+});
+
+describe('deploy/', () => {
+  it('renders both overlays: embedded is one replica with a data volume, external two with DATABASE_URL from a Secret', async () => {
+    const embedded = deploymentOf((await render('embedded')).objects);
+    expect(embedded.spec!.replicas).toBe(1);
+    const ec = embedded.spec!.template!.spec.containers[0]!;
+    expect(ec.env!.find((e) => e.name === 'BETTER_COMPUTE_DATA_DIR')?.value).toBe('/var/lib/better-compute');
+    expect(embedded.spec!.template!.spec.volumes!.map((v) => v.name)).toEqual(expect.arrayContaining(['tmp', 'data']));
+    const external = deploymentOf((await render('external')).objects);
+    expect(external.spec!.replicas).toBe(2);
+    const xc = external.spec!.template!.spec.containers[0]!;
+    expect(xc.env!.find((e) => e.name === 'DATABASE_URL')?.valueFrom).toEqual({ secretKeyRef: { name: 'better-compute-database', key: 'url' } });
+    for (const c of [ec, xc]) {
+      expect(c.livenessProbe?.httpGet?.path).toBe('/healthz');
+      expect(c.readinessProbe?.httpGet?.path).toBe('/readyz');
+      expect(c.resources?.limits?.memory).toBeDefined();
+      expect(c.resources?.limits?.cpu).toBeDefined();
+      expect(c.securityContext).toMatchObject({ readOnlyRootFilesystem: true, allowPrivilegeEscalation: false });
+    }
+    expect(external.spec!.template!.spec.securityContext).toMatchObject({ runAsNonRoot: true });
+  });
+
+  it('RBAC is least privilege: no wildcards anywhere', async () => {
+    const { objects } = await render('external');
+    const roles = objects.filter((o) => o.kind === 'ClusterRole' || o.kind === 'Role');
+    expect(roles.length).toBeGreaterThanOrEqual(2);
+    for (const role of roles) {
+      for (const rule of role.rules ?? []) {
+        for (const v of [...(rule.apiGroups ?? []), ...(rule.resources ?? []), ...(rule.verbs ?? [])]) expect(v).not.toContain('*');
+      }
+    }
+  });
+
+  it('the API server accepts the CRDs and the rendered manifests (server-side dry run)', async () => {
+    await kubectl(['apply', '--dry-run=server', '-k', path.join(ROOT, 'crds')]);
+    for (const overlay of ['embedded', 'external']) {
+      const { objects } = await render(overlay);
+      // The Prometheus Operator's kinds need its CRDs, which this cluster does not have.
+      const core = objects.filter((o) => !o.apiVersion.startsWith('monitoring.coreos.com/'));
+      const r = await kubectlResult(['apply', '--dry-run=server', '-f', '-'], {
+        input: JSON.stringify({ apiVersion: 'v1', kind: 'List', items: core }),
+      });
+      expect(r.code, r.stderr).toBe(0);
+      expect(r.stderr).not.toMatch(/error|invalid|forbidden/i);
+    }
+  });
+
+  it('the dashboard and the alert rules name only metrics that /metrics exposes', async () => {
+    tdb = await createTestDatabase(3);
+    replica = await startReplica({ name: uniqueName('ctl-metrics'), databaseUrl: tdb.url, namespace: uniqueName('unused-ns') });
+    const text = await (await fetch(`${replica.url}/metrics`)).text();
+    const exposed = new Set<string>();
+    for (const m of text.matchAll(/^# TYPE (\S+) (\S+)$/gm)) {
+      const [name, type] = [m[1]!, m[2]!];
+      exposed.add(name);
+      if (type === 'histogram') for (const s of ['_bucket', '_sum', '_count']) exposed.add(name + s);
+      if (type === 'counter' && !name.endsWith('_total')) exposed.add(`${name}_total`);
+    }
+    const dashboard = JSON.parse(fs.readFileSync(path.join(ROOT, 'deploy', 'grafana', 'better-compute.json'), 'utf8')) as {
+      panels: { title: string; targets?: { expr: string }[] }[];
+    };
+    const exprs = dashboard.panels.flatMap((p) => (p.targets ?? []).map((t) => t.expr));
+    const rules = parseAllDocuments(fs.readFileSync(path.join(ROOT, 'deploy', 'base', 'prometheusrule.yaml'), 'utf8'))[0]!.toJSON() as {
+      spec: { groups: { rules: { expr: string }[] }[] };
+    };
+    exprs.push(...rules.spec.groups.flatMap((g) => g.rules.map((r) => r.expr)));
+    const referenced = new Set(exprs.flatMap((e) => [...e.matchAll(/\bbettercompute_[a-z0-9_]+/g)].map((m) => m[0])));
+    expect(referenced.size).toBeGreaterThan(10);
+    const missing = [...referenced].filter((n) => !exposed.has(n));
+    expect(missing).toEqual([]);
+    // Every capacity column and bucket is on the dashboard.
+    for (const col of ['capacity', 'allocatable', 'allocated', 'reserved', 'available', 'provisioning', 'unhealthy', 'maintenance', 'unreachable']) {
+      expect(referenced).toContain(`bettercompute_pool_${col}`);
+    }
+    expect(referenced).toContain('bettercompute_placement_duration_seconds_bucket');
+    expect(referenced).toContain('bettercompute_placement_lost_races_total');
+    expect(clusterInfo().kubectl).toBeTruthy();
+  });
+});
