@@ -393,7 +393,8 @@ export class Ledger {
     return { ok: true, reservation: (await this.get(existing.id))!, existing: true, replans };
   }
 
-  private async findByIdempotencyKey(tenantId: string, key: string) {
+  /** The reservation a tenant's idempotency key booked, if any. */
+  async findByIdempotencyKey(tenantId: string, key: string): Promise<{ id: string; request_hash: string } | undefined> {
     const { rows } = await this.db.query<{ id: string; request_hash: string }>(
       'SELECT id, request_hash FROM reservations WHERE tenant_id = $1 AND idempotency_key = $2',
       [tenantId, key],

@@ -8,7 +8,6 @@ import type { ControllerContext } from '../context.ts';
 import { poolIdOf } from '../context.ts';
 import { statusOf } from '../kube.ts';
 import type { ReconcileResult } from '../queue.ts';
-import { reservationIdByKey } from './lookup.ts';
 import {
   RESERVATION_FINALIZER,
   TENANT_LABEL,
@@ -171,7 +170,7 @@ export class ReservationReconciler {
     let id = r.status?.reservationId;
     if (!id && r.metadata.uid) {
       const tenant = r.status?.tenant ?? ctx.informers.namespaces.get(namespace)?.metadata.labels?.[TENANT_LABEL] ?? namespace;
-      id = await reservationIdByKey(ctx.db, tenant, r.metadata.uid);
+      id = (await ctx.ledger.findByIdempotencyKey(tenant, r.metadata.uid))?.id;
     }
     if (id) {
       const released = await ctx.ledger.release(id);
