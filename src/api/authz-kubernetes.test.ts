@@ -1,82 +1,31 @@
 // The Kubernetes authorizer against a fake API server on loopback that answers TokenReview and SubjectAccessReview.
-import http from 'node:http';
-import type { AddressInfo } from 'node:net';
-import { KubeConfig } from '@kubernetes/client-node';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { KubernetesAuthorizer } from './authz-kubernetes.ts';
+import { startFakeKubeApi, type FakeKubeApi, type FakeUser, type SeenRequest } from '../../test/support/fake-kube-api.ts';
 import { ApiError } from './errors.ts';
 
-interface Seen {
-  path: string;
-  authorization: string | undefined;
-  body: Record<string, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
-}
-
 /** token → user; (user, namespace, name?) → allowed. */
-const USERS: Record<string, { username: string; uid: string; groups: string[]; extra?: Record<string, string[]> }> = {
+const USERS: Record<string, FakeUser> = {
   'alice-token': { username: 'alice', uid: 'u-1', groups: ['team-a', 'system:authenticated'], extra: { scopes: ['read'] } },
   'bob-token': { username: 'bob', uid: 'u-2', groups: ['system:authenticated'] },
 };
 const allowed = (user: string, ns: string, name?: string) =>
   (user === 'alice' && ns === 'acme') || (user === 'bob' && ns === 'ops' && (name === undefined || name === 'pool_allowed'));
 
-let server: http.Server;
-let url: string;
-const seen: Seen[] = [];
-let failNext = 0;
+let fake: FakeKubeApi;
+let seen: SeenRequest[];
+const kubeConfig = () => fake.kubeConfig();
+const failNext = (n: number) => fake.failNext(n);
 
 beforeAll(async () => {
-  server = http.createServer((req, res) => {
-    const chunks: Buffer[] = [];
-    req.on('data', (c: Buffer) => chunks.push(c));
-    req.on('end', () => {
-      const body = JSON.parse(Buffer.concat(chunks).toString('utf8') || '{}');
-      seen.push({ path: req.url ?? '', authorization: req.headers.authorization, body });
-      res.setHeader('content-type', 'application/json');
-      if (failNext > 0) {
-        failNext--;
-        res.statusCode = 500;
-        res.end(JSON.stringify({ kind: 'Status', apiVersion: 'v1', status: 'Failure', message: 'etcd is sad', code: 500 }));
-        return;
-      }
-      if (req.method === 'POST' && req.url === '/apis/authentication.k8s.io/v1/tokenreviews') {
-        const user = USERS[body.spec?.token];
-        res.statusCode = 201;
-        res.end(JSON.stringify({ ...body, status: user ? { authenticated: true, user, audiences: ['https://kubernetes.default.svc'] } : { authenticated: false, error: 'invalid bearer token' } }));
-        return;
-      }
-      if (req.method === 'POST' && req.url === '/apis/authorization.k8s.io/v1/subjectaccessreviews') {
-        const a = body.spec?.resourceAttributes ?? {};
-        const ok = a.verb === 'get' && a.group === 'bettercompute.io' && a.resource === 'capacity' && allowed(body.spec.user, a.namespace, a.name);
-        res.statusCode = 201;
-        res.end(JSON.stringify({ ...body, status: ok ? { allowed: true, reason: 'RBAC: allowed by RoleBinding' } : { allowed: false } }));
-        return;
-      }
-      res.statusCode = 404;
-      res.end(JSON.stringify({ kind: 'Status', status: 'Failure', code: 404 }));
-    });
-  });
-  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
-  url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  fake = await startFakeKubeApi({ users: USERS, allowed });
+  seen = fake.seen;
 });
-afterAll(async () => {
-  await new Promise((r) => server.close(r));
-});
+afterAll(async () => fake.close());
 beforeEach(() => {
   seen.length = 0;
-  failNext = 0;
+  failNext(0);
 });
-
-function kubeConfig(): KubeConfig {
-  const kc = new KubeConfig();
-  kc.loadFromOptions({
-    clusters: [{ name: 'fake', server: url, skipTLSVerify: true }],
-    users: [{ name: 'controller', token: 'controller-sa-token' }],
-    contexts: [{ name: 'fake', cluster: 'fake', user: 'controller' }],
-    currentContext: 'fake',
-  });
-  return kc;
-}
 
 async function failure(p: Promise<unknown>): Promise<ApiError> {
   try {
@@ -169,10 +118,10 @@ describe('KubernetesAuthorizer', () => {
 
   it('an API server failure is an error, not a decision (the HTTP layer answers INTERNAL)', async () => {
     const a = new KubernetesAuthorizer({ kubeConfig: kubeConfig(), cacheTtlMs: 0 });
-    failNext = 1;
+    failNext(1);
     await expect(a.authenticate('alice-token')).rejects.not.toBeInstanceOf(ApiError);
     const alice = await a.authenticate('alice-token');
-    failNext = 1;
+    failNext(1);
     await expect(a.authorizeCapacityRead(alice, { tenantId: 'acme' })).rejects.toThrow();
     await a.authorizeCapacityRead(alice, { tenantId: 'acme' });
   });

@@ -2,9 +2,18 @@
 // HTTP request histogram, the capacity gauges and the placement metrics registered by their owners.
 import { collectDefaultMetrics, Histogram, Registry } from 'prom-client';
 
+/**
+ * prom-client's default metrics that break the Prometheus naming rules (`promtool check metrics`: a gauge must not end
+ * in `_total`). Each has a twin without the suffix (`nodejs_active_handles`, ...) that says the same.
+ */
+const DEFAULT_METRICS_DROPPED = ['nodejs_active_handles_total', 'nodejs_active_requests_total', 'nodejs_active_resources_total'];
+
 export function createRegistry(opts: { defaultMetrics?: boolean } = {}): Registry {
   const registry = new Registry();
-  if (opts.defaultMetrics ?? true) collectDefaultMetrics({ register: registry });
+  if (opts.defaultMetrics ?? true) {
+    collectDefaultMetrics({ register: registry });
+    for (const name of DEFAULT_METRICS_DROPPED) registry.removeSingleMetric(name);
+  }
   return registry;
 }
 

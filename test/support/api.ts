@@ -8,7 +8,7 @@ import type { DbClock } from '../../src/db/clock.ts';
 import type { Db } from '../../src/db/pool.ts';
 import { silentLogger, type Logger } from '../../src/log.ts';
 import { registerCapacityGauges } from '../../src/metrics/capacity.ts';
-import { ledgerMetrics } from '../../src/metrics/ledger.ts';
+import { ledgerMetrics, type LedgerMetricsSink } from '../../src/metrics/ledger.ts';
 import { createRegistry, httpMetrics } from '../../src/metrics/registry.ts';
 import { HttpClient } from './http.ts';
 
@@ -36,17 +36,20 @@ export interface TestApi {
   registry: Registry;
   clock: DbClock;
   service: CapacityService;
+  /** The Ledger metrics registered on `registry` (pass as `new Ledger(db, { metrics })`). */
+  ledgerMetrics: LedgerMetricsSink;
   server: RunningServer;
   close(): Promise<void>;
 }
 
 export async function startTestApi(
   db: Db,
-  opts: { authorizer?: Authorizer; log?: Logger; token?: string; previewer?: Previewer; maxSockets?: number } = {},
+  opts: { authorizer?: Authorizer; log?: Logger; token?: string; previewer?: Previewer; maxSockets?: number; defaultMetrics?: boolean } = {},
 ): Promise<TestApi> {
-  const registry = createRegistry({ defaultMetrics: false });
+  const registry = createRegistry({ defaultMetrics: opts.defaultMetrics ?? false });
   registerCapacityGauges(registry, db);
-  const created = await createCapacityService(db, { metrics: ledgerMetrics(registry) });
+  const metrics = ledgerMetrics(registry);
+  const created = await createCapacityService(db, { metrics });
   const service = opts.previewer ? new CapacityService({ db, previewer: opts.previewer, clock: created.clock }) : created.service;
   const app = createApp({
     service,
@@ -66,6 +69,7 @@ export async function startTestApi(
     registry,
     clock: created.clock,
     service,
+    ledgerMetrics: metrics,
     server,
     async close() {
       client.close();
