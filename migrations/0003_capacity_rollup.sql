@@ -48,12 +48,14 @@ CREATE TABLE pool_capacity_deltas (
 CREATE INDEX index$pool_capacity_deltas$pool ON pool_capacity_deltas (pool_id, resource);
 
 -- Where one atom (or a node's scalar capacity) counts, from its node's state.
-CREATE FUNCTION bc_bucket(n nodes, pool_owner text, healthy boolean) RETURNS text LANGUAGE sql IMMUTABLE AS $$
+-- An archived pool takes no new bookings: its atoms count under maintenance.
+CREATE FUNCTION bc_bucket(n nodes, pool_owner text, pool_archived boolean, healthy boolean) RETURNS text
+LANGUAGE sql IMMUTABLE AS $$
   SELECT CASE
     WHEN n.role <> 'host' OR n.trust = 'tenant-controlled'
          OR (n.trust = 'tenant-owned' AND n.owner_tenant IS DISTINCT FROM pool_owner) THEN 'excluded'
     WHEN n.provision_state NOT IN ('adopted', 'deployed') OR NOT n.converged THEN 'provisioning'
-    WHEN n.maintenance OR n.cordoned THEN 'maintenance'
+    WHEN n.maintenance OR n.cordoned OR pool_archived THEN 'maintenance'
     WHEN n.connectivity <> 'connected' THEN 'unreachable'
     WHEN n.noschedule_reason IS NOT NULL OR NOT healthy THEN 'unhealthy'
     ELSE 'allocatable'
@@ -67,9 +69,9 @@ RETURNS TABLE (pool_id text, resource text, total bigint, allocatable bigint, al
                provisioning bigint, unhealthy bigint, maintenance bigint, unreachable bigint)
 LANGUAGE sql STABLE AS $$
   WITH n AS (
-    SELECT x AS node, p.owner_tenant FROM unnest(p_nodes) x JOIN pools p ON p.id = x.pool_id
+    SELECT x AS node, p.owner_tenant, p.archived FROM unnest(p_nodes) x JOIN pools p ON p.id = x.pool_id
   ), atoms AS (
-    SELECT (n.node).pool_id, d.id, d.class AS resource, bc_bucket(n.node, n.owner_tenant, d.healthy) AS bucket
+    SELECT (n.node).pool_id, d.id, d.class AS resource, bc_bucket(n.node, n.owner_tenant, n.archived, d.healthy) AS bucket
     FROM unnest(p_devices) d JOIN n ON (n.node).id = d.node_id
     WHERE d.present AND d.bookable
   ), booked AS (
@@ -82,8 +84,8 @@ LANGUAGE sql STABLE AS $$
     SELECT a.pool_id, a.resource, a.bucket, 1::bigint AS amount, coalesce(k.live, 0) AS live, coalesce(k.future, 0) AS future
     FROM atoms a LEFT JOIN booked k ON k.id = a.id
     UNION ALL
-    SELECT (n.node).pool_id, r.resource, bc_bucket(n.node, n.owner_tenant, true), floor(r.allocatable * r.ratio)::bigint,
-           CASE WHEN bc_bucket(n.node, n.owner_tenant, true) = 'allocatable' THEN r.allocated ELSE 0 END, 0
+    SELECT (n.node).pool_id, r.resource, bc_bucket(n.node, n.owner_tenant, n.archived, true), floor(r.allocatable * r.ratio)::bigint,
+           CASE WHEN bc_bucket(n.node, n.owner_tenant, n.archived, true) = 'allocatable' THEN r.allocated ELSE 0 END, 0
     FROM unnest(p_resources) r JOIN n ON (n.node).id = r.node_id
   )
   SELECT pool_id, resource,
@@ -180,7 +182,7 @@ RETURNS TABLE (pool_id text, resource text, live bigint, future bigint) LANGUAGE
   FROM unnest(p_bookings) b JOIN devices d ON d.id = b.device_id JOIN nodes n ON n.id = d.node_id
   JOIN pools p ON p.id = n.pool_id
   WHERE d.present AND d.bookable AND NOT isempty(b.during) AND upper(b.during) > compute_now()
-    AND bc_bucket(n, p.owner_tenant, d.healthy) = 'allocatable'
+    AND bc_bucket(n, p.owner_tenant, p.archived, d.healthy) = 'allocatable'
   GROUP BY n.pool_id, d.class
 $$;
 
@@ -242,7 +244,12 @@ $$;
 
 -- The periodic rebuild: in one statement (one snapshot), replace every rollup row by the computation and drop the
 -- deltas that snapshot saw; deltas of transactions it did not see stay, and add on top.
-CREATE FUNCTION bc_rebuild_rollup() RETURNS integer LANGUAGE sql AS $$
+CREATE FUNCTION bc_rebuild_rollup() RETURNS integer LANGUAGE plpgsql AS $$
+DECLARE
+  v_n integer;
+BEGIN
+  -- One rebuild or fold at a time, across replicas; the statement below takes its snapshot after the lock.
+  PERFORM pg_advisory_xact_lock(4242002);
   WITH computed AS (
     SELECT p.id AS pool_id, r.resource, coalesce(c.total, 0) AS total, coalesce(c.allocatable, 0) AS allocatable,
            coalesce(c.allocated, 0) AS allocated, coalesce(c.reserved, 0) AS reserved,
@@ -268,11 +275,16 @@ CREATE FUNCTION bc_rebuild_rollup() RETURNS integer LANGUAGE sql AS $$
       updated_at = EXCLUDED.updated_at
     RETURNING 1
   )
-  SELECT (SELECT count(*) FROM written)::integer + 0 * (SELECT count(*) FROM dropped)::integer
-$$;
+  SELECT (SELECT count(*) FROM written)::integer + 0 * (SELECT count(*) FROM dropped)::integer INTO v_n;
+  RETURN v_n;
+END $$;
 
 -- Folds the deltas into the rollup without recomputing (cheap; any replica may run it).
-CREATE FUNCTION bc_fold_rollup() RETURNS integer LANGUAGE sql AS $$
+CREATE FUNCTION bc_fold_rollup() RETURNS integer LANGUAGE plpgsql AS $$
+DECLARE
+  v_n integer;
+BEGIN
+  PERFORM pg_advisory_xact_lock(4242002);
   WITH moved AS (
     DELETE FROM pool_capacity_deltas RETURNING *
   ), sums AS (
@@ -291,5 +303,6 @@ CREATE FUNCTION bc_fold_rollup() RETURNS integer LANGUAGE sql AS $$
       unreachable = t.unreachable + EXCLUDED.unreachable, updated_at = EXCLUDED.updated_at
     RETURNING 1
   )
-  SELECT count(*)::integer FROM written
-$$;
+  SELECT count(*)::integer FROM written INTO v_n;
+  RETURN v_n;
+END $$;

@@ -69,6 +69,16 @@ describe('plan', () => {
     expect(plan(p, req(2))).toEqual({ ok: false, reason: '0/3 nodes fit: 2 without enough free gpu atoms matching the request in the window, 1 unschedulable' });
   });
 
+  it('counts two requests of one class against the same free atoms', () => {
+    const p = pool([node('a').gpus(8).build(), node('b').gpus(8).build()]);
+    const both = (a: number, b: number): PlacementRequest => req(1, { devices: [{ class: 'gpu', count: a, selector: [] }, { class: 'gpu', count: b, selector: [] }] });
+    expect(plan(p, both(5, 7))).toMatchObject({ ok: false, reason: expect.stringMatching(/^0\/2 nodes fit/) });
+    const r = plan(p, both(3, 5));
+    if (!r.ok) throw new Error(r.reason);
+    expect(r.candidates[0]!.atoms).toHaveLength(8);
+    expect(r.candidates[0]!.score).toBeLessThanOrEqual(110);
+  });
+
   it('places a gang in one domain only', () => {
     const p = pool([node('a').gpus(8).zone('x').build(), node('b').gpus(8).zone('y').build(), node('c').gpus(8).zone('y').build()]);
     const r = plan(p, req(8, { gang: { size: 2 } }));
@@ -135,6 +145,26 @@ describe('plan properties', () => {
         }
       }),
       { numRuns: 400 },
+    );
+  });
+
+  it('several device requests: distinct atoms, each request served, or no node could serve them all', () => {
+    fc.assert(
+      fc.property(arbPool, fc.array(fc.integer({ min: 1, max: 6 }), { minLength: 2, maxLength: 3 }), (builders, counts) => {
+        const nodes = builders.map((b) => b.build());
+        const r = req(1, { devices: counts.map((count) => ({ class: 'gpu' as const, count, selector: [] })) });
+        const result = plan(pool(nodes), r);
+        const total = counts.reduce((a, b) => a + b, 0);
+        if (result.ok) {
+          for (const c of result.candidates) {
+            expect(new Set(c.atoms).size).toBe(total);
+            expect(c.score).toBeLessThanOrEqual(110);
+          }
+        } else {
+          for (const n of nodes) if (n.schedulable) expect(freeAtoms(n, r).length).toBeLessThan(total);
+        }
+      }),
+      { numRuns: 300 },
     );
   });
 

@@ -4,6 +4,7 @@ import {
   overlaps,
   type AtomSnap,
   type Candidate,
+  type DeviceClass,
   type DeviceRequest,
   type NodeSnap,
   type NodeSummary,
@@ -227,11 +228,19 @@ function screenNode(node: NodeSnap, req: PlacementRequest, scalars: readonly [Sc
     if (singleFree < single.count) return `devices:${single.class}`;
     wanted = single.count;
   } else {
+    // Requests of one class draw on the same atoms: together they may not want more than the class has free.
+    const wantedByClass = new Map<DeviceClass, number>();
     for (const d of devices) {
       let free = 0;
       for (const a of node.atoms) if (a.class === d.class && isFree(a, req) && matchesDevice(a, d)) free++;
       if (free < d.count) return `devices:${d.class}`;
       wanted += d.count;
+      wantedByClass.set(d.class, (wantedByClass.get(d.class) ?? 0) + d.count);
+    }
+    for (const [cls, want] of wantedByClass) {
+      let free = 0;
+      for (const a of node.atoms) if (a.class === cls && isFree(a, req)) free++;
+      if (free < want) return `devices:${cls}`;
     }
   }
   if (req.binding === 'node') return anyBusy ? 'busy-node' : 100;
@@ -265,7 +274,7 @@ export function plan(pool: PoolSnap, req: PlacementRequest): PlanResult {
   const scalars = (Object.entries(req.resources ?? {}) as [ScalarResource, number][]).filter(([, n]) => n > 0);
   for (const node of pool.nodes) {
     const s = screenNode(node, req, scalars);
-    if (typeof s === 'number') buckets[s]!.push(node);
+    if (typeof s === 'number') buckets[Math.min(100, Math.max(0, s))]!.push(node);
     else miss(s);
   }
   const fits: Candidate[] = [];

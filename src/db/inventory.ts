@@ -22,14 +22,14 @@ export interface PoolSpec {
 /** Creates or updates a pool by name (its id is kept), with its offerings and their quotas. Returns the id. */
 export async function upsertPool(db: Db, spec: PoolSpec): Promise<string> {
   return withTransaction(db, async (c) => {
-    const { rows } = await c.query<{ id: string }>(
+    const { rows } = await c.query<{ id: string; was_archived: boolean | null }>(
       `INSERT INTO pools (id, name, owner_tenant, gpu_model, sharing, slots_per_gpu, topology_key, node_selector, overcommit, archived)
        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
        ON CONFLICT (name) DO UPDATE SET owner_tenant = EXCLUDED.owner_tenant, gpu_model = EXCLUDED.gpu_model,
          sharing = EXCLUDED.sharing, slots_per_gpu = EXCLUDED.slots_per_gpu, topology_key = EXCLUDED.topology_key,
          node_selector = EXCLUDED.node_selector, overcommit = EXCLUDED.overcommit, archived = EXCLUDED.archived,
          updated_at = compute_now()
-       RETURNING id`,
+       RETURNING id, (SELECT archived FROM pools WHERE name = $2) AS was_archived`,
       [
         spec.id ?? newPoolId(),
         spec.name,
@@ -44,6 +44,7 @@ export async function upsertPool(db: Db, spec: PoolSpec): Promise<string> {
       ],
     );
     const poolId = rows[0]!.id;
+    const archivedChanged = rows[0]!.was_archived !== null && rows[0]!.was_archived !== (spec.archived ?? false);
     // Every pool has a whole-GPU row, even one with only MIG or slot atoms (summaries sum it per GPU model).
     await c.query(`INSERT INTO pool_capacity_rollup (pool_id, resource) VALUES ($1, 'gpu') ON CONFLICT DO NOTHING`, [poolId]);
     // Ratios follow the pool onto its nodes' counters.
@@ -65,6 +66,8 @@ export async function upsertPool(db: Db, spec: PoolSpec): Promise<string> {
         }
       }
     }
+    // Archiving moves the pool's atoms between buckets: recount (rare, so the whole rebuild is fine).
+    if (archivedChanged) await c.query('SELECT bc_rebuild_rollup()');
     return poolId;
   });
 }

@@ -474,11 +474,8 @@ describe('POST /api/compute/capacity/preview', () => {
     expect(body.reason.length).toBeGreaterThan(0);
   });
 
-  // KNOWN BUG, found by the fuzz test (capacity-fuzz.test.ts): two device requests of one class that fit a node one
-  // by one but not together make screenNode (src/core/planner.ts) score the node above 100, and plan() indexes its
-  // 0-100 buckets with it: "Cannot read properties of undefined (reading 'push')", a 500. `it.fails` turns red once
-  // the planner is fixed: then make it a plain `it` and drop the one-device-per-class rule in the fuzz generator.
-  it.fails('KNOWN BUG: 5 + 7 GPUs on 8-GPU nodes does not fit (today: INTERNAL)', async () => {
+  // Found by the fuzz test (capacity-fuzz.test.ts): two requests of one class that fit a node one by one but not together.
+  it('5 + 7 GPUs on 8-GPU nodes does not fit', async () => {
     const res = await api.client.post(CAPACITY_PATHS.preview, { ...BASE_PREVIEW(), devices: [{ class: 'gpu', count: 5 }, { class: 'gpu', count: 7 }] });
     expect(res.status, res.text).toBe(200);
     expect(res.json).toMatchObject({ fits: false });

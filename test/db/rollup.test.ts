@@ -105,3 +105,16 @@ describe('summary and timeline', () => {
     expect(tl.buckets[1]).toMatchObject({ start: from + HOUR, end: from + 2 * HOUR });
   });
 });
+
+describe('archived pools', () => {
+  it('count their atoms under maintenance, and back when unarchived', async () => {
+    const poolId = await makePool('arch').create(ctx.db);
+    await makeNode('arch-n').gpus(4).create(ctx.db, poolId);
+    expect(pick(await poolCapacity(ctx.db, poolId), 'gpu')).toMatchObject({ allocatable: 4, maintenance: 0 });
+    await makePool('arch').archived().create(ctx.db);
+    expect(pick(await poolCapacity(ctx.db, poolId), 'gpu')).toMatchObject({ total: 4, allocatable: 0, maintenance: 4, available: 0 });
+    await makePool('arch').archived(false).create(ctx.db);
+    expect(pick(await poolCapacity(ctx.db, poolId), 'gpu')).toMatchObject({ allocatable: 4, maintenance: 0 });
+    expect((await ctx.db.query(ROLLUP_MISMATCHES)).rows).toEqual([]);
+  });
+});
