@@ -10,6 +10,7 @@ import {
   deletePodsNow,
   kubectl,
   kubectlJson,
+  kubectlResult,
   restartKubelet,
   uniqueName,
   waitFor,
@@ -165,7 +166,12 @@ describe.skipIf(external)('scheduler extender and node agent', () => {
     await env.waitAdvertised(r1.resource, 2);
     await waitFor('agent re-registered', () => Object.values(env.agent.status()).every(Boolean));
     expect((await kubectlJson<Pod>(['-n', nsA, 'get', 'pod', 'long'])).status?.phase).toBe('Running');
-    expect(atomsIn(await kubectl(['-n', nsA, 'exec', 'long', '--', 'env']))).toEqual(before);
+    // A restarted kubelet answers exec only once it has synced its pods again ("pod does not exist" until then).
+    const after = await waitFor('exec into the running pod after the restart', async () => {
+      const r = await kubectlResult(['-n', nsA, 'exec', 'long', '--', 'env']);
+      return r.code === 0 ? r.stdout : undefined;
+    });
+    expect(atomsIn(after)).toEqual(before);
     // The other reservation still admits pods after the restart.
     const got = await runBoth([reservationPod(r2, 'after-restart', 2)]);
     expect(got.get('after-restart')).toEqual(r2.atoms);

