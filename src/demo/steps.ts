@@ -32,11 +32,14 @@ export class Steps {
   constructor(
     private readonly total: number,
     private readonly out: (line: string) => void,
+    /** Checked before each step: true stops the list (a StepError "stopped"). */
+    private readonly cancelled: () => boolean = () => false,
     private readonly heartbeatMs = 30_000,
   ) {}
 
   /** Runs one step; `note` adds a line under it (shown after the step's "ok"). */
   async run<T>(title: string, fn: (note: (line: string) => void) => Promise<T>): Promise<T> {
+    if (this.cancelled()) throw new StepError(title, new Error('stopped before this step'));
     this.n++;
     const width = String(this.total).length;
     this.out(`[${String(this.n).padStart(width)}/${this.total}] ${title} ...`);
