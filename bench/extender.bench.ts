@@ -139,11 +139,11 @@ async function main() {
       const r = json as { NodeNames?: string[]; Error?: string };
       if (r.Error || r.NodeNames?.length !== n) throw new Error(`filter: ${r.Error || `${r.NodeNames?.length} of ${n} nodes pass`}`);
     };
-    await post('/cached/scheduler/filter', body, passAll); // correctness, and the first snapshot load
+    await post('/cached/filter', body, passAll); // correctness, and the first snapshot load
     const raw = await measure(CALLS, () => post('/empty-raw', body));
     const parsed = await measure(CALLS, () => post('/empty-json', body));
-    const filter = await measure(CALLS, () => post('/cached/scheduler/filter', body));
-    const reload = await measure(UNCACHED_CALLS, () => post('/uncached/scheduler/filter', body, passAll));
+    const filter = await measure(CALLS, () => post('/cached/filter', body));
+    const reload = await measure(UNCACHED_CALLS, () => post('/uncached/filter', body, passAll));
     row(n, 'empty handler (body not read)', CALLS, raw);
     row(n, 'empty handler (same JSON body parsed)', CALLS, parsed);
     row(n, 'filter, snapshot cached (TTL 1 s)', CALLS, filter, filter.p50 / parsed.p50);

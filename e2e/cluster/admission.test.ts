@@ -4,7 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import YAML from 'yaml';
 import { loadKubeConfig } from '../../src/extender/kube.ts';
 import { silentLogger } from '../../src/log.ts';
-import { startNamespaceGrants, type NamespaceGrants } from '../../src/demo/namespace-grants.ts';
+import { startNamespaceGrants, type NamespaceGrants } from '../../src/controller/namespace-grants.ts';
 import { installCrds } from './controller-support.ts';
 import { apply, clusterInfo, kubectl, kubectlJson, kubectlResult, uniqueName, waitFor } from './harness.ts';
 

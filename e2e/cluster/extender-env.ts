@@ -91,7 +91,7 @@ export async function startExtenderEnv(opts: { gpus?: number; log?: Logger; quot
   const kube = new ClientNodeExtenderKube(kc);
   const service = new ExtenderService({ db, ledger, clock, kube, log, snapshotTtlMs: 200 });
   const app = express();
-  app.use(createExtenderRouter({ service }));
+  app.use('/scheduler', createExtenderRouter({ service }));
   const server: Server = createServer(app);
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
   const addr = server.address();

@@ -16,7 +16,9 @@ import { openDatabase, type Database } from '../db/connect.ts';
 import { Ledger } from '../db/ledger.ts';
 import { startCapacityJobs, type Jobs } from '../jobs/capacity.ts';
 import { ClientNodeExtenderKube } from '../extender/kube.ts';
+import { startPodReleaser } from '../extender/releaser.ts';
 import { createExtenderRouter } from '../extender/router.ts';
+import { startNamespaceGrants } from './namespace-grants.ts';
 import { errorFields, type Logger } from '../log.ts';
 import { registerCapacityGauges } from '../metrics/capacity.ts';
 import { ledgerMetrics } from '../metrics/ledger.ts';
@@ -113,6 +115,8 @@ export async function runController(config: Config, log: Logger): Promise<Runnin
     // Leader work.
     let jobs: Jobs | undefined;
     let timers: NodeJS.Timeout[] = [];
+    const leaderServices: { stop(): Promise<void> }[] = [];
+    let leaderStarts: Promise<void> = Promise.resolve();
     const startJobs = () => {
       jobs = startCapacityJobs({
         db: database.db,
@@ -141,12 +145,24 @@ export async function runController(config: Config, log: Logger): Promise<Runnin
         }
       });
       every(config.resyncEveryMs, 'resync', async () => controllers.resync());
+      // Pods that end give their atoms back; pods of ended reservations are evicted; namespaces get the labels the
+      // admission policy checks (deploy/admission/).
+      const started = (async () => {
+        leaderServices.push(
+          await startPodReleaser({ db: database.db, ledger, kube: new ClientNodeExtenderKube(kc), kubeConfig: kc, log }),
+        );
+        leaderServices.push(await startNamespaceGrants({ kubeConfig: kc, log }));
+      })();
+      started.catch((e: unknown) => log.error('leader services failed to start', errorFields(e)));
+      leaderStarts = started.catch(() => undefined);
     };
     const stopJobs = async () => {
       for (const t of timers) clearInterval(t);
       timers = [];
       await jobs?.stop();
       jobs = undefined;
+      await leaderStarts;
+      for (const s of leaderServices.splice(0)) await s.stop();
     };
 
     const elector = new LeaderElector({

@@ -18,13 +18,10 @@ import { loadConfig } from '../config.ts';
 import type { RunningController } from '../controller/run.ts';
 import { DbClock } from '../db/clock.ts';
 import { startEmbedded, type EmbeddedServer } from '../db/embedded.ts';
-import { Ledger } from '../db/ledger.ts';
 import { createPool } from '../db/pool.ts';
-import { ClientNodeExtenderKube, loadKubeConfig } from '../extender/kube.ts';
-import { startPodReleaser, type Releaser } from '../extender/releaser.ts';
+import { loadKubeConfig } from '../extender/kube.ts';
 import { createLogger, type Logger } from '../log.ts';
 import { loadHarness, REPO_ROOT, type DemoHarness } from './cluster.ts';
-import { startNamespaceGrants, type NamespaceGrants } from './namespace-grants.ts';
 import { seconds, Steps } from './steps.ts';
 
 export const DEMO_NAMESPACE = 'demo-team-a';
@@ -112,14 +109,13 @@ export function schedulerConfigWithExtender(defaultConfig: string, url: string):
   return YAML.stringify({ ...base, extenders, profiles });
 }
 
-/** The extender's URL prefix under the controller's server (probed: its filter answers 400 to an empty body). */
+/** The extender's URL prefix under the controller's server (its filter answers 400 to an empty body). */
 async function extenderPrefix(url: string): Promise<string> {
-  for (const prefix of [`${url}/scheduler`, `${url}/scheduler/scheduler`]) {
-    const r = await fetch(`${prefix}/filter`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{}' });
-    await r.arrayBuffer();
-    if (r.status === 400) return prefix;
-  }
-  throw new Error(`the controller at ${url} serves no scheduler extender (POST /scheduler/filter answers 404)`);
+  const prefix = `${url}/scheduler`;
+  const r = await fetch(`${prefix}/filter`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{}' });
+  await r.arrayBuffer();
+  if (r.status === 400) return prefix;
+  throw new Error(`the controller at ${url} serves no scheduler extender (POST /scheduler/filter answers ${r.status})`);
 }
 
 /** Runs the demo; resolves once everything is up and printed, with `stop` to undo it. */
@@ -228,7 +224,7 @@ export class Demo {
     });
 
     let controller!: RunningController;
-    await steps.run('Starting the controller (capacity API, /metrics, scheduler extender), pod releaser, namespace grants', async (note) => {
+    await steps.run('Starting the controller (capacity API, /metrics, scheduler extender; as leader: pod releaser, namespace grants)', async (note) => {
       await this.kubectl(['create', 'namespace', CONTROLLER_NAMESPACE]);
       this.defer(`delete namespace ${CONTROLLER_NAMESPACE}`, () => this.kubectl(['delete', 'namespace', CONTROLLER_NAMESPACE, '--ignore-not-found', '--wait=false']));
       token = `demo-${randomBytes(16).toString('hex')}`;
@@ -256,22 +252,6 @@ export class Demo {
       this.defer('stop the controller', () => controller.stop());
       await h.waitFor('the controller to lead', () => controller.isLeader(), { timeoutMs: 30_000, intervalMs: 200 });
 
-      const rdb = createPool(url, 4);
-      const releaser: Releaser = await startPodReleaser({
-        db: rdb,
-        ledger: new Ledger(rdb),
-        kube: new ClientNodeExtenderKube(kc),
-        kubeConfig: kc,
-        log,
-        evictionGraceSeconds: 10,
-        sweepEveryMs: 2000,
-      });
-      this.defer('stop the pod releaser', async () => {
-        await releaser.stop();
-        await rdb.end();
-      });
-      const grants: NamespaceGrants = await startNamespaceGrants({ kubeConfig: kc, log, everyMs: 5000 });
-      this.defer('stop the namespace grants', () => grants.stop());
       note(`${controller.url} (leader)`);
     });
 

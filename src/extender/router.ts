@@ -19,7 +19,7 @@ export function createExtenderRouter(deps: ExtenderDeps | { service: ExtenderSer
   const service = 'service' in deps ? deps.service : new ExtenderService(deps);
   const router = express.Router();
   router.use(express.json({ limit: '64mb' }));
-  router.post('/scheduler/filter', async (req, res) => {
+  router.post('/filter', async (req, res) => {
     const args = parse(ExtenderArgsSchema, req, res, (m) => ({ Nodes: null, NodeNames: null, FailedNodes: {}, FailedAndUnresolvableNodes: {}, Error: m }));
     if (!args) return;
     try {
@@ -28,7 +28,7 @@ export function createExtenderRouter(deps: ExtenderDeps | { service: ExtenderSer
       res.json({ Nodes: null, NodeNames: null, FailedNodes: {}, FailedAndUnresolvableNodes: {}, Error: (e as Error).message });
     }
   });
-  router.post('/scheduler/prioritize', async (req, res) => {
+  router.post('/prioritize', async (req, res) => {
     const args = parse(ExtenderArgsSchema, req, res, () => []);
     if (!args) return;
     try {
@@ -37,7 +37,7 @@ export function createExtenderRouter(deps: ExtenderDeps | { service: ExtenderSer
       res.status(500).json({ error: { code: 'INTERNAL', message: (e as Error).message } });
     }
   });
-  router.post('/scheduler/bind', async (req, res) => {
+  router.post('/bind', async (req, res) => {
     const args = parse(ExtenderBindingArgsSchema, req, res, (m) => ({ Error: m }));
     if (!args) return;
     res.json(await service.bind(args));
