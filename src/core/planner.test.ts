@@ -1,6 +1,6 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { MAX_CANDIDATES, plan, summarizeNode } from './planner.ts';
+import { judgeNodes, MAX_CANDIDATES, plan, summarizeNode } from './planner.ts';
 import type { AtomSnap, DeviceClass, NodeSnap, PlacementRequest, PoolSnap } from './types.ts';
 
 // Builders: makeNode('n1').gpus(8).busy(0, [0, 10]).build()
@@ -162,6 +162,23 @@ describe('plan properties', () => {
           }
         } else {
           for (const n of nodes) if (n.schedulable) expect(freeAtoms(n, r).length).toBeLessThan(total);
+        }
+      }),
+      { numRuns: 300 },
+    );
+  });
+
+  it('judging each node alone agrees with planning on that node alone', () => {
+    fc.assert(
+      fc.property(arbPool, arbReq, (builders, q) => {
+        const nodes = builders.map((b) => b.build());
+        const r = req(q.count, { window: { start: q.start, end: q.start + q.len }, binding: q.node ? 'node' : 'hold' });
+        const verdicts = judgeNodes(nodes, r);
+        for (const n of nodes) {
+          const alone = plan(pool([n]), r);
+          const v = verdicts.get(n.id)!;
+          if (alone.ok) expect(v).toEqual({ ok: true, score: alone.candidates[0]!.score });
+          else expect(v).toEqual({ ok: false, reason: alone.reason.replace(/^0\/1 nodes fit: 1 /, '') });
         }
       }),
       { numRuns: 300 },

@@ -165,16 +165,41 @@ function insertRanked(list: Candidate[], c: Candidate, limit: number): void {
   if (list.length > limit) list.pop();
 }
 
+/** Why a node does not fit, as a phrase after its count ("2 unschedulable", "1 without enough vcpu"). */
+function misfitText(m: Misfit): string {
+  if (m === 'unschedulable') return 'unschedulable';
+  if (m === 'busy-node') return 'not wholly free for a node lease';
+  if (m.startsWith('scalar:')) return `without enough ${m.slice(7)}`;
+  return `without enough free ${m.slice(8)} atoms matching the request in the window`;
+}
+
 function describeMisfits(misfits: Map<Misfit, number>, total: number): string {
-  const parts = [...misfits.entries()]
-    .sort((a, b) => b[1] - a[1])
-    .map(([m, n]) => {
-      if (m === 'unschedulable') return `${n} unschedulable`;
-      if (m === 'busy-node') return `${n} not wholly free for a node lease`;
-      if (m.startsWith('scalar:')) return `${n} without enough ${m.slice(7)}`;
-      return `${n} without enough free ${m.slice(8)} atoms matching the request in the window`;
-    });
+  const parts = [...misfits.entries()].sort((a, b) => b[1] - a[1]).map(([m, n]) => `${n} ${misfitText(m)}`);
   return `0/${total} nodes fit${parts.length ? `: ${parts.join(', ')}` : ''}`;
+}
+
+export type NodeVerdict = { readonly ok: true; readonly score: number } | { readonly ok: false; readonly reason: string };
+
+/**
+ * Each node judged on its own (the scheduler extender's filter: the scheduler picks the node, we say which fit and
+ * how well): the score of the best placement on it, or why nothing fits there.
+ */
+export function judgeNodes(nodes: readonly NodeSnap[], req: PlacementRequest): Map<string, NodeVerdict> {
+  const scalars = (Object.entries(req.resources ?? {}) as [ScalarResource, number][]).filter(([, n]) => n > 0);
+  const verdicts = new Map<string, NodeVerdict>();
+  for (const node of nodes) {
+    const s = screenNode(node, req, scalars);
+    if (typeof s !== 'number') {
+      verdicts.set(node.id, { ok: false, reason: misfitText(s) });
+      continue;
+    }
+    const f = fitNode(node, req);
+    verdicts.set(
+      node.id,
+      f.candidate ? { ok: true, score: f.candidate.score } : { ok: false, reason: misfitText(f.misfit ?? 'unschedulable') },
+    );
+  }
+  return verdicts;
 }
 
 /**

@@ -1,6 +1,6 @@
 // The extender's decisions: filter and prioritize read the ledger (no writes); bind writes first (assignment or
 // booking, and the node's on-demand admission lease), then creates the Binding, and undoes its writes if that fails.
-import { plan, summarizeNode } from '../core/planner.ts';
+import { judgeNodes, summarizeNode } from '../core/planner.ts';
 import type { DeviceClass, NodeSnap, PoolSnap } from '../core/types.ts';
 import type { Clock } from '../db/clock.ts';
 import { toPlacementRequest, type Ledger } from '../db/ledger.ts';
@@ -268,15 +268,15 @@ export class ExtenderService {
           now,
           deadline === null,
         );
+        const known: NodeSnap[] = [];
         for (const n of members) {
           const node = c.byId.get(n);
-          if (!node) {
-            v.failed[n] = 'the node has reported no devices';
-            continue;
-          }
-          const p = plan({ ...c.snap, nodes: [node] }, req);
-          if (p.ok) v.pass.set(n, (p.candidates[0]!.score / 110) * this.maxPriority);
-          else v.failed[n] = p.reason.replace(/^0\/1 nodes fit: 1 /, '');
+          if (node) known.push(node);
+          else v.failed[n] = 'the node has reported no devices';
+        }
+        for (const [n, verdict] of judgeNodes(known, req)) {
+          if (verdict.ok) v.pass.set(n, (verdict.score / 110) * this.maxPriority);
+          else v.failed[n] = verdict.reason;
         }
       }),
     );
