@@ -8,9 +8,10 @@ import { KubernetesAuthorizer, loadKubeConfig } from '../api/authz-kubernetes.ts
 import { StaticTokenAuthorizer, type Authorizer } from '../api/authz.ts';
 import { createCapacityService } from '../api/capacity-service.ts';
 import { listen } from '../api/server.ts';
+import { stopOnSignal } from './signals.ts';
 import { openDatabase } from '../db/connect.ts';
 import { startCapacityJobs } from '../jobs/capacity.ts';
-import { createLogger, errorFields, type Logger } from '../log.ts';
+import { createLogger, type Logger } from '../log.ts';
 import { registerCapacityGauges } from '../metrics/capacity.ts';
 import { ledgerMetrics } from '../metrics/ledger.ts';
 import { createRegistry, httpMetrics } from '../metrics/registry.ts';
@@ -127,25 +128,5 @@ export async function serveCommand(argv: string[], config: Config): Promise<numb
   });
   const log = createLogger({ level: config.logLevel });
   const served = await startServe(effective, log);
-  return new Promise<number>((resolve) => {
-    let signals = 0;
-    const onSignal = (signal: NodeJS.Signals) => {
-      signals++;
-      if (signals > 1) {
-        log.warn('second signal: exiting without draining', { signal });
-        resolve(1);
-        return;
-      }
-      log.info('signal', { signal });
-      served.stop().then(
-        () => resolve(0),
-        (e: unknown) => {
-          log.error('shutdown failed', errorFields(e));
-          resolve(1);
-        },
-      );
-    };
-    process.on('SIGTERM', onSignal);
-    process.on('SIGINT', onSignal);
-  });
+  return stopOnSignal(() => served.stop(), log);
 }

@@ -16,6 +16,7 @@ import { openDatabase, type Database } from '../db/connect.ts';
 import { Ledger } from '../db/ledger.ts';
 import { startCapacityJobs, type Jobs } from '../jobs/capacity.ts';
 import { ClientNodeExtenderKube } from '../extender/kube.ts';
+import { stopOnSignal } from '../cli/signals.ts';
 import { startPodReleaser } from '../extender/releaser.ts';
 import { createExtenderRouter } from '../extender/router.ts';
 import { startNamespaceGrants } from './namespace-grants.ts';
@@ -231,24 +232,5 @@ export async function runController(config: Config, log: Logger): Promise<Runnin
 /** The CLI command: runs until SIGTERM or SIGINT. */
 export async function controllerCommand(config: Config, log: Logger): Promise<number> {
   const running = await runController(config, log);
-  return new Promise<number>((resolve) => {
-    let signals = 0;
-    const onSignal = (signal: NodeJS.Signals) => {
-      if (++signals > 1) {
-        log.warn('second signal: exiting without a graceful stop', { signal });
-        resolve(1);
-        return;
-      }
-      log.info('signal', { signal });
-      running.stop().then(
-        () => resolve(0),
-        (e: unknown) => {
-          log.error('shutdown failed', errorFields(e));
-          resolve(1);
-        },
-      );
-    };
-    process.on('SIGTERM', onSignal);
-    process.on('SIGINT', onSignal);
-  });
+  return stopOnSignal(() => running.stop(), log);
 }
