@@ -174,6 +174,28 @@ describe('controller', () => {
     expect(await liveBookings(poolId)).toEqual([]);
   });
 
+  it('a Reservation whose window ends becomes Released, and its atoms are free again', async () => {
+    const { pool, poolId } = await makePool(1, 2);
+    await apply(reservation('short', pool, 2, { duration: 6 }));
+    await waitFor('reservation short Reserved', async () => {
+      const x = await kubectlJson<Rsv>(['-n', tenantNs, 'get', 'reservation', 'short']);
+      return x.status?.phase === 'Reserved' && x;
+    });
+    const ended = await waitFor(
+      'reservation short Released after its window',
+      async () => {
+        const x = await kubectlJson<Rsv>(['-n', tenantNs, 'get', 'reservation', 'short']);
+        return x.status?.phase === 'Released' && x;
+      },
+      { timeoutMs: 30_000 },
+    );
+    expect(ended.status!.conditions?.find((c) => c.type === 'Reserved')).toMatchObject({ status: 'False', reason: 'Released', message: expect.stringContaining('ended at') });
+    expect(await liveBookings(poolId)).toEqual([]);
+    await apply(reservation('after-short', pool, 2));
+    await waitFor('the next one fits', async () => (await kubectlJson<Rsv>(['-n', tenantNs, 'get', 'reservation', 'after-short'])).status?.phase === 'Reserved');
+    await kubectl(['-n', tenantNs, 'delete', 'reservation', 'short', 'after-short', '--wait=true', '--timeout=30s']);
+  });
+
   it('20 Reservations for fewer GPUs: exactly as many Reserved as fit, the rest Pending with reason and Event; deletes let Pending ones in', async () => {
     const { pool, poolId } = await makePool(2, 3);
     const names = Array.from({ length: 20 }, (_, i) => `many-${String(i).padStart(2, '0')}`);

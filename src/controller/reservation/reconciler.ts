@@ -99,10 +99,16 @@ export class ReservationReconciler {
     const st = r.status ?? {};
     // Already booked: mirror the ledger's state (held → confirmed, expired, released elsewhere).
     if (st.reservationId) {
-      const view = await ctx.ledger.get(st.reservationId);
+      let view = await ctx.ledger.get(st.reservationId);
+      const now = ctx.clock.now();
+      if (view && (view.state === 'held' || view.state === 'confirmed') && view.end <= now) {
+        // The window is over: end it in the ledger too (scalar claims go back), so it shows as Released.
+        await ctx.ledger.release(view.id);
+        view = await ctx.ledger.get(view.id);
+      }
       if (view) {
         await this.writeBooked(r, view, st.tenant ?? view.tenantId, false);
-        return view.state === 'held' && view.leaseExpiresAt ? { requeueAfterMs: Math.max(1000, view.leaseExpiresAt - ctx.clock.now() + 500) } : undefined;
+        return this.wakeAt(view);
       }
     }
     if (st.phase === 'Failed' && st.observedGeneration === r.metadata.generation) return;
@@ -143,7 +149,7 @@ export class ReservationReconciler {
     const outcome: ReserveOutcome = await ctx.ledger.reserve(input, ctx.clock.now());
     if (outcome.ok) {
       await this.writeBooked(r, outcome.reservation, tenant, true);
-      return;
+      return this.wakeAt(outcome.reservation);
     }
     const verdicts: Record<Exclude<typeof outcome.code, never>, Omit<Verdict, 'message'>> = {
       NO_CAPACITY: { phase: 'Pending', status: 'False', reason: 'Unschedulable', eventType: 'Warning' },
@@ -195,13 +201,22 @@ export class ReservationReconciler {
     }
   }
 
+  /** A live booking comes back when its hold runs out or its window ends, whichever is first. */
+  private wakeAt(view: ReservationView): ReconcileResult {
+    if (view.state !== 'held' && view.state !== 'confirmed') return undefined;
+    const next = Math.min(view.state === 'held' && view.leaseExpiresAt ? view.leaseExpiresAt : Infinity, view.end);
+    if (!Number.isFinite(next)) return undefined;
+    // At most an hour ahead: timers have a 24-day ceiling, and the periodic resync looks again anyway.
+    return { requeueAfterMs: Math.min(3_600_000, Math.max(1000, next - this.ctx.clock.now() + 500)) };
+  }
+
   private async writeBooked(r: Reservation, view: ReservationView, tenant: string, fresh: boolean): Promise<void> {
     const phase = PHASE_OF_STATE[view.state];
     const atoms = view.allocations.reduce((n, a) => n + a.atoms.length, 0);
     const nodes = view.allocations.map((a) => a.nodeId);
     const messages: Record<ReservationPhase, string> = {
       Reserved: `${atoms} atoms on ${nodes.join(', ')} from ${iso(view.start)} to ${iso(view.end)}${view.state === 'held' ? `, held until ${iso(view.leaseExpiresAt)}` : ''}`,
-      Released: `released ${view.id}`,
+      Released: view.end <= this.ctx.clock.now() ? `the window of ${view.id} ended at ${iso(view.end)}` : `released ${view.id}`,
       Expired: `the hold of ${view.id} ran out before it was confirmed`,
       Pending: '',
       Failed: '',
