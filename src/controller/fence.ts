@@ -3,7 +3,7 @@
 // replica took the fence, a deposed leader's transaction fails (FencedError) instead of committing.
 // The Ledger checks the fence itself (its `fence` option); the inventory writes of src/db/inventory.ts take a Db and
 // open their own transactions, so `fenced()` runs them inside one transaction that checked the fence first, turning
-// their BEGIN/COMMIT/ROLLBACK into a savepoint (docs/adr/0006-leader-fencing.md).
+// their BEGIN/COMMIT/ROLLBACK into a savepoint (docs/adr/0004-leader-fencing.md).
 import type pg from 'pg';
 import { sqlState } from '../db/errors.ts';
 import { FencedError, type Fence } from '../db/ledger.ts';

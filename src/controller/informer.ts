@@ -2,7 +2,7 @@
 // watch error and trusts a quiet stream forever; this one:
 // - asks for bookmarks and a server-side timeout, so a live watch always shows activity (an event, a bookmark, or
 //   its normal end) within `watchTimeoutSeconds`; a watch silent for `livenessMs` is taken for dead, aborted and
-//   started again from the last resourceVersion (docs/adr/0008-watch-liveness.md);
+//   started again from the last resourceVersion (docs/adr/0006-watch-liveness.md);
 // - relists on 410 Gone (as a status code or an ERROR event) and tells handlers about what changed meanwhile;
 // - restarts after any error with exponential backoff (1 s doubling to 30 s), forever, until stopped.
 import { type KubeConfig, Watch } from '@kubernetes/client-node';

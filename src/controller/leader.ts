@@ -2,7 +2,7 @@
 // every retry period; a candidate takes it once it has seen the same record unchanged for a lease duration (measured
 // on its own monotonic clock, so clock skew between replicas does not matter); a leader that cannot renew within the
 // renew deadline steps down before anyone else may take over. Leadership is advisory: the ledger's fence
-// (bc_take_fence on winning) is what makes a deposed leader's writes fail (docs/adr/0006-leader-fencing.md).
+// (bc_take_fence on winning) is what makes a deposed leader's writes fail (docs/adr/0004-leader-fencing.md).
 import type { V1Lease } from '@kubernetes/client-node';
 import { errorFields, type Logger } from '../log.ts';
 import { statusOf, type KubeClient } from './kube.ts';
