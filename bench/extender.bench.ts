@@ -14,11 +14,11 @@ import { DbClock } from '../src/db/clock.ts';
 import { startEmbedded } from '../src/db/embedded.ts';
 import { Ledger } from '../src/db/ledger.ts';
 import { migrate } from '../src/db/migrate.ts';
-import { createPool, type Db } from '../src/db/pool.ts';
+import { createPool } from '../src/db/pool.ts';
+import { seedPool } from './seed.ts';
 import type { ExtenderKube } from '../src/extender/kube.ts';
 import { createExtenderRouter } from '../src/extender/router.ts';
 import { ExtenderService } from '../src/extender/service.ts';
-import { newPoolId } from '../src/ids.ts';
 import { silentLogger } from '../src/log.ts';
 
 const SIZES = (process.env.BENCH_NODES ?? '1000,5000').split(',').map(Number);
@@ -47,25 +47,6 @@ async function measure(n: number, call: () => Promise<void>): Promise<Stats> {
   const seconds = (performance.now() - started) / 1000;
   latencies.sort((a, b) => a - b);
   return { perSecond: n / seconds, p50: quantile(latencies, 0.5), p99: quantile(latencies, 0.99) };
-}
-
-async function seed(db: Db, nodes: number): Promise<string[]> {
-  const poolId = newPoolId();
-  await db.query(`INSERT INTO pools (id, name, owner_tenant, gpu_model) VALUES ($1, $2, 'bench', 'H100')`, [poolId, `bench-${nodes}`]);
-  await db.query(
-    `INSERT INTO nodes (id, pool_id, converged, labels)
-     SELECT 'x${nodes}-' || i, $1, true, jsonb_build_object('topology.kubernetes.io/zone', 'z' || (i % 16)) FROM generate_series(1, $2) i`,
-    [poolId, nodes],
-  );
-  await db.query(
-    `INSERT INTO devices (id, node_id, class, attributes)
-     SELECT 'GPU-x${nodes}-' || i || '-' || g, 'x${nodes}-' || i, 'gpu',
-            jsonb_build_object('gpuModel', 'H100', 'vramGiB', 80, 'numaNode', g / 4, 'nvlinkDomain', 'x${nodes}-' || i)
-     FROM generate_series(1, $1) i, generate_series(0, 7) g`,
-    [nodes],
-  );
-  await db.query('ANALYZE');
-  return Array.from({ length: nodes }, (_, i) => `x${nodes}-${i + 1}`);
 }
 
 // The filter reads no pod or node from the API server for an on-demand pod; the namespace's labels come from here.
@@ -133,7 +114,7 @@ async function main() {
       `${String(nodes).padStart(5)}  ${what.padEnd(36)}  ${String(calls).padStart(5)}  ${s.perSecond.toFixed(1).padStart(8)}  ${s.p50.toFixed(2).padStart(9)}  ${s.p99.toFixed(2).padStart(9)}  ${ratio === undefined ? '' : `${ratio.toFixed(1).padStart(8)}x`}`,
     );
   for (const n of SIZES) {
-    const names = await seed(db, n);
+    const { nodeIds: names } = await seedPool(db, n, 'x');
     const body = JSON.stringify({ Pod: pod, NodeNames: names });
     const passAll = (json: unknown) => {
       const r = json as { NodeNames?: string[]; Error?: string };

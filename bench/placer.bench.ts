@@ -10,8 +10,8 @@ import { DbClock } from '../src/db/clock.ts';
 import { startEmbedded } from '../src/db/embedded.ts';
 import { Ledger } from '../src/db/ledger.ts';
 import { migrate } from '../src/db/migrate.ts';
-import { createPool, type Db } from '../src/db/pool.ts';
-import { newPoolId } from '../src/ids.ts';
+import { createPool } from '../src/db/pool.ts';
+import { seedPool } from './seed.ts';
 
 const CONCURRENCY = Number(process.env.BENCH_CONCURRENCY ?? 16);
 const PLACEMENTS = Number(process.env.BENCH_PLACEMENTS ?? 3000);
@@ -48,25 +48,6 @@ async function runConcurrent(n: number, fn: (i: number) => Promise<void>) {
   };
 }
 
-async function seed(db: Db, nodes: number): Promise<string> {
-  const poolId = newPoolId();
-  await db.query(`INSERT INTO pools (id, name, owner_tenant, gpu_model) VALUES ($1, $2, 'bench', 'H100')`, [poolId, `bench-${nodes}`]);
-  await db.query(
-    `INSERT INTO nodes (id, pool_id, converged, labels)
-     SELECT 'b${nodes}-' || i, $1, true, jsonb_build_object('topology.kubernetes.io/zone', 'z' || (i % 16)) FROM generate_series(1, $2) i`,
-    [poolId, nodes],
-  );
-  await db.query(
-    `INSERT INTO devices (id, node_id, class, attributes)
-     SELECT 'GPU-b${nodes}-' || i || '-' || g, 'b${nodes}-' || i, 'gpu',
-            jsonb_build_object('gpuModel', 'H100', 'vramGiB', 80, 'numaNode', g / 4, 'nvlinkDomain', 'b${nodes}-' || i)
-     FROM generate_series(1, $1) i, generate_series(0, 7) g`,
-    [nodes],
-  );
-  await db.query('ANALYZE');
-  return poolId;
-}
-
 async function main() {
   let url = process.env.DATABASE_URL;
   let stop = async () => undefined as void;
@@ -93,7 +74,7 @@ async function main() {
   console.log(`# ${PLACEMENTS} single-GPU placements per size, concurrency ${CONCURRENCY}, ${os.cpus().length} cores`);
   console.log('nodes\tplacer/s\tp50 ms\tp99 ms\tclient cpu\tfloor/s\tfloor p50\tfloor p99\tclient cpu\tratio');
   for (const nodes of SIZES) {
-    const poolId = await seed(db, nodes);
+    const { poolId } = await seedPool(db, nodes, 'b');
     const ledger = new Ledger(db);
     await ledger.preview(
       { tenantId: 'bench', poolId, devices: [{ class: 'gpu', count: 1 }], duration: 3600, binding: 'hold', idempotencyKey: 'warm' },
