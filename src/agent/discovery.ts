@@ -3,25 +3,14 @@
 import { execFile } from 'node:child_process';
 import fs from 'node:fs/promises';
 import { z } from 'zod';
+import type { GpuReport, MigInstanceReport } from '../core/inventory.ts';
 
-export interface MigDevice {
-  gi: number;
-  ci: number;
-  profile?: string;
-  memoryGiB?: number;
-  healthy?: boolean;
+export interface MigDevice extends MigInstanceReport {
   /** MIG-<uuid> as the driver names it, when known (what NVIDIA_VISIBLE_DEVICES takes). */
   uuid?: string;
 }
 
-export interface GpuDevice {
-  uuid: string;
-  product?: string;
-  model?: string;
-  vramGiB?: number;
-  numaNode?: number;
-  nvlinkDomain?: string;
-  healthy?: boolean;
+export interface GpuDevice extends Omit<GpuReport, 'mig'> {
   mig?: MigDevice[];
   /** Agent-local: the driver's index and PCI bus id. */
   index?: number;

@@ -1,5 +1,6 @@
 // The custom resources of group bettercompute.io/v1alpha1 (crds/), as the controller reads and writes them. The
 // OpenAPI schemas in crds/ are the authority on constraints; these types only name the fields.
+import type { InventoryReport } from '../core/inventory.ts';
 export const GROUP = 'bettercompute.io';
 export const VERSION = 'v1alpha1';
 export const API_VERSION = `${GROUP}/${VERSION}`;
@@ -112,19 +113,7 @@ export interface PoolCR extends KubeObject {
 }
 
 export interface NodeDevicesCR extends KubeObject {
-  spec: {
-    gpus: {
-      uuid: string;
-      product?: string;
-      model?: string;
-      vramGiB?: number;
-      numaNode?: number;
-      nvlinkDomain?: string;
-      healthy?: boolean;
-      mig?: { gi: number; ci: number; profile?: string; memoryGiB?: number; healthy?: boolean }[];
-    }[];
-    scalars?: Partial<Record<'vcpu' | 'memoryGiB' | 'hugepages1Gi', number>>;
-  };
+  spec: InventoryReport;
   status?: { observedGeneration?: number; gpus?: number; conditions?: Condition[] };
 }
 

@@ -1,6 +1,7 @@
 // Pools, nodes and their devices in the ledger. A node's reported devices replace its previous set atomically; a change
 // of a GPU's layout (whole ↔ MIG ↔ slots, or another MIG set) books every atom of that GPU, parent included, for the
 // change window (guard 2, the atom rule).
+import type { InventoryReport } from '../core/inventory.ts';
 import type { ScalarResource, Sharing } from '../core/types.ts';
 import { newAllocationId, newPoolId } from '../ids.ts';
 import { withTransaction, type Db } from './pool.ts';
@@ -140,30 +141,7 @@ export async function setDeviceHealth(db: Db, deviceId: string, healthy: boolean
   await db.query('UPDATE devices SET healthy = $2 WHERE id = $1', [deviceId, healthy]);
 }
 
-export interface MigInstanceReport {
-  gi: number;
-  ci: number;
-  profile?: string;
-  memoryGiB?: number;
-  healthy?: boolean;
-}
-
-export interface GpuReport {
-  uuid: string;
-  product?: string;
-  model?: string;
-  vramGiB?: number;
-  numaNode?: number;
-  nvlinkDomain?: string;
-  healthy?: boolean;
-  /** MIG instances; present and non-empty when the GPU is in MIG mode. */
-  mig?: MigInstanceReport[];
-}
-
-export interface InventoryReport {
-  gpus: GpuReport[];
-  scalars?: Partial<Record<ScalarResource, number>>;
-}
+export type { GpuReport, InventoryReport, MigInstanceReport } from '../core/inventory.ts';
 
 export class LayoutBusyError extends Error {
   readonly code = 'LAYOUT_BUSY';
