@@ -11,8 +11,11 @@ bc_lock
 d="$BC_CLUSTER_DIR"
 bc_log "taking the cluster in $d down"
 
-# 1. The kubelet first, so that it does not restart what we remove.
+# 1. The kubelet first, so that it does not restart what we remove; kube-proxy, and its iptables rules.
 bc_stop kubelet 30
+bc_stop kube-proxy 10
+[[ -x "$BC_BIN/kube-proxy" ]] && "$BC_BIN/kube-proxy" --cleanup >/dev/null 2>&1
+bc_pod_network_rules_down
 
 # 2. Pod containers: kill and delete them through containerd while it runs, then through runc for any left over.
 if bc_running containerd; then

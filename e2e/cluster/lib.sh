@@ -1,7 +1,9 @@
 # shellcheck shell=bash
 # Shared settings and functions of the test cluster scripts (up.sh, down.sh, ctl.sh). Source it; it sets no shell options.
 #
-# Everything listens on 127.0.0.1. Ports and paths can be overridden with the BC_* variables below.
+# Everything listens on 127.0.0.1, except the API server, which pods reach through the `kubernetes` Service: it listens on
+# all addresses, and BC-INPUT lets only loopback and the pod bridge in. Ports and paths can be overridden with the BC_*
+# variables below.
 
 BC_HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=versions.env
@@ -23,6 +25,11 @@ BC_KUBELET_HEALTHZ_PORT="${BC_KUBELET_HEALTHZ_PORT:-10248}"
 # node's InternalIP and Hostname, so the API server reaches the kubelet (logs, exec) on loopback.
 BC_NODE_NAME="${BC_NODE_NAME:-127.0.0.1}"
 BC_POD_CIDR="${BC_POD_CIDR:-10.244.0.0/24}"
+# The host's address on the pod bridge: the pods' gateway, and the API server's advertised address (the endpoint of the
+# `kubernetes` Service that kube-proxy sends pods to).
+BC_POD_GATEWAY="${BC_POD_GATEWAY:-${BC_POD_CIDR%.*}.1}"
+BC_KUBE_PROXY_HEALTHZ_PORT="${BC_KUBE_PROXY_HEALTHZ_PORT:-10256}"
+BC_KUBE_PROXY_METRICS_PORT="${BC_KUBE_PROXY_METRICS_PORT:-10249}"
 BC_SERVICE_CIDR="${BC_SERVICE_CIDR:-10.96.0.0/24}"
 # Simulated nodes (Node objects without a kubelet) never renew a Lease or their status. The node lifecycle controller
 # only marks a node unreachable after this grace period, so they stay Ready for the whole test run. The price: a real
@@ -48,7 +55,7 @@ BC_CNI_BIN_DIR="${BC_CNI_BIN_DIR:-/usr/lib/cni}"
 unset d
 
 # Components in start order; stop goes the other way.
-BC_COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler containerd kubelet)
+BC_COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler containerd kubelet kube-proxy)
 
 bc_log() { echo "[cluster $(date +%H:%M:%S)] $*" >&2; }
 bc_die() { bc_log "ERROR: $*"; exit 1; }
@@ -178,8 +185,8 @@ bc_start_etcd() {
 
 bc_start_kube_apiserver() {
   bc_spawn kube-apiserver "$BC_BIN/kube-apiserver" \
-    --bind-address 127.0.0.1 \
-    --advertise-address 127.0.0.1 \
+    --bind-address 0.0.0.0 \
+    --advertise-address "$BC_POD_GATEWAY" \
     --secure-port "$BC_APISERVER_PORT" \
     --etcd-servers "http://127.0.0.1:$BC_ETCD_PORT" \
     --tls-cert-file "$BC_PKI/apiserver.crt" \
@@ -196,7 +203,6 @@ bc_start_kube_apiserver() {
     --authorization-mode Node,RBAC \
     --enable-admission-plugins NodeRestriction \
     --allow-privileged=true \
-    --endpoint-reconciler-type none \
     --profiling=false \
     --v 1
   bc_wait_for "kube-apiserver /readyz" 120 kube-apiserver \
@@ -254,8 +260,47 @@ bc_start_kubelet() {
   bc_wait_for "kubelet /healthz" 120 kubelet curl -fsS --max-time 2 "http://127.0.0.1:$BC_KUBELET_HEALTHZ_PORT/healthz"
 }
 
+# kube-proxy (iptables mode): Services for pods and for the host (the API server calls admission webhooks through them).
+bc_start_kube_proxy() {
+  bc_spawn kube-proxy "$BC_BIN/kube-proxy" --config "$BC_CLUSTER_DIR/kube-proxy.yaml" --v 1
+  bc_wait_for "kube-proxy /healthz" 60 kube-proxy curl -fsS --max-time 2 "http://127.0.0.1:$BC_KUBE_PROXY_HEALTHZ_PORT/healthz"
+}
+
+# bc_pod_network_up: the pod bridge with the gateway address (made before the first pod, so that the API server can
+# advertise it), forwarding on, and BC-FORWARD/BC-INPUT: pods reach each other and this host, never anything beyond it;
+# the API server's port is open to loopback and the pod bridge only.
+bc_pod_network_up() {
+  local ipt=(iptables -w) mask="${BC_POD_CIDR#*/}"
+  ip link show "$BC_CNI_BRIDGE" >/dev/null 2>&1 || ip link add "$BC_CNI_BRIDGE" type bridge
+  ip addr show dev "$BC_CNI_BRIDGE" | grep -q "inet $BC_POD_GATEWAY/" || ip addr add "$BC_POD_GATEWAY/$mask" dev "$BC_CNI_BRIDGE"
+  ip link set "$BC_CNI_BRIDGE" up
+  sysctl -qw net.ipv4.ip_forward=1
+  if [[ -e /proc/sys/net/bridge/bridge-nf-call-iptables ]]; then sysctl -qw net.bridge.bridge-nf-call-iptables=1; fi
+  bc_pod_network_rules_down
+  "${ipt[@]}" -N BC-FORWARD
+  "${ipt[@]}" -A BC-FORWARD -s "$BC_POD_CIDR" ! -d "$BC_POD_CIDR" -j DROP
+  "${ipt[@]}" -A BC-FORWARD -d "$BC_POD_CIDR" ! -s "$BC_POD_CIDR" -j DROP
+  "${ipt[@]}" -A BC-FORWARD -i "$BC_CNI_BRIDGE" -o "$BC_CNI_BRIDGE" -j ACCEPT
+  "${ipt[@]}" -I FORWARD 1 -j BC-FORWARD
+  "${ipt[@]}" -N BC-INPUT
+  "${ipt[@]}" -A BC-INPUT -i lo -j RETURN
+  "${ipt[@]}" -A BC-INPUT -i "$BC_CNI_BRIDGE" -j RETURN
+  "${ipt[@]}" -A BC-INPUT -p tcp --dport "$BC_APISERVER_PORT" -j DROP
+  "${ipt[@]}" -I INPUT 1 -j BC-INPUT
+}
+
+bc_pod_network_rules_down() {
+  local chain from
+  for chain in BC-FORWARD BC-INPUT; do
+    iptables -w -S "$chain" >/dev/null 2>&1 || continue
+    for from in INPUT FORWARD; do while iptables -w -D "$from" -j "$chain" 2>/dev/null; do :; done; done
+    iptables -w -F "$chain" && iptables -w -X "$chain"
+  done
+}
+
 bc_start() {
   case "$1" in
+    kube-proxy) bc_start_kube_proxy ;;
     etcd) bc_start_etcd ;;
     kube-apiserver) bc_start_kube_apiserver ;;
     kube-controller-manager) bc_start_kube_controller_manager ;;

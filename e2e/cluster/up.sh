@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # `npm run cluster:up`: starts a one-machine Kubernetes cluster for the tests, everything on 127.0.0.1:
-#   etcd, kube-apiserver, kube-controller-manager, kube-scheduler, containerd (+ runc, CNI bridge) and one real kubelet.
+#   etcd, kube-apiserver, kube-controller-manager, kube-scheduler, containerd (+ runc, CNI bridge), one real kubelet and
+#   kube-proxy. Pods reach Services and the API server (through the `kubernetes` Service), and nothing off this machine.
 # Builds the components first if they are not cached (build.sh), and the local images (images/build-images.sh).
 # If the cluster is already up and healthy, does nothing. Prints `export ...` lines for the shell on stdout, e.g.
 #   eval "$(npm run -s cluster:up)"
@@ -35,7 +36,7 @@ bin="$("$BC_HERE/build.sh")"
 [[ "$bin" == "$BC_BIN" ]] || bc_die "build.sh built into $bin, expected $BC_BIN"
 
 for p in "$BC_ETCD_PORT" "$BC_ETCD_PEER_PORT" "$BC_APISERVER_PORT" "$BC_KCM_PORT" "$BC_SCHEDULER_PORT" \
-  "$BC_KUBELET_PORT" "$BC_KUBELET_HEALTHZ_PORT"; do
+  "$BC_KUBELET_PORT" "$BC_KUBELET_HEALTHZ_PORT" "$BC_KUBE_PROXY_HEALTHZ_PORT" "$BC_KUBE_PROXY_METRICS_PORT"; do
   bc_port_free "$p" || bc_die "port 127.0.0.1:$p is in use (another cluster? set BC_*_PORT, see lib.sh)"
 done
 
@@ -74,11 +75,12 @@ bc_log "generating certificates"
   }
   svc_ip="${BC_SERVICE_CIDR%.*}.1"
   cert apiserver "/CN=kube-apiserver" \
-    "IP:127.0.0.1,IP:$svc_ip,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
+    "IP:127.0.0.1,IP:$svc_ip,IP:$BC_POD_GATEWAY,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
   cert apiserver-kubelet-client "/O=system:masters/CN=kube-apiserver-kubelet-client"
   cert admin "/O=system:masters/CN=bc-admin"
   cert controller-manager "/CN=system:kube-controller-manager"
   cert scheduler "/CN=system:kube-scheduler"
+  cert kube-proxy "/CN=system:kube-proxy"
   cert kubelet-client "/O=system:nodes/CN=system:node:$BC_NODE_NAME"
   cert kubelet-serving "/CN=$BC_NODE_NAME" "IP:127.0.0.1,DNS:localhost"
   openssl genrsa -out sa.key 2048 2>/dev/null
@@ -113,6 +115,7 @@ kubeconfig "$BC_KUBECONFIG" admin
 kubeconfig "$d/controller-manager.kubeconfig" controller-manager
 kubeconfig "$d/scheduler.kubeconfig" scheduler
 kubeconfig "$d/kubelet.kubeconfig" kubelet-client
+kubeconfig "$d/kube-proxy.kubeconfig" kube-proxy
 
 # --- component configs ---------------------------------------------------------------------------------------------
 cat > "$d/scheduler/default-config.yaml" <<EOF
@@ -174,7 +177,26 @@ disabled_plugins = ["io.containerd.grpc.v1.introspection-tracing", "io.container
     max_conf_num = 1
 EOF
 
-# Pods get an address on a host-only bridge without a gateway: no route leads off this machine.
+cat > "$d/kube-proxy.yaml" <<EOF
+apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+clientConnection:
+  kubeconfig: $d/kube-proxy.kubeconfig
+hostnameOverride: $BC_NODE_NAME
+mode: iptables
+clusterCIDR: $BC_POD_CIDR
+bindAddress: 127.0.0.1
+healthzBindAddress: 127.0.0.1:$BC_KUBE_PROXY_HEALTHZ_PORT
+metricsBindAddress: 127.0.0.1:$BC_KUBE_PROXY_METRICS_PORT
+nodePortAddresses: [$BC_POD_GATEWAY/32]
+conntrack:
+  # Leave the host's conntrack table size alone.
+  maxPerCore: 0
+  min: 0
+EOF
+
+# Pods get an address on the host-only bridge, with this host as their gateway; BC-FORWARD (lib.sh) drops whatever
+# would leave the pod network, so no route leads off this machine.
 cat > "$BC_CNI_DIR/net.d/10-bc-bridge.conflist" <<EOF
 {
   "cniVersion": "0.4.0",
@@ -183,9 +205,9 @@ cat > "$BC_CNI_DIR/net.d/10-bc-bridge.conflist" <<EOF
     {
       "type": "bridge",
       "bridge": "$BC_CNI_BRIDGE",
-      "isGateway": false,
+      "isGateway": true,
       "ipMasq": false,
-      "hairpinMode": false,
+      "hairpinMode": true,
       "ipam": {
         "type": "host-local",
         "dataDir": "$BC_CNI_DIR/ipam",
@@ -263,6 +285,7 @@ fail() {
 }
 trap fail ERR
 
+bc_pod_network_up
 bc_log "starting etcd, kube-apiserver"
 bc_start etcd
 bc_start kube-apiserver
@@ -272,8 +295,9 @@ bc_start kube-scheduler
 bc_start containerd
 bc_ctr images import --snapshotter overlayfs "$img_dir/pause.tar" >/dev/null
 bc_ctr images import --snapshotter overlayfs "$img_dir/busybox.tar" >/dev/null
-bc_log "starting kubelet"
+bc_log "starting kubelet, kube-proxy"
 bc_start kubelet
+bc_start kube-proxy
 
 bc_log "waiting for node $BC_NODE_NAME to be Ready and the default service account"
 bc_wait_for "node $BC_NODE_NAME Ready" 120 kubelet \

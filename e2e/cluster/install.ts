@@ -1,0 +1,133 @@
+// The product as users install it, on the test cluster: the image built offline (`npm run image`) and imported into
+// the cluster's containerd, then `kubectl apply -k` of deploy/overlays/trial. Only what cannot be real here is
+// changed, by a kustomize overlay around the shipped one (written to a temporary directory): the agent reads simulated
+// GPUs from a ConfigMap instead of nvidia-smi, and finds the kubelet's pod-resources socket under the test kubelet's
+// root directory. The trial overlay's PersistentVolumeClaim binds to a hostPath PersistentVolume made here (this
+// cluster has no StorageClass; kind has one).
+import { execFile } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
+import { simulatedSpec } from '../../src/agent/discovery.ts';
+import { apply, clusterInfo, kubectl, kubectlJson, kubectlResult, waitFor, type Node } from './harness.ts';
+
+const run = promisify(execFile);
+const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
+export const SYSTEM_NS = 'better-compute-system';
+export const GPU_NODE_LABEL = 'bettercompute.io/gpu-node';
+const PV_NAME = 'better-compute-e2e-data';
+
+export interface Installed {
+  /** Seconds from `kubectl apply` to the controller Ready and the agent's endpoints advertised. */
+  readySeconds: number;
+  /** Simulated GPUs the agent serves on the real node. */
+  gpus: number;
+  /** The controller pod (one replica in the trial overlay). */
+  controllerPod(): Promise<{ name: string; ip: string }>;
+}
+
+/** Builds (or reuses) the image and imports it into the test cluster's containerd. */
+export async function loadImages(): Promise<void> {
+  const c = clusterInfo();
+  if (!c.local) return;
+  await run('bash', [path.join(ROOT, 'scripts', 'image', 'build.sh')], { cwd: ROOT, maxBuffer: 64 << 20, timeout: 1_800_000 });
+  await run('bash', [path.join(ROOT, 'scripts', 'image', 'load.sh'), c.containerdSocket], { cwd: ROOT, maxBuffer: 16 << 20, timeout: 600_000 });
+}
+
+/** The overlay the tests install: deploy/overlays/trial plus simulated GPUs. Returns its directory. */
+export function writeTestOverlay(gpus: number): string {
+  const c = clusterInfo();
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'bc-install-'));
+  fs.writeFileSync(path.join(dir, 'devices.json'), JSON.stringify(simulatedSpec(c.nodeName, gpus)));
+  const podResourcesDir = path.dirname(c.podResourcesSocket);
+  const kustomization = {
+    apiVersion: 'kustomize.config.k8s.io/v1beta1',
+    kind: 'Kustomization',
+    resources: [path.join(ROOT, 'deploy', 'overlays', 'trial')],
+    configMapGenerator: [{ name: 'better-compute-simulated-gpus', namespace: SYSTEM_NS, files: ['devices.json'] }],
+    patches: [
+      {
+        target: { kind: 'DaemonSet', name: 'better-compute-agent' },
+        patch: JSON.stringify([
+          { op: 'add', path: '/spec/template/spec/containers/0/env/-', value: { name: 'BETTER_COMPUTE_DEVICES_FILE', value: '/etc/better-compute/devices/devices.json' } },
+          { op: 'add', path: '/spec/template/spec/containers/0/volumeMounts/-', value: { name: 'simulated-gpus', mountPath: '/etc/better-compute/devices', readOnly: true } },
+          { op: 'add', path: '/spec/template/spec/volumes/-', value: { name: 'simulated-gpus', configMap: { name: 'better-compute-simulated-gpus' } } },
+          { op: 'replace', path: '/spec/template/spec/volumes/1/hostPath/path', value: podResourcesDir },
+        ]),
+      },
+    ],
+  };
+  fs.writeFileSync(path.join(dir, 'kustomization.yaml'), JSON.stringify(kustomization, null, 2));
+  return dir;
+}
+
+async function ensureDataVolume(): Promise<void> {
+  const classes = await kubectlJson<{ items: { metadata: { annotations?: Record<string, string> } }[] }>(['get', 'storageclass']);
+  if (classes.items.some((s) => s.metadata.annotations?.['storageclass.kubernetes.io/is-default-class'] === 'true')) return;
+  const c = clusterInfo();
+  const hostDir = path.join(c.dir, 'volumes', PV_NAME);
+  fs.mkdirSync(hostDir, { recursive: true });
+  fs.chownSync(hostDir, 65532, 65532);
+  fs.chmodSync(hostDir, 0o700);
+  await apply({
+    apiVersion: 'v1',
+    kind: 'PersistentVolume',
+    metadata: { name: PV_NAME },
+    spec: {
+      capacity: { storage: '10Gi' },
+      accessModes: ['ReadWriteOnce'],
+      persistentVolumeReclaimPolicy: 'Retain',
+      claimRef: { namespace: SYSTEM_NS, name: 'better-compute-data' },
+      hostPath: { path: hostDir, type: 'Directory' },
+    },
+  });
+}
+
+/**
+ * Installs the product (idempotent: a second call re-applies and waits). `kubectl apply -k` exactly as the README
+ * says, on the overlay above.
+ */
+export async function installProduct(opts: { gpus?: number } = {}): Promise<Installed> {
+  const gpus = opts.gpus ?? 8;
+  const c = clusterInfo();
+  await loadImages();
+  await ensureDataVolume();
+  await kubectl(['label', 'node', c.nodeName, `${GPU_NODE_LABEL}=true`, '--overwrite']);
+  const overlay = writeTestOverlay(gpus);
+  const t0 = Date.now();
+  // CRDs first (their kinds must be known before anything that uses them), then everything.
+  const r = await kubectlResult(['apply', '--server-side', '--force-conflicts', '-k', overlay], { timeoutMs: 120_000 });
+  if (r.code !== 0) throw new Error(`kubectl apply -k failed:\n${r.stderr}`);
+  await kubectl(['-n', SYSTEM_NS, 'rollout', 'status', 'deployment/better-compute-controller', '--timeout=300s'], { timeoutMs: 310_000 });
+  await kubectl(['-n', SYSTEM_NS, 'rollout', 'status', 'daemonset/better-compute-agent', '--timeout=180s'], { timeoutMs: 190_000 });
+  await waitFor(
+    `${c.nodeName} advertising ${gpus} bettercompute.io/gpu`,
+    async () => Number((await kubectlJson<Node>(['get', 'node', c.nodeName])).status?.allocatable?.['bettercompute.io/gpu'] ?? 0) === gpus,
+    { timeoutMs: 120_000, intervalMs: 500 },
+  );
+  const readySeconds = (Date.now() - t0) / 1000;
+  fs.rmSync(overlay, { recursive: true, force: true });
+  return {
+    readySeconds,
+    gpus,
+    async controllerPod() {
+      const pods = await kubectlJson<{ items: { metadata: { name: string }; status: { podIP?: string; phase?: string } }[] }>([
+        '-n', SYSTEM_NS, 'get', 'pods', '-l', 'app.kubernetes.io/name=better-compute-controller',
+      ]);
+      const p = pods.items.find((i) => i.status.phase === 'Running' && i.status.podIP);
+      if (!p) throw new Error('no running controller pod');
+      return { name: p.metadata.name, ip: p.status.podIP! };
+    },
+  };
+}
+
+/** Removes what installProduct made (the namespace, cluster-scoped objects of ours, the data volume). */
+export async function uninstallProduct(): Promise<void> {
+  const overlay = writeTestOverlay(1);
+  await kubectlResult(['delete', '-k', overlay, '--ignore-not-found', '--wait=true', '--timeout=120s'], { timeoutMs: 130_000 });
+  fs.rmSync(overlay, { recursive: true, force: true });
+  await kubectlResult(['delete', 'pv', PV_NAME, '--ignore-not-found']);
+  fs.rmSync(path.join(clusterInfo().dir, 'volumes', PV_NAME), { recursive: true, force: true });
+}
