@@ -1,0 +1,309 @@
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import {
+  apply,
+  clusterInfo,
+  kubectl,
+  kubectlJson,
+  kubectlResult,
+  uniqueName,
+  waitFor,
+  waitForPodPhase,
+  type Pod,
+} from './harness.ts';
+import { installProduct, SYSTEM_NS, uninstallProduct, type Installed } from './install.ts';
+
+// The product as a platform team installs it: the image built offline, `kubectl apply -k deploy/overlays/trial`
+// (e2e/cluster/install.ts), and then what users and attackers do from their own namespaces. Each attack here worked
+// against the product before issue 9: an open extender, open /metrics, pods that skip the extender, agents that write
+// other nodes' devices, tenants read by namespace name.
+const c = () => clusterInfo();
+const TENANT = uniqueName('team');
+const NS = TENANT; // the tenant's own namespace (labelled with the tenant)
+const OTHER_TENANT = uniqueName('other');
+const IMPOSTOR_NS = uniqueName('imp'); // labelled TENANT, but we ask about OTHER_TENANT through it
+const POOL = uniqueName('pool');
+const POOL_LABEL = 'bettercompute.io/e2e-pool';
+
+let installed: Installed;
+let caFile: string;
+
+interface RsvObject {
+  status?: { phase?: string; reservationId?: string; resourceName?: string; allocations?: { node: string; atoms: string[] }[] };
+}
+
+async function token(namespace: string, sa = 'default'): Promise<string> {
+  return (await kubectl(['-n', namespace, 'create', 'token', sa, '--duration=10m'])).trim();
+}
+
+async function httpsGet(url: string, bearer?: string): Promise<{ status: number; body: string }> {
+  // Node's fetch has no per-request CA option: use https with the controller's CA from ConfigMap better-compute-ca.
+  const https = await import('node:https');
+  return new Promise((resolve, reject) => {
+    const req = https.request(
+      url,
+      {
+        method: 'GET',
+        ca: fs.readFileSync(caFile),
+        servername: `better-compute-controller.${SYSTEM_NS}.svc`,
+        headers: bearer ? { authorization: `Bearer ${bearer}` } : {},
+        timeout: 10_000,
+      },
+      (res) => {
+        let body = '';
+        res.on('data', (d: Buffer) => (body += d.toString()));
+        res.on('end', () => resolve({ status: res.statusCode ?? 0, body }));
+      },
+    );
+    req.on('error', reject);
+    req.on('timeout', () => req.destroy(new Error('timeout')));
+    req.end();
+  });
+}
+
+function gpuPod(name: string, extra: { spec?: Record<string, unknown>; labels?: Record<string, string>; gpus?: number } = {}) {
+  return {
+    apiVersion: 'v1',
+    kind: 'Pod',
+    metadata: { name, namespace: NS, ...(extra.labels ? { labels: extra.labels } : {}) },
+    spec: {
+      restartPolicy: 'Never',
+      terminationGracePeriodSeconds: 1,
+      containers: [
+        {
+          name: 'main',
+          image: c().busyboxImage,
+          command: ['sh', '-c', 'echo "ATOMS=$BETTERCOMPUTE_ATOMS"; sleep 2'],
+          resources: { limits: { 'bettercompute.io/gpu': String(extra.gpus ?? 1) } },
+        },
+      ],
+      ...extra.spec,
+    },
+  };
+}
+
+beforeAll(async () => {
+  installed = await installProduct({ gpus: 8 });
+  process.stderr.write(`[installed] kubectl apply -k to Ready in ${installed.readySeconds.toFixed(1)}s\n`);
+  const ca = await kubectlJson<{ data: Record<string, string> }>(['-n', SYSTEM_NS, 'get', 'configmap', 'better-compute-ca']);
+  caFile = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'bc-ca-')), 'ca.crt');
+  fs.writeFileSync(caFile, ca.data['ca.crt']!);
+  await apply([
+    { apiVersion: 'v1', kind: 'Namespace', metadata: { name: NS, labels: { 'bettercompute.io/tenant': TENANT } } },
+    { apiVersion: 'v1', kind: 'Namespace', metadata: { name: IMPOSTOR_NS, labels: { 'bettercompute.io/tenant': TENANT } } },
+  ]);
+  await kubectl(['label', 'node', c().nodeName, `${POOL_LABEL}=${POOL}`, '--overwrite']);
+  await apply({
+    apiVersion: 'bettercompute.io/v1alpha1',
+    kind: 'Pool',
+    metadata: { name: POOL },
+    spec: {
+      nodeSelector: { [POOL_LABEL]: POOL },
+      ownerTenant: 'platform',
+      gpuModel: 'H100',
+      sharing: 'exclusive',
+      offerings: [{ tenant: TENANT, quota: { gpu: 8 } }],
+    },
+  });
+}, 1_800_000);
+
+afterAll(async () => {
+  await kubectlResult(['delete', 'namespace', NS, IMPOSTOR_NS, '--wait=false']);
+  await kubectlResult(['delete', 'pool', POOL, '--wait=false']);
+  await kubectlResult(['label', 'node', c().nodeName, `${POOL_LABEL}-`]);
+  if (process.env.BC_KEEP_INSTALLED !== '1') await uninstallProduct();
+}, 300_000);
+
+describe('installed from the image with deploy/', () => {
+  it('runs the controller beside its scheduler, and an agent that holds no database credentials', async () => {
+    const pod = await installed.controllerPod();
+    const p = await kubectlJson<Pod & { spec: { containers: { name: string; image: string }[] } }>(['-n', SYSTEM_NS, 'get', 'pod', pod.name]);
+    expect(p.spec.containers.map((x) => x.name).sort()).toEqual(['controller', 'scheduler']);
+    expect(p.spec.containers.find((x) => x.name === 'controller')!.image).toMatch(/^better-compute:\d+\.\d+\.\d+$/);
+    const ds = await kubectlJson<{ spec: { template: { spec: { volumes?: Record<string, unknown>[]; containers: { env?: { name: string; valueFrom?: unknown }[] }[] } } } }>([
+      '-n', SYSTEM_NS, 'get', 'daemonset', 'better-compute-agent',
+    ]);
+    const tmpl = ds.spec.template.spec;
+    expect((tmpl.volumes ?? []).filter((v) => 'secret' in v)).toEqual([]);
+    const env = tmpl.containers.flatMap((x) => x.env ?? []);
+    expect(env.map((e) => e.name)).not.toContain('DATABASE_URL');
+    expect(JSON.stringify(env)).not.toContain('secretKeyRef');
+  });
+
+  it('the extender is on the pod loopback only: a tenant pod cannot reach it, and the Service has no port for it', async () => {
+    const { ip } = await installed.controllerPod();
+    const svc = await kubectlJson<{ spec: { ports: { port: number }[] } }>(['-n', SYSTEM_NS, 'get', 'service', 'better-compute-controller']);
+    expect(svc.spec.ports.map((p) => p.port).sort()).toEqual([8080, 9090, 9443]);
+    const name = uniqueName('probe');
+    // nc exits 0 only when it connected; on 8080 the main port must not serve /scheduler/bind either.
+    const script = [
+      `if nc -w 3 ${ip} 8888 </dev/null; then echo EXTENDER=open; else echo EXTENDER=closed; fi`,
+      `printf 'POST /scheduler/bind HTTP/1.0\\r\\nContent-Type: application/json\\r\\nContent-Length: 2\\r\\n\\r\\n{}' | nc -w 5 ${ip} 8080 | head -n 1`,
+    ].join('; ');
+    await apply({
+      apiVersion: 'v1',
+      kind: 'Pod',
+      metadata: { name, namespace: NS },
+      spec: { restartPolicy: 'Never', containers: [{ name: 'main', image: c().busyboxImage, command: ['sh', '-c', script] }] },
+    });
+    await waitForPodPhase(NS, name, ['Succeeded', 'Failed'], 60_000);
+    const logs = await kubectl(['-n', NS, 'logs', name]);
+    expect(logs).toContain('EXTENDER=closed');
+    expect(logs).toMatch(/HTTP\/1\.[01] 404/);
+  });
+
+  it('/metrics is TLS and needs a token that RBAC lets read it: a tenant gets 403, anonymous 401', async () => {
+    const { ip } = await installed.controllerPod();
+    const url = `https://${ip}:9090/metrics`;
+    expect((await httpsGet(url)).status).toBe(401);
+    const tenant = await httpsGet(url, await token(NS));
+    expect(tenant.status).toBe(403);
+    expect(tenant.body).not.toContain('bettercompute_pool_');
+    // A ServiceAccount bound to the metrics reader role (deploy/monitoring/rbac.yaml) reads it.
+    const sa = uniqueName('prom');
+    await kubectl(['-n', NS, 'create', 'serviceaccount', sa]);
+    await apply({
+      apiVersion: 'rbac.authorization.k8s.io/v1',
+      kind: 'ClusterRoleBinding',
+      metadata: { name: sa },
+      roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'ClusterRole', name: sa },
+      subjects: [{ kind: 'ServiceAccount', name: sa, namespace: NS }],
+    });
+    await apply({ apiVersion: 'rbac.authorization.k8s.io/v1', kind: 'ClusterRole', metadata: { name: sa }, rules: [{ nonResourceURLs: ['/metrics'], verbs: ['get'] }] });
+    try {
+      const prom = await waitFor('metrics for the reader', async () => {
+        const r = await httpsGet(url, await token(NS, sa));
+        return r.status === 200 ? r : undefined;
+      }, { timeoutMs: 30_000, intervalMs: 1000 });
+      expect(prom.body).toContain('bettercompute_');
+    } finally {
+      await kubectlResult(['delete', 'clusterrolebinding,clusterrole', sa]);
+    }
+  });
+
+  it('refuses a pod that sets spec.nodeName or names another scheduler, with the reason', async () => {
+    const byName = await kubectlResult(['apply', '-f', '-'], { input: JSON.stringify(gpuPod(uniqueName('direct'), { spec: { nodeName: c().nodeName } })) });
+    expect(byName.code).not.toBe(0);
+    expect(byName.stderr).toMatch(/nodeName/);
+    const other = await kubectlResult(['apply', '-f', '-'], { input: JSON.stringify(gpuPod(uniqueName('other'), { spec: { schedulerName: 'my-scheduler' } })) });
+    expect(other.code).not.toBe(0);
+    expect(other.stderr).toMatch(/better-compute-scheduler/);
+  });
+
+  it("an agent's identity may write only its own node's NodeDevices", async () => {
+    const as = [`--as=system:serviceaccount:${SYSTEM_NS}:better-compute-agent`, '--as-user-extra=authentication.kubernetes.io/node-name=node-a'];
+    const other = { apiVersion: 'bettercompute.io/v1alpha1', kind: 'NodeDevices', metadata: { name: 'node-b' }, spec: { gpus: [], scalars: {} } };
+    const r = await kubectlResult([...as, 'create', '-f', '-'], { input: JSON.stringify(other) });
+    expect(r.code).not.toBe(0);
+    expect(r.stderr).toMatch(/denied|forbidden/i);
+    const own = { ...other, metadata: { name: 'node-a' } };
+    const ok = await kubectlResult([...as, 'create', '-f', '-'], { input: JSON.stringify(own) });
+    expect(ok.code, ok.stderr).toBe(0);
+    await kubectl(['delete', 'nodedevices', 'node-a']);
+  });
+
+  it('a namespace labelled as one tenant cannot read another tenant by name (FORBIDDEN)', async () => {
+    const { ip } = await installed.controllerPod();
+    // RBAC lets the impostor namespace's ServiceAccount read capacity in its own namespace only.
+    await apply([
+      { apiVersion: 'v1', kind: 'Namespace', metadata: { name: OTHER_TENANT, labels: { 'bettercompute.io/tenant': TENANT } } },
+      {
+        apiVersion: 'rbac.authorization.k8s.io/v1',
+        kind: 'Role',
+        metadata: { name: 'capacity-reader', namespace: OTHER_TENANT },
+        rules: [{ apiGroups: ['bettercompute.io'], resources: ['capacity'], verbs: ['get'] }],
+      },
+      {
+        apiVersion: 'rbac.authorization.k8s.io/v1',
+        kind: 'RoleBinding',
+        metadata: { name: 'capacity-reader', namespace: OTHER_TENANT },
+        roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'Role', name: 'capacity-reader' },
+        subjects: [{ kind: 'ServiceAccount', name: 'default', namespace: OTHER_TENANT }],
+      },
+    ]);
+    try {
+      await waitFor('default service account', async () => (await kubectlResult(['-n', OTHER_TENANT, 'get', 'sa', 'default'])).code === 0, { timeoutMs: 30_000 });
+      const bearer = await token(OTHER_TENANT);
+      const ask = async (tenantId: string) => {
+        const r = await fetch(`http://${ip}:8080/api/compute/capacity/summary`, {
+          method: 'POST',
+          headers: { authorization: `Bearer ${bearer}`, 'content-type': 'application/json' },
+          body: JSON.stringify({ tenantId }),
+        });
+        return { status: r.status, body: (await r.json()) as { error?: { code: string } } };
+      };
+      // The namespace is NAMED like tenant OTHER_TENANT, but labelled TENANT: it gives nothing of OTHER_TENANT...
+      const stolen = await ask(OTHER_TENANT);
+      expect(stolen.status).toBe(403);
+      expect(stolen.body.error?.code).toBe('FORBIDDEN');
+      // ...and the RoleBinding applies to the tenant it is labelled with.
+      expect((await ask(TENANT)).status).toBe(200);
+    } finally {
+      await kubectlResult(['delete', 'namespace', OTHER_TENANT, '--wait=false']);
+    }
+  });
+
+  it('an on-demand pod is scheduled by better-compute-scheduler and gets the atoms it was booked', async () => {
+    const name = uniqueName('od');
+    await apply(gpuPod(name, { gpus: 2 }));
+    const p = await waitForPodPhase(NS, name, ['Succeeded'], 120_000);
+    expect((p as unknown as { spec: { schedulerName: string } }).spec.schedulerName).toBe('better-compute-scheduler');
+    const atoms = /ATOMS=(\S*)/.exec(await kubectl(['-n', NS, 'logs', name]))?.[1]?.split(',') ?? [];
+    expect(atoms).toHaveLength(2);
+    const annotated = p.metadata.annotations?.['bettercompute.io/atoms']?.split(',').sort();
+    expect(atoms.sort()).toEqual(annotated);
+  });
+
+  it('a Job of 2 pods that names a reservation and nothing else runs on exactly its atoms', async () => {
+    const rsv = uniqueName('train');
+    await apply({
+      apiVersion: 'bettercompute.io/v1alpha1',
+      kind: 'Reservation',
+      metadata: { name: rsv, namespace: NS },
+      spec: { pool: POOL, devices: [{ class: 'gpu', count: 2 }], duration: '1h' },
+    });
+    const booked = await waitFor('Reservation Reserved', async () => {
+      const r = await kubectlJson<RsvObject>(['-n', NS, 'get', 'reservation', rsv]);
+      return r.status?.phase === 'Reserved' ? r.status : undefined;
+    }, { timeoutMs: 120_000, intervalMs: 1000 });
+    const atoms = booked.allocations!.flatMap((a) => a.atoms).sort();
+    const job = uniqueName('job');
+    await apply({
+      apiVersion: 'batch/v1',
+      kind: 'Job',
+      metadata: { name: job, namespace: NS },
+      spec: {
+        parallelism: 2,
+        completions: 2,
+        backoffLimit: 0,
+        template: {
+          metadata: { labels: { 'bettercompute.io/reservation': rsv } },
+          spec: {
+            restartPolicy: 'Never',
+            terminationGracePeriodSeconds: 1,
+            containers: [
+              {
+                name: 'main',
+                image: c().busyboxImage,
+                command: ['sh', '-c', 'echo "ATOMS=$BETTERCOMPUTE_ATOMS"; sleep 3'],
+                resources: { limits: { 'bettercompute.io/gpu': '1' } },
+              },
+            ],
+          },
+        },
+      },
+    });
+    await kubectl(['-n', NS, 'wait', '--for=condition=Complete', `job/${job}`, '--timeout=180s'], { timeoutMs: 190_000 });
+    const pods = await kubectlJson<{ items: Pod[] }>(['-n', NS, 'get', 'pods', '-l', `job-name=${job}`]);
+    expect(pods.items).toHaveLength(2);
+    const seen: string[] = [];
+    for (const p of pods.items) {
+      const a = /ATOMS=(\S*)/.exec(await kubectl(['-n', NS, 'logs', p.metadata.name]))?.[1] ?? '';
+      expect(a.split(',')).toHaveLength(1);
+      seen.push(a);
+    }
+    expect(seen.sort()).toEqual(atoms);
+  });
+});
