@@ -117,6 +117,8 @@ export class Agent {
   private readonly kubeletSocket: string;
   /** The last state the backend gave; kept while the controller cannot be reached. */
   private state?: NodeState;
+  /** When `state` was read (monotonic milliseconds): its `now` is advanced by the time since, so windows still end. */
+  private stateAt = 0;
   private backendDown = false;
   private watcher?: fs.FSWatcher;
   private timers: NodeJS.Timeout[] = [];
@@ -239,6 +241,7 @@ export class Agent {
   private async refreshState(): Promise<void> {
     try {
       this.state = await this.o.backend.state();
+      this.stateAt = performance.now();
       if (this.backendDown) this.o.log.info('the controller answers again', { node: this.o.nodeName });
       this.backendDown = false;
     } catch (e) {
@@ -267,7 +270,8 @@ export class Agent {
       for (const [cls, resource] of Object.entries(RESOURCE_OF_CLASS)) {
         if ([...this.atoms.values()].some((a) => a.class === cls)) desired.set(resource!, {});
       }
-      for (const [resource, r] of this.state ? activeReservations(this.state) : []) {
+      const state = this.state && { ...this.state, now: this.state.now + Math.max(0, performance.now() - this.stateAt) };
+      for (const [resource, r] of state ? activeReservations(state) : []) {
         desired.set(resource, { atoms: r.atoms, reservationId: r.id });
       }
       for (const [resource, s] of [...this.served]) {
