@@ -45,6 +45,14 @@ const ConfigSchema = z.object({
   devicesFile: z.string().min(1).optional(),
   devicePluginDir: z.string().min(1),
   podResourcesSocket: z.string().min(1),
+  /** `agent`: the controller's agent API (https://host:port); see controllerUrlFromEnv. Unset: the agent cannot start. */
+  controllerUrl: z.string().url().optional(),
+  /** `agent`: the CA bundle that signs the controller's serving certificate (ConfigMap better-compute-ca). */
+  controllerCaFile: z.string().min(1),
+  /** `agent`: the name the controller's certificate is checked against (and sent as SNI). */
+  controllerServerName: z.string().min(1),
+  /** `agent`: its projected ServiceAccount token, read at every call (the kubelet rotates it). */
+  agentTokenFile: z.string().min(1),
 });
 export type Config = Readonly<z.infer<typeof ConfigSchema>>;
 
@@ -59,6 +67,18 @@ function durationMs(name: string) {
       return z.NEVER;
     }
   });
+}
+
+/**
+ * The controller's agent API: BETTER_COMPUTE_CONTROLLER_URL, else the Service environment the kubelet injects for the
+ * `better-compute-controller` Service's port named `webhook` (no cluster DNS needed); an IPv6 host is bracketed.
+ */
+export function controllerUrlFromEnv(env: NodeJS.ProcessEnv): string | undefined {
+  if (env.BETTER_COMPUTE_CONTROLLER_URL) return env.BETTER_COMPUTE_CONTROLLER_URL;
+  const host = env.BETTER_COMPUTE_CONTROLLER_SERVICE_HOST;
+  const port = env.BETTER_COMPUTE_CONTROLLER_SERVICE_PORT_WEBHOOK;
+  if (!host || !port) return undefined;
+  return `https://${host.includes(':') ? `[${host}]` : host}:${port}`;
 }
 
 function defaultDataDir(): string {
@@ -99,6 +119,11 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       devicesFile: env.BETTER_COMPUTE_DEVICES_FILE || undefined,
       devicePluginDir: env.BETTER_COMPUTE_DEVICE_PLUGIN_DIR || '/var/lib/kubelet/device-plugins',
       podResourcesSocket: env.BETTER_COMPUTE_POD_RESOURCES_SOCKET || '/var/lib/kubelet/pod-resources/kubelet.sock',
+      controllerUrl: controllerUrlFromEnv(env),
+      controllerCaFile: env.BETTER_COMPUTE_CONTROLLER_CA_FILE || '/etc/better-compute/ca/ca.crt',
+      controllerServerName:
+        env.BETTER_COMPUTE_CONTROLLER_SERVER_NAME || `better-compute-controller.${env.BETTER_COMPUTE_NAMESPACE || env.POD_NAMESPACE || 'better-compute-system'}.svc`,
+      agentTokenFile: env.BETTER_COMPUTE_AGENT_TOKEN_FILE || '/var/run/secrets/kubernetes.io/serviceaccount/token',
     }),
   );
 }

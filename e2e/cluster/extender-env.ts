@@ -7,8 +7,9 @@ import os from 'node:os';
 import path from 'node:path';
 import express from 'express';
 import YAML from 'yaml';
-import { Agent, type ReservationObject } from '../../src/agent/agent.ts';
+import { Agent } from '../../src/agent/agent.ts';
 import { fileSource, simulatedSpec } from '../../src/agent/discovery.ts';
+import { inProcessBackend } from '../../src/agentapi/state.ts';
 import { DbClock } from '../../src/db/clock.ts';
 import { startEmbedded, type EmbeddedServer } from '../../src/db/embedded.ts';
 import { applyInventory, upsertNode, upsertPool } from '../../src/db/inventory.ts';
@@ -33,7 +34,7 @@ export interface ExtenderEnv {
   service: ExtenderService;
   releaser: Releaser;
   url: string;
-  /** Books a reservation in the ledger and writes its Reservation object and status as the controller would. */
+  /** Books a reservation in the ledger (the agent reads it from there, as through the agent API). */
   reserve(namespace: string, name: string, gpus: number, opts?: { tenant?: string; seconds?: number }): Promise<TestReservation>;
   waitAdvertised(resource: string, count: number): Promise<void>;
   stop(): Promise<void>;
@@ -98,17 +99,13 @@ export async function startExtenderEnv(opts: { gpus?: number; log?: Logger; quot
   const url = `http://127.0.0.1:${typeof addr === 'object' && addr ? addr.port : 0}/scheduler`;
   const releaser = await startPodReleaser({ db, ledger, kube, kubeConfig: kc, log, evictionGraceSeconds: 1, sweepEveryMs: 1000 });
 
-  // Reservation status as the controller would write it. Kept in memory here: a controller running against the
-  // shared cluster would reconcile Reservation objects of pools it does not know (this ledger is the test's own).
-  const reservations: ReservationObject[] = [];
+  // The agent reads the node's state from this test's ledger, by the same function the controller's agent API serves.
   const agent = new Agent({
-    reservations: () => reservations,
     nodeName: node,
     devicePluginDir: c.devicePluginDir,
     podResourcesSocket: c.podResourcesSocket,
     source: fileSource(devicesFile),
-    db,
-    clock,
+    backend: inProcessBackend(db, clock, node),
     log,
     kubeConfig: kc,
     reconcileEveryMs: 500,
@@ -153,15 +150,6 @@ export async function startExtenderEnv(opts: { gpus?: number; log?: Logger; quot
       const r = out.reservation;
       const resource = reservationResourceName(r.id);
       const atoms = r.allocations.flatMap((a) => a.atoms).sort();
-      const status = {
-        phase: 'Reserved',
-        reservationId: r.id,
-        resourceName: resource,
-        allocations: r.allocations.map((a) => ({ node: a.nodeId, atoms: a.atoms })),
-        start: new Date(r.start).toISOString(),
-        end: new Date(r.end).toISOString(),
-      };
-      reservations.push({ metadata: { name, namespace }, status });
       await agent.reconcile();
       return { id: r.id, name, namespace, resource, atoms };
     },

@@ -3,13 +3,13 @@
 // this node during its window. Reservation endpoints hand out only that reservation's atoms, so the kubelet itself
 // keeps reservations apart; the generic endpoints hand out the atoms booked for the pod that holds this node's
 // on-demand admission lease. Every Allocate refuses an atom another live container holds (guard 6, PodResources).
+// What the ledger says (atoms, reservations, the admission) comes from a backend — the controller's agent API in a
+// cluster (the agent holds no database credentials) — never from Reservation status.
 import fs from 'node:fs';
 import path from 'node:path';
 import * as k8s from '@kubernetes/client-node';
+import type { AgentBackend, NodeAtom, NodeState } from '../agentapi/wire.ts';
 import type { DeviceClass } from '../core/types.ts';
-import type { Clock } from '../db/clock.ts';
-import type { Db } from '../db/pool.ts';
-import { currentAdmission, dropAdmission } from '../extender/queries.ts';
 import { GENERIC_RESOURCES, RESERVATION_GROUP, RESOURCE_OF_CLASS, reservationIdOfResource } from '../extender/resources.ts';
 import { errorFields, type Logger } from '../log.ts';
 import type { DeviceSource, NodeDevicesSpec } from './discovery.ts';
@@ -30,31 +30,18 @@ export interface AtomInfo {
   numaNode?: number;
 }
 
-/** A Reservation CR as the controller writes its status (the fields we read). */
-export interface ReservationObject {
-  metadata?: { name?: string; namespace?: string };
-  status?: {
-    phase?: string;
-    reservationId?: string;
-    resourceName?: string;
-    allocations?: { node: string; atoms: string[] }[];
-    start?: string;
-    end?: string;
-  };
-}
+export type { AgentBackend } from '../agentapi/wire.ts';
 
 export interface AgentOptions {
   nodeName: string;
   devicePluginDir: string;
   podResourcesSocket: string;
   source: DeviceSource;
-  db: Db;
-  clock: Clock;
+  /** The node's atoms, reservations and admission (the controller's agent API, or the ledger in-process). */
+  backend: AgentBackend;
   log: Logger;
-  /** For publishing NodeDevices and watching Reservations; without one, `reservations` must be given. */
+  /** For publishing NodeDevices; without one nothing is published. */
   kubeConfig?: k8s.KubeConfig;
-  /** A reservation source other than the API server (tests). */
-  reservations?: () => ReservationObject[];
   discoverEveryMs?: number;
   reconcileEveryMs?: number;
   publish?: boolean;
@@ -73,7 +60,7 @@ function socketNameOf(resource: string): string {
 }
 
 /** The atoms of a device spec, by the ledger's rules (ids as in the spec: <uuid>, <uuid>/gi<g>/ci<c>, <uuid>/s<k>). */
-export function atomsFromSpec(spec: NodeDevicesSpec, ledgerRows?: { id: string; class: string; parent_id: string | null; healthy: boolean }[]): AtomInfo[] {
+export function atomsFromSpec(spec: NodeDevicesSpec, ledgerRows?: readonly NodeAtom[]): AtomInfo[] {
   const gpus = new Map(spec.gpus.map((g) => [g.uuid, g]));
   const migUuid = new Map<string, string>();
   const migHealth = new Map<string, boolean>();
@@ -99,7 +86,7 @@ export function atomsFromSpec(spec: NodeDevicesSpec, ledgerRows?: { id: string; 
   if (ledgerRows && ledgerRows.length) {
     return ledgerRows
       .filter((r) => r.class in RESOURCE_OF_CLASS)
-      .map((r) => info(r.id, r.class as DeviceClass, r.parent_id ?? r.id, r.healthy));
+      .map((r) => info(r.id, r.class, r.parentId ?? r.id, r.healthy));
   }
   const out: AtomInfo[] = [];
   for (const g of spec.gpus) {
@@ -109,18 +96,13 @@ export function atomsFromSpec(spec: NodeDevicesSpec, ledgerRows?: { id: string; 
   return out;
 }
 
-/** The reservations whose window holds `now` and that hold atoms on `node`: resource name → atoms. */
-export function activeReservations(objs: readonly ReservationObject[], node: string, now: number): Map<string, { id: string; atoms: string[] }> {
+/** The reservations of a node state whose window holds the state's `now`: resource name → reservation and atoms. */
+export function activeReservations(state: NodeState): Map<string, { id: string; atoms: string[] }> {
   const out = new Map<string, { id: string; atoms: string[] }>();
-  for (const o of objs) {
-    const s = o.status;
-    if (!s || s.phase !== 'Reserved' || !s.reservationId || !s.resourceName) continue;
-    if (reservationIdOfResource(s.resourceName) !== s.reservationId) continue;
-    const start = s.start ? Date.parse(s.start) : NaN;
-    const end = s.end ? Date.parse(s.end) : NaN;
-    if (!(start <= now && now < end)) continue;
-    const atoms = (s.allocations ?? []).filter((a) => a.node === node).flatMap((a) => a.atoms);
-    if (atoms.length) out.set(s.resourceName, { id: s.reservationId, atoms: [...new Set(atoms)].sort() });
+  for (const r of state.reservations) {
+    if (reservationIdOfResource(r.resourceName) !== r.reservationId) continue;
+    if (!(r.start <= state.now && state.now < r.end) || !r.atoms.length) continue;
+    out.set(r.resourceName, { id: r.reservationId, atoms: [...new Set(r.atoms)].sort() });
   }
   return out;
 }
@@ -133,8 +115,11 @@ export class Agent {
   private readonly served = new Map<string, Served>();
   private readonly podResources: PodResourcesReader;
   private readonly kubeletSocket: string;
-  private reservationObjs: () => ReservationObject[];
-  private informer?: k8s.Informer<k8s.KubernetesObject> & k8s.ObjectCache<k8s.KubernetesObject>;
+  /** The last state the backend gave; kept while the controller cannot be reached. */
+  private state?: NodeState;
+  /** When `state` was read (monotonic milliseconds): its `now` is advanced by the time since, so windows still end. */
+  private stateAt = 0;
+  private backendDown = false;
   private watcher?: fs.FSWatcher;
   private timers: NodeJS.Timeout[] = [];
   private published?: string;
@@ -147,12 +132,10 @@ export class Agent {
   constructor(private readonly o: AgentOptions) {
     this.podResources = podResourcesReader(o.podResourcesSocket);
     this.kubeletSocket = path.join(o.devicePluginDir, 'kubelet.sock');
-    this.reservationObjs = o.reservations ?? (() => []);
   }
 
   async start(): Promise<void> {
     await this.discover();
-    if (this.o.kubeConfig && !this.o.reservations) await this.watchReservations(this.o.kubeConfig);
     this.kubeletIno = this.inode(this.kubeletSocket);
     this.watcher = fs.watch(this.o.devicePluginDir, (_event, file) => {
       if (file === 'kubelet.sock') this.onKubeletSocket();
@@ -167,7 +150,6 @@ export class Agent {
     this.stopped = true;
     for (const t of this.timers) clearInterval(t);
     this.watcher?.close();
-    await this.informer?.stop();
     await this.reconciling.catch(() => undefined);
     for (const s of this.served.values()) await s.endpoint.stop();
     this.served.clear();
@@ -255,40 +237,26 @@ export class Agent {
     this.o.log.info('published NodeDevices', { node: this.o.nodeName, gpus: spec.gpus.length, unhealthy: spec.gpus.filter((g) => g.healthy === false).length });
   }
 
-  private async loadAtoms(): Promise<void> {
-    const { rows } = await this.o.db.query<{ id: string; class: string; parent_id: string | null; healthy: boolean }>(
-      `SELECT id, class, parent_id, healthy FROM devices WHERE node_id = $1 AND present AND bookable ORDER BY id`,
-      [this.o.nodeName],
-    );
-    this.atoms = new Map(atomsFromSpec(this.spec, rows).map((a) => [a.id, a]));
+  /** Asks the backend for the node's state; when it cannot answer, the last known state stays (endpoints keep serving). */
+  private async refreshState(): Promise<void> {
+    try {
+      this.state = await this.o.backend.state();
+      this.stateAt = performance.now();
+      if (this.backendDown) this.o.log.info('the controller answers again', { node: this.o.nodeName });
+      this.backendDown = false;
+    } catch (e) {
+      if (!this.backendDown) this.o.log.warn('cannot read the node state from the controller; serving the last known state', errorFields(e));
+      this.backendDown = true;
+    }
+    this.atoms = new Map(atomsFromSpec(this.spec, this.state?.atoms).map((a) => [a.id, a]));
   }
 
-  // ---- reservations --------------------------------------------------------------------------------------------
-
-  private async watchReservations(kc: k8s.KubeConfig): Promise<void> {
-    const api = kc.makeApiClient(k8s.CustomObjectsApi);
-    const informer = k8s.makeInformer<k8s.KubernetesObject>(
-      kc,
-      `/apis/${API_GROUP}/${API_VERSION}/reservations`,
-      () => api.listClusterCustomObject({ group: API_GROUP, version: API_VERSION, plural: 'reservations' }) as Promise<k8s.KubernetesListObject<k8s.KubernetesObject>>,
-    );
-    const poke = () => void this.reconcile();
-    informer.on('add', poke);
-    informer.on('update', poke);
-    informer.on('delete', poke);
-    informer.on('error', (e: unknown) => {
-      if (this.stopped) return;
-      this.o.log.warn('reservation watch failed; restarting', errorFields(e));
-      setTimeout(() => {
-        if (!this.stopped) void informer.start().catch(() => undefined);
-      }, 2000);
-    });
-    this.informer = informer;
-    this.reservationObjs = () => informer.list() as ReservationObject[];
+  /** The node's admission in flight, asked now (never a cached answer): a new admission must be seen at once. */
+  private async admission(): Promise<NodeState['admission']> {
     try {
-      await informer.start();
+      return (await this.o.backend.state()).admission;
     } catch (e) {
-      this.o.log.warn('reservation watch could not start (is the Reservation CRD installed?)', errorFields(e));
+      throw new RefusedError(`cannot ask the controller which pod is admitted on ${this.o.nodeName}: ${(e as Error).message}`);
     }
   }
 
@@ -297,12 +265,13 @@ export class Agent {
   reconcile(): Promise<void> {
     return this.serialized(async () => {
       if (this.stopped) return;
-      await this.loadAtoms();
+      await this.refreshState();
       const desired = new Map<string, { atoms?: string[]; reservationId?: string }>();
       for (const [cls, resource] of Object.entries(RESOURCE_OF_CLASS)) {
         if ([...this.atoms.values()].some((a) => a.class === cls)) desired.set(resource!, {});
       }
-      for (const [resource, r] of activeReservations(this.reservationObjs(), this.o.nodeName, this.o.clock.now())) {
+      const state = this.state && { ...this.state, now: this.state.now + Math.max(0, performance.now() - this.stateAt) };
+      for (const [resource, r] of state ? activeReservations(state) : []) {
         desired.set(resource, { atoms: r.atoms, reservationId: r.id });
       }
       for (const [resource, s] of [...this.served]) {
@@ -369,7 +338,8 @@ export class Agent {
       devices: () => this.devicesOf(resource, s),
       preferred: async (available, mustInclude, size) => {
         if (!generic) return [...mustInclude, ...available.filter((a) => !mustInclude.includes(a))].slice(0, size);
-        const adm = await currentAdmission(this.o.db, this.o.nodeName);
+        // A preference only: without an answer from the controller the kubelet chooses (and Allocate decides).
+        const adm = await this.admission().catch(() => null);
         const done = adm ? (this.allocatedFor.get(adm.podUid) ?? new Set<string>()) : new Set<string>();
         const booked = (adm?.atoms ?? []).filter((a) => this.classOf(a) === generic && !done.has(a) && available.includes(a));
         return [...new Set([...mustInclude, ...booked])].slice(0, size);
@@ -382,7 +352,7 @@ export class Agent {
           this.o.log.info('allocated reservation atoms', { resource, atoms: ids });
           return { ...this.envs(ids), BETTERCOMPUTE_RESERVATION: s.reservationId };
         }
-        const adm = await currentAdmission(this.o.db, this.o.nodeName);
+        const adm = await this.admission();
         if (!adm || adm.atoms.length === 0) {
           throw new RefusedError(`no on-demand admission is in flight on ${this.o.nodeName}: ${resource} goes only to pods bound by the scheduler extender`);
         }
@@ -395,8 +365,11 @@ export class Agent {
         for (const id of ids) done.add(id);
         this.allocatedFor.set(adm.podUid, done);
         if (adm.atoms.every((a) => done.has(a))) {
-          await dropAdmission(this.o.db, this.o.nodeName, adm.podUid);
           this.allocatedFor.delete(adm.podUid);
+          // The allocation stands either way: a lease not dropped runs out at its expiry.
+          await this.o.backend
+            .admissionDone(adm.podUid)
+            .catch((e: unknown) => this.o.log.warn('could not end the admission; it will run out', { pod: `${adm.namespace}/${adm.podName}`, ...errorFields(e) }));
         }
         this.o.log.info('allocated on-demand atoms', { resource, pod: `${adm.namespace}/${adm.podName}`, atoms: ids });
         return this.envs(ids);

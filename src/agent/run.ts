@@ -1,18 +1,22 @@
-// `better-compute agent`: runs the node agent until SIGINT/SIGTERM, then stops its endpoints and closes the database.
+// `better-compute agent`: runs the node agent until SIGINT/SIGTERM, then stops its endpoints. It reads the ledger only
+// through the controller's agent API (no database credentials).
 import { parseArgs } from 'node:util';
 import type { Config } from '../config.ts';
-import { DbClock } from '../db/clock.ts';
-import { openDatabase } from '../db/connect.ts';
 import { loadKubeConfig } from '../extender/kube.ts';
 import type { Logger } from '../log.ts';
 import { Agent } from './agent.ts';
+import { ControllerClient } from './controller-client.ts';
 import { fileSource, nvidiaSmiSource } from './discovery.ts';
 
 const HELP = `usage: better-compute agent [--node NAME] [--devices-file FILE] [--nvidia-smi PATH]
 
 Environment: NODE_NAME, BETTER_COMPUTE_DEVICES_FILE (simulated GPUs: a NodeDevices spec as JSON; else nvidia-smi),
 BETTER_COMPUTE_DEVICE_PLUGIN_DIR (/var/lib/kubelet/device-plugins), BETTER_COMPUTE_POD_RESOURCES_SOCKET
-(/var/lib/kubelet/pod-resources/kubelet.sock), DATABASE_URL, KUBECONFIG (else in-cluster).
+(/var/lib/kubelet/pod-resources/kubelet.sock), KUBECONFIG (else in-cluster; for NodeDevices),
+BETTER_COMPUTE_CONTROLLER_URL (else https://$BETTER_COMPUTE_CONTROLLER_SERVICE_HOST:$BETTER_COMPUTE_CONTROLLER_SERVICE_PORT_WEBHOOK),
+BETTER_COMPUTE_CONTROLLER_CA_FILE (/etc/better-compute/ca/ca.crt), BETTER_COMPUTE_CONTROLLER_SERVER_NAME
+(better-compute-controller.<namespace>.svc), BETTER_COMPUTE_AGENT_TOKEN_FILE
+(/var/run/secrets/kubernetes.io/serviceaccount/token).
 `;
 
 export async function agentCommand(argv: string[], config: Config, log: Logger): Promise<number> {
@@ -36,27 +40,34 @@ export async function agentCommand(argv: string[], config: Config, log: Logger):
   }
   const file = values['devices-file'] ?? config.devicesFile;
   const source = file ? fileSource(file) : nvidiaSmiSource(nodeName, values['nvidia-smi'] ?? 'nvidia-smi');
-  const database = await openDatabase(config, { migrate: false, poolSize: 4 });
-  const clock = await DbClock.create(database.db);
+  if (!config.controllerUrl) {
+    process.stderr.write(`the agent needs the controller's URL (BETTER_COMPUTE_CONTROLLER_URL, or the Service environment)\n${HELP}`);
+    return 2;
+  }
+  const backend = new ControllerClient({
+    url: config.controllerUrl,
+    nodeName,
+    caFile: config.controllerCaFile,
+    serverName: config.controllerServerName,
+    tokenFile: config.agentTokenFile,
+  });
+  log.info('agent API', { url: config.controllerUrl, serverName: config.controllerServerName, caFile: config.controllerCaFile });
   const agent = new Agent({
     nodeName,
     devicePluginDir: config.devicePluginDir,
     podResourcesSocket: config.podResourcesSocket,
     source,
-    db: database.db,
-    clock,
+    backend,
     log,
     kubeConfig: loadKubeConfig(config.kubeconfig),
   });
   await agent.start();
-  const resync = setInterval(() => void clock.sync().catch(() => undefined), 60_000);
   await new Promise<void>((resolve) => {
     process.once('SIGINT', resolve);
     process.once('SIGTERM', resolve);
   });
-  clearInterval(resync);
   log.info('agent shutting down');
   await agent.stop();
-  await database.close();
+  backend.close();
   return 0;
 }

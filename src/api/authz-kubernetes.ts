@@ -2,10 +2,10 @@
 // SubjectAccessReview asks RBAC whether that user may `get` `capacity` in group `bettercompute.io` in the tenant's
 // namespace. Pool-scoped reads name the pool (`resourceAttributes.name`), so a Role may narrow them with
 // `resourceNames`; the tenant-wide summary names nothing.
-import { createHash } from 'node:crypto';
-import { AuthenticationV1Api, AuthorizationV1Api, KubeConfig } from '@kubernetes/client-node';
+import { AuthorizationV1Api, KubeConfig } from '@kubernetes/client-node';
 import { describeTarget, type Authorizer, type CapacityReadTarget, type Principal } from './authz.ts';
 import { forbidden, unauthenticated } from './errors.ts';
+import { tokenReviewer, TtlCache, type TokenUser } from './token-review.ts';
 
 export const CAPACITY_GROUP = 'bettercompute.io';
 export const CAPACITY_RESOURCE = 'capacity';
@@ -23,30 +23,6 @@ export interface KubernetesAuthorizerOptions {
   monotonicNow?: () => number;
 }
 
-const MAX_CACHE_ENTRIES = 10_000;
-
-class TtlCache<V> {
-  private readonly entries = new Map<string, { value: V; expires: number }>();
-  constructor(
-    private readonly ttlMs: number,
-    private readonly now: () => number,
-  ) {}
-  get(key: string): V | undefined {
-    const e = this.entries.get(key);
-    if (!e) return undefined;
-    if (e.expires <= this.now()) {
-      this.entries.delete(key);
-      return undefined;
-    }
-    return e.value;
-  }
-  set(key: string, value: V): void {
-    if (this.ttlMs <= 0) return;
-    if (this.entries.size >= MAX_CACHE_ENTRIES) this.entries.clear();
-    this.entries.set(key, { value, expires: this.now() + this.ttlMs });
-  }
-}
-
 /** A KubeConfig from a file, or the in-cluster service account when no file is given. */
 export function loadKubeConfig(file?: string): KubeConfig {
   const kc = new KubeConfig();
@@ -56,46 +32,24 @@ export function loadKubeConfig(file?: string): KubeConfig {
 }
 
 export class KubernetesAuthorizer implements Authorizer {
-  private readonly authn: AuthenticationV1Api;
+  private readonly review: (token: string) => Promise<TokenUser | undefined>;
   private readonly authz: AuthorizationV1Api;
   private readonly namespaceFor: (tenantId: string) => string;
-  private readonly users: TtlCache<Principal>;
   private readonly decisions: TtlCache<boolean>;
 
   constructor(private readonly opts: KubernetesAuthorizerOptions) {
-    this.authn = opts.kubeConfig.makeApiClient(AuthenticationV1Api);
     this.authz = opts.kubeConfig.makeApiClient(AuthorizationV1Api);
     this.namespaceFor = opts.namespaceFor ?? ((t) => t);
     const now = opts.monotonicNow ?? (() => performance.now());
-    this.users = new TtlCache(opts.cacheTtlMs ?? 10_000, now);
+    this.review = tokenReviewer({ kubeConfig: opts.kubeConfig, ...(opts.audiences ? { audiences: opts.audiences } : {}), cacheTtlMs: opts.cacheTtlMs ?? 10_000, monotonicNow: now });
     this.decisions = new TtlCache(opts.cacheTtlMs ?? 10_000, now);
   }
 
   async authenticate(token: string | undefined): Promise<Principal> {
     if (token === undefined) throw unauthenticated('a bearer token is required');
-    const key = createHash('sha256').update(token).digest('hex');
-    const cached = this.users.get(key);
-    if (cached) return cached;
-    const review = await this.authn.createTokenReview({
-      body: {
-        apiVersion: 'authentication.k8s.io/v1',
-        kind: 'TokenReview',
-        spec: { token, ...(this.opts.audiences ? { audiences: this.opts.audiences } : {}) },
-      },
-    });
-    const status = review.status;
-    if (!status?.authenticated || !status.user?.username) {
-      throw unauthenticated('the bearer token is not valid');
-    }
-    const u = status.user;
-    const principal: Principal = Object.freeze({
-      subject: u.username!,
-      ...(u.uid ? { uid: u.uid } : {}),
-      ...(u.groups ? { groups: [...u.groups] } : {}),
-      ...(u.extra ? { extra: u.extra } : {}),
-    });
-    this.users.set(key, principal);
-    return principal;
+    const u = await this.review(token);
+    if (!u) throw unauthenticated('the bearer token is not valid');
+    return Object.freeze({ subject: u.username, ...(u.uid ? { uid: u.uid } : {}), ...(u.groups ? { groups: u.groups } : {}), ...(u.extra ? { extra: u.extra } : {}) });
   }
 
   async authorizeCapacityRead(principal: Principal, target: CapacityReadTarget): Promise<void> {

@@ -12,6 +12,7 @@ import path from 'node:path';
 import YAML from 'yaml';
 import { Agent } from '../agent/agent.ts';
 import { fileSource, simulatedSpec } from '../agent/discovery.ts';
+import { inProcessBackend } from '../agentapi/state.ts';
 import { httpClient } from '../cli/capacity.ts';
 import { renderSummary } from '../cli/render.ts';
 import { loadConfig } from '../config.ts';
@@ -273,8 +274,7 @@ export class Demo {
         devicePluginDir: c.devicePluginDir,
         podResourcesSocket: c.podResourcesSocket,
         source: fileSource(devicesFile),
-        db: adb,
-        clock: await DbClock.create(adb),
+        backend: inProcessBackend(adb, await DbClock.create(adb), c.nodeName),
         log,
         kubeConfig: kc,
         reconcileEveryMs: 1000,

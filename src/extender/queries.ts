@@ -175,3 +175,38 @@ export async function quotaHeadroom(
   );
   return new Map(rows.map((r) => [r.resource as string, { max: r.max as number, peak: r.peak as number }]));
 }
+
+/** A node's present, bookable atoms of the given classes (what its agent serves), by id. */
+export async function nodeAtoms(
+  c: Queryable,
+  nodeId: string,
+  classes: readonly string[],
+): Promise<{ id: string; class: string; parentId: string | null; healthy: boolean }[]> {
+  const { rows } = await c.query(
+    `SELECT id, class, parent_id, healthy FROM devices WHERE node_id = $1 AND present AND bookable AND class = ANY ($2) ORDER BY id`,
+    [nodeId, classes],
+  );
+  return rows.map((r) => ({ id: r.id, class: r.class, parentId: r.parent_id, healthy: r.healthy }));
+}
+
+/**
+ * The reservations (held or confirmed) whose window holds `atMs` and that hold atoms on a node: their live atoms
+ * there. What the node's agent serves one endpoint each for.
+ */
+export async function activeReservationsOnNode(
+  c: Queryable,
+  nodeId: string,
+  atMs: number,
+): Promise<{ reservationId: string; start: number; end: number; atoms: string[] }[]> {
+  const { rows } = await c.query(
+    `SELECT r.id, (extract(epoch FROM r.starts_at) * 1000)::float8 AS start, (extract(epoch FROM r.ends_at) * 1000)::float8 AS "end",
+            array_agg(DISTINCT b.device_id ORDER BY b.device_id) AS atoms
+     FROM reservations r
+     JOIN allocations a ON a.reservation_id = r.id AND a.node_id = $1 AND a.released_at IS NULL
+     JOIN device_bookings b ON b.allocation_id = a.id AND NOT isempty(b.during)
+     WHERE r.state IN ('held', 'confirmed') AND r.starts_at <= to_timestamp($2::float8 / 1000) AND r.ends_at > to_timestamp($2::float8 / 1000)
+     GROUP BY r.id ORDER BY r.id`,
+    [nodeId, atMs],
+  );
+  return rows.map((r) => ({ reservationId: r.id, start: r.start, end: r.end, atoms: r.atoms }));
+}

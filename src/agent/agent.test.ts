@@ -1,0 +1,137 @@
+// The agent against a fake backend (what the controller's agent API answers) and a fake PodResources API: it serves
+// what the ledger says, sees a new admission at once, and refuses on-demand Allocate when the controller is away.
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import type { AgentBackend, NodeState } from '../agentapi/wire.ts';
+import { reservationResourceName } from '../extender/resources.ts';
+import { silentLogger } from '../log.ts';
+import { activeReservations, Agent } from './agent.ts';
+import { simulatedSpec, type DeviceSource } from './discovery.ts';
+import { bindUnix, devicePluginClient, grpc, podResourcesService, unary } from './grpc.ts';
+
+const NODE = 'node-a';
+const spec = simulatedSpec(NODE, 3);
+const [G0, G1, G2] = spec.gpus.map((g) => g.uuid) as [string, string, string];
+const RSV = 'rsv_' + '0'.repeat(26);
+const RSV_LATER = 'rsv_' + '1'.repeat(26);
+const HOUR = 3600_000;
+
+class FakeBackend implements AgentBackend {
+  now = 1_800_000_000_000;
+  down = false;
+  admission: NodeState['admission'] = null;
+  done: string[] = [];
+  calls = 0;
+  reservations: NodeState['reservations'] = [
+    { reservationId: RSV, resourceName: reservationResourceName(RSV), atoms: [G2], start: this.now - HOUR, end: this.now + HOUR },
+    { reservationId: RSV_LATER, resourceName: reservationResourceName(RSV_LATER), atoms: [G1], start: this.now + HOUR, end: this.now + 2 * HOUR },
+  ];
+  async state(): Promise<NodeState> {
+    this.calls++;
+    if (this.down) throw new Error('connect ECONNREFUSED');
+    return {
+      now: this.now,
+      atoms: [G0, G1, G2].map((id) => ({ id, class: 'gpu' as const, parentId: null, healthy: true })),
+      reservations: this.reservations,
+      admission: this.admission,
+    };
+  }
+  async admissionDone(podUid: string): Promise<void> {
+    if (this.down) throw new Error('connect ECONNREFUSED');
+    this.done.push(podUid);
+    this.admission = null;
+  }
+}
+
+describe('activeReservations', () => {
+  it('only windows that hold now, with a resource name that is the reservation’s own', () => {
+    const b = new FakeBackend();
+    const base: NodeState = { now: b.now, atoms: [], admission: null, reservations: b.reservations };
+    expect([...activeReservations(base)]).toEqual([[reservationResourceName(RSV), { id: RSV, atoms: [G2] }]]);
+    expect([...activeReservations({ ...base, now: b.now + HOUR + 1 })]).toEqual([[reservationResourceName(RSV_LATER), { id: RSV_LATER, atoms: [G1] }]]);
+    const forged = { ...b.reservations[0]!, resourceName: reservationResourceName(RSV_LATER) };
+    expect(activeReservations({ ...base, reservations: [forged] }).size).toBe(0);
+  });
+});
+
+describe('Agent with a backend', () => {
+  let dir: string;
+  let podResources: grpc.Server;
+  let backend: FakeBackend;
+  let agent: Agent;
+  const socketOf = (resource: string) => path.join(dir, `bettercompute-${resource.replace(/^.*\//, '')}.sock`);
+  const allocate = async (resource: string, ids: string[]) => {
+    const client = devicePluginClient(socketOf(resource));
+    try {
+      return await unary<object, { container_responses: { envs: Record<string, string> }[] }>(client, 'Allocate', { container_requests: [{ devices_ids: ids }] });
+    } finally {
+      client.close();
+    }
+  };
+
+  beforeAll(async () => {
+    dir = fs.mkdtempSync(path.join(os.tmpdir(), 'bc-agent-'));
+    podResources = new grpc.Server();
+    podResources.addService(podResourcesService(), { List: (_c: unknown, cb: grpc.sendUnaryData<unknown>) => cb(null, { pod_resources: [] }) });
+    await bindUnix(podResources, path.join(dir, 'pod-resources.sock'));
+  });
+  afterAll(async () => {
+    podResources.forceShutdown();
+    fs.rmSync(dir, { recursive: true, force: true });
+  });
+  beforeEach(async () => {
+    backend = new FakeBackend();
+    const source: DeviceSource = { kind: 'file', discover: async () => spec };
+    agent = new Agent({
+      nodeName: NODE,
+      devicePluginDir: path.join(dir),
+      podResourcesSocket: path.join(dir, 'pod-resources.sock'),
+      source,
+      backend,
+      log: silentLogger,
+      reconcileEveryMs: 3_600_000,
+      discoverEveryMs: 3_600_000,
+    });
+    await agent.start();
+    return () => agent.stop();
+  });
+
+  it("serves the generic resource and the reservations active now, from the backend's state", () => {
+    expect(Object.keys(agent.status()).sort()).toEqual(['bettercompute.io/gpu', reservationResourceName(RSV)]);
+  });
+
+  it('Allocate reads the admission at call time: one taken after the last reconcile is served, then ended', async () => {
+    const calls = backend.calls;
+    await expect(allocate('bettercompute.io/gpu', [G0])).rejects.toMatchObject({ code: grpc.status.FAILED_PRECONDITION });
+    backend.admission = { podUid: 'uid-1', namespace: 'ns', podName: 'p', atoms: [G0] };
+    const res = await allocate('bettercompute.io/gpu', [G0]);
+    expect(res.container_responses[0]!.envs).toMatchObject({ NVIDIA_VISIBLE_DEVICES: G0, BETTERCOMPUTE_ATOMS: G0 });
+    expect(backend.done).toEqual(['uid-1']);
+    expect(backend.calls).toBeGreaterThan(calls);
+    // Atoms the pod was not booked are refused.
+    backend.admission = { podUid: 'uid-2', namespace: 'ns', podName: 'q', atoms: [G1] };
+    await expect(allocate('bettercompute.io/gpu', [G0])).rejects.toMatchObject({ code: grpc.status.FAILED_PRECONDITION });
+  });
+
+  it('the controller away: endpoints stay as last known, on-demand Allocate refuses, reservation atoms still serve', async () => {
+    backend.admission = { podUid: 'uid-1', namespace: 'ns', podName: 'p', atoms: [G0] };
+    backend.down = true;
+    await agent.reconcile();
+    expect(Object.keys(agent.status()).sort()).toEqual(['bettercompute.io/gpu', reservationResourceName(RSV)]);
+    const e = await allocate('bettercompute.io/gpu', [G0]).catch((x: unknown) => x as grpc.ServiceError);
+    expect(e).toMatchObject({ code: grpc.status.FAILED_PRECONDITION });
+    expect((e as grpc.ServiceError).details).toMatch(/cannot ask the controller/);
+    const r = await allocate(reservationResourceName(RSV), [G2]);
+    expect(r.container_responses[0]!.envs).toMatchObject({ BETTERCOMPUTE_RESERVATION: RSV, BETTERCOMPUTE_ATOMS: G2 });
+    await expect(allocate(reservationResourceName(RSV), [G0])).rejects.toMatchObject({ code: grpc.status.FAILED_PRECONDITION });
+    backend.down = false;
+  });
+
+  it('a reservation whose window ends (the state moves on) is no longer served', async () => {
+    backend.now += HOUR + 1;
+    await agent.reconcile();
+    expect(Object.keys(agent.status()).sort()).toEqual(['bettercompute.io/gpu', reservationResourceName(RSV_LATER)]);
+  });
+});

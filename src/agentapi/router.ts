@@ -1,0 +1,88 @@
+// The agent API: node agents read their node's state from the ledger through the controller, so no agent holds the
+// database's credentials. Mounted by the controller at /agent/v1 on its HTTPS webhook listener. Every request carries
+// the agent's projected ServiceAccount token; the API server says whose it is (TokenReview). Only the agent's
+// ServiceAccount, and only for the node its pod runs on (the token's node-name claim), is answered.
+import express, { type NextFunction, type Request, type RequestHandler, type Response, type Router } from 'express';
+import { bearerToken } from '../api/authz.ts';
+import { forbidden, invalidInput, notFound, toErrorResponse, unauthenticated } from '../api/errors.ts';
+import type { Clock } from '../db/clock.ts';
+import type { Db } from '../db/pool.ts';
+import { errorFields, type Logger } from '../log.ts';
+import { admissionDone, nodeState, NodeInventoryCache } from './state.ts';
+import { NodeName, PodUid } from './wire.ts';
+
+/** The claim of a pod-bound ServiceAccount token that names the node of its pod. */
+export const NODE_NAME_CLAIM = 'authentication.kubernetes.io/node-name';
+
+/** The largest request body read (the API takes none), in bytes. */
+export const AGENT_API_MAX_BODY_BYTES = 1024;
+
+export interface AgentApiDeps {
+  db: Db;
+  clock: Clock;
+  log: Logger;
+  /** Bearer token → the user the API server says it is (TokenReview), or undefined when it is not accepted. */
+  authenticate: (token: string) => Promise<{ username: string; extra?: Readonly<Record<string, readonly string[]>> } | undefined>;
+  /** The agent's ServiceAccount user: system:serviceaccount:<namespace>:better-compute-agent. */
+  agentUsername: string;
+  /** How long a node's atoms and reservations are reused, in milliseconds (0: never). Default 250. */
+  stateCacheMs?: number;
+}
+
+/** The agent's user name for the controller's namespace. */
+export function agentUsernameFor(namespace: string, serviceAccount = 'better-compute-agent'): string {
+  return `system:serviceaccount:${namespace}:${serviceAccount}`;
+}
+
+/** GET /nodes/:node/state, POST /nodes/:node/admissions/:podUid/done. */
+export function createAgentApiRouter(deps: AgentApiDeps): Router {
+  const router = express.Router();
+  const cache = new NodeInventoryCache(deps.stateCacheMs ?? 250);
+
+  // Who is asking, and whether they are this node's agent. Nothing is read before both hold.
+  const authorizeNode: RequestHandler = async (req, res, next) => {
+    const token = bearerToken(req.get('authorization'));
+    if (token === undefined) throw unauthenticated('a bearer token is required');
+    const user = await deps.authenticate(token);
+    if (!user) throw unauthenticated('the bearer token is not valid');
+    const node = req.params.node;
+    const tokenNode = user.extra?.[NODE_NAME_CLAIM]?.[0];
+    if (user.username !== deps.agentUsername || tokenNode === undefined || tokenNode !== node) {
+      deps.log.warn('agent API: refused', { user: user.username, tokenNode, node, path: req.path });
+      throw forbidden(
+        user.username !== deps.agentUsername
+          ? `${user.username} is not the node agent`
+          : `the agent of ${tokenNode ?? 'an unknown node'} may not act for node ${String(node)}`,
+      );
+    }
+    if (!NodeName.safeParse(node).success) throw invalidInput(`${String(node)} is not a node name`);
+    next();
+  };
+
+  // The API takes no body: anything sent is read only up to the cap.
+  const noBody = express.raw({ limit: AGENT_API_MAX_BODY_BYTES, type: () => true });
+
+  router.get('/nodes/:node/state', authorizeNode, async (req: Request<{ node: string }>, res) => {
+    res.set('cache-control', 'no-store');
+    res.json(await nodeState(deps.db, deps.clock, req.params.node, cache));
+  });
+
+  router.post('/nodes/:node/admissions/:podUid/done', authorizeNode, noBody, async (req: Request<{ node: string; podUid: string }>, res) => {
+    const uid = PodUid.safeParse(req.params.podUid);
+    if (!uid.success) throw invalidInput(`${req.params.podUid} is not a pod uid`);
+    const dropped = await admissionDone(deps.db, req.params.node, uid.data);
+    deps.log.info('agent API: admission done', { node: req.params.node, podUid: uid.data, dropped });
+    res.json({ dropped });
+  });
+
+  router.use((_req, _res) => {
+    throw notFound('no such agent API method');
+  });
+
+  router.use((err: unknown, req: Request, res: Response, _next: NextFunction) => {
+    const { status, body, internal } = toErrorResponse(err);
+    if (internal) deps.log.error('agent API: request failed', { path: req.originalUrl, ...errorFields(err) });
+    res.status(status).json(body);
+  });
+  return router;
+}
