@@ -195,8 +195,9 @@ conntrack:
   min: 0
 EOF
 
-# Pods get an address on the host-only bridge, with this host as their gateway; BC-FORWARD (lib.sh) drops whatever
-# would leave the pod network, so no route leads off this machine.
+# Pods get an address on the host-only bridge and one route beyond it: the Service range, through this host (kube-proxy
+# turns it into pod or API server addresses). No default route, and BC-FORWARD (lib.sh) drops whatever would leave the
+# pod network: nothing leads off this machine.
 cat > "$BC_CNI_DIR/net.d/10-bc-bridge.conflist" <<EOF
 {
   "cniVersion": "0.4.0",
@@ -211,7 +212,8 @@ cat > "$BC_CNI_DIR/net.d/10-bc-bridge.conflist" <<EOF
       "ipam": {
         "type": "host-local",
         "dataDir": "$BC_CNI_DIR/ipam",
-        "ranges": [[{ "subnet": "$BC_POD_CIDR" }]]
+        "ranges": [[{ "subnet": "$BC_POD_CIDR", "gateway": "$BC_POD_GATEWAY" }]],
+        "routes": [{ "dst": "$BC_SERVICE_CIDR", "gw": "$BC_POD_GATEWAY" }]
       }
     }
   ]
