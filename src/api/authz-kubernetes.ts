@@ -3,7 +3,13 @@
 // namespace. Pool-scoped reads name the pool (`resourceAttributes.name`), so a Role may narrow them with
 // `resourceNames`; the tenant-wide summary names nothing.
 import { createHash } from 'node:crypto';
-import { AuthenticationV1Api, AuthorizationV1Api, KubeConfig } from '@kubernetes/client-node';
+import {
+  AuthenticationV1Api,
+  AuthorizationV1Api,
+  KubeConfig,
+  type V1NonResourceAttributes,
+  type V1ResourceAttributes,
+} from '@kubernetes/client-node';
 import { describeTarget, type Authorizer, type CapacityReadTarget, type Principal } from './authz.ts';
 import { forbidden, unauthenticated } from './errors.ts';
 
@@ -55,22 +61,30 @@ export function loadKubeConfig(file?: string): KubeConfig {
   return kc;
 }
 
-export class KubernetesAuthorizer implements Authorizer {
-  private readonly authn: AuthenticationV1Api;
-  private readonly authz: AuthorizationV1Api;
-  private readonly namespaceFor: (tenantId: string) => string;
-  private readonly users: TtlCache<Principal>;
-  private readonly decisions: TtlCache<boolean>;
+export interface TokenReviewerOptions {
+  kubeConfig: KubeConfig;
+  /** Audiences the token must be valid for (TokenReview `spec.audiences`); default: the API server's. */
+  audiences?: string[];
+  /** How long an answer is reused, in milliseconds (0: never). Default 10 s. */
+  cacheTtlMs?: number;
+  /** A monotonic clock in milliseconds for the cache (tests inject one). Default performance.now. */
+  monotonicNow?: () => number;
+}
 
-  constructor(private readonly opts: KubernetesAuthorizerOptions) {
+/**
+ * Who a bearer token belongs to, by TokenReview (answers cached by the token's hash). Shared by every listener that
+ * takes Kubernetes tokens: the capacity API, /metrics, the node agents' API.
+ */
+export class TokenReviewer {
+  private readonly authn: AuthenticationV1Api;
+  private readonly users: TtlCache<Principal>;
+
+  constructor(private readonly opts: TokenReviewerOptions) {
     this.authn = opts.kubeConfig.makeApiClient(AuthenticationV1Api);
-    this.authz = opts.kubeConfig.makeApiClient(AuthorizationV1Api);
-    this.namespaceFor = opts.namespaceFor ?? ((t) => t);
-    const now = opts.monotonicNow ?? (() => performance.now());
-    this.users = new TtlCache(opts.cacheTtlMs ?? 10_000, now);
-    this.decisions = new TtlCache(opts.cacheTtlMs ?? 10_000, now);
+    this.users = new TtlCache(opts.cacheTtlMs ?? 10_000, opts.monotonicNow ?? (() => performance.now()));
   }
 
+  /** The token's user (name, uid, groups, extra). Throws ApiError UNAUTHENTICATED for no token or one not accepted. */
   async authenticate(token: string | undefined): Promise<Principal> {
     if (token === undefined) throw unauthenticated('a bearer token is required');
     const key = createHash('sha256').update(token).digest('hex');
@@ -97,34 +111,72 @@ export class KubernetesAuthorizer implements Authorizer {
     this.users.set(key, principal);
     return principal;
   }
+}
+
+/** What a SubjectAccessReview asks about: an API resource, or a non-resource path such as /metrics. */
+export type AccessAttributes =
+  | { resourceAttributes: V1ResourceAttributes; nonResourceAttributes?: never }
+  | { nonResourceAttributes: V1NonResourceAttributes; resourceAttributes?: never };
+
+/** Whether RBAC lets a user do something, by SubjectAccessReview (answers cached per user and question). */
+export class AccessReviewer {
+  private readonly authz: AuthorizationV1Api;
+  private readonly decisions: TtlCache<boolean>;
+
+  constructor(opts: { kubeConfig: KubeConfig; cacheTtlMs?: number; monotonicNow?: () => number }) {
+    this.authz = opts.kubeConfig.makeApiClient(AuthorizationV1Api);
+    this.decisions = new TtlCache(opts.cacheTtlMs ?? 10_000, opts.monotonicNow ?? (() => performance.now()));
+  }
+
+  async allowed(principal: Principal, attributes: AccessAttributes): Promise<boolean> {
+    const key = JSON.stringify([principal.subject, principal.uid, principal.groups, principal.extra, attributes]);
+    const cached = this.decisions.get(key);
+    if (cached !== undefined) return cached;
+    const review = await this.authz.createSubjectAccessReview({
+      body: {
+        apiVersion: 'authorization.k8s.io/v1',
+        kind: 'SubjectAccessReview',
+        spec: {
+          user: principal.subject,
+          ...(principal.uid ? { uid: principal.uid } : {}),
+          ...(principal.groups ? { groups: [...principal.groups] } : {}),
+          ...(principal.extra ? { extra: Object.fromEntries(Object.entries(principal.extra).map(([k, v]) => [k, [...v]])) } : {}),
+          ...attributes,
+        },
+      },
+    });
+    const allowed = review.status?.allowed === true && review.status.denied !== true;
+    this.decisions.set(key, allowed);
+    return allowed;
+  }
+}
+
+export class KubernetesAuthorizer implements Authorizer {
+  private readonly tokens: TokenReviewer;
+  private readonly access: AccessReviewer;
+  private readonly namespaceFor: (tenantId: string) => string;
+
+  constructor(opts: KubernetesAuthorizerOptions) {
+    this.tokens = new TokenReviewer(opts);
+    this.access = new AccessReviewer(opts);
+    this.namespaceFor = opts.namespaceFor ?? ((t) => t);
+  }
+
+  authenticate(token: string | undefined): Promise<Principal> {
+    return this.tokens.authenticate(token);
+  }
 
   async authorizeCapacityRead(principal: Principal, target: CapacityReadTarget): Promise<void> {
     const namespace = this.namespaceFor(target.tenantId);
-    const key = JSON.stringify([principal.subject, principal.uid, principal.groups, namespace, target.poolId]);
-    let allowed = this.decisions.get(key);
-    if (allowed === undefined) {
-      const review = await this.authz.createSubjectAccessReview({
-        body: {
-          apiVersion: 'authorization.k8s.io/v1',
-          kind: 'SubjectAccessReview',
-          spec: {
-            user: principal.subject,
-            ...(principal.uid ? { uid: principal.uid } : {}),
-            ...(principal.groups ? { groups: [...principal.groups] } : {}),
-            ...(principal.extra ? { extra: Object.fromEntries(Object.entries(principal.extra).map(([k, v]) => [k, [...v]])) } : {}),
-            resourceAttributes: {
-              namespace,
-              verb: CAPACITY_VERB,
-              group: CAPACITY_GROUP,
-              resource: CAPACITY_RESOURCE,
-              ...(target.poolId ? { name: target.poolId } : {}),
-            },
-          },
-        },
-      });
-      allowed = review.status?.allowed === true && review.status.denied !== true;
-      this.decisions.set(key, allowed);
-    }
+    const allowed = await this.access.allowed(principal, {
+      resourceAttributes: {
+        namespace,
+        verb: CAPACITY_VERB,
+        group: CAPACITY_GROUP,
+        resource: CAPACITY_RESOURCE,
+        ...(target.poolId ? { name: target.poolId } : {}),
+      },
+    });
     if (!allowed) throw forbidden(`${principal.subject} may not read the capacity of ${describeTarget(target)}`);
   }
 }
