@@ -28,6 +28,8 @@ const ConfigSchema = z.object({
   tlsCertFile: z.string().min(1).optional(),
   tlsKeyFile: z.string().min(1).optional(),
   tlsCaFile: z.string().min(1).optional(),
+  /** The MutatingWebhookConfiguration whose webhooks get the generated CA as caBundle (absent: nothing to do). */
+  webhookConfigurationName: z.string().min(1).max(253),
   /** Extra subject alternative names of the generated serving certificate (DNS names or IP addresses). */
   tlsExtraSans: z.array(z.string().min(1)),
   /** How often every replica re-reads its TLS material (the Secret or the files). */
@@ -110,6 +112,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       tlsCertFile: env.TLS_CERT_FILE || undefined,
       tlsKeyFile: env.TLS_KEY_FILE || undefined,
       tlsCaFile: env.TLS_CA_FILE || undefined,
+      webhookConfigurationName: env.BETTER_COMPUTE_WEBHOOK_CONFIGURATION || 'better-compute',
       tlsExtraSans: (env.TLS_EXTRA_SANS ?? '').split(',').map((x) => x.trim()).filter(Boolean),
       tlsReloadEveryMs: env.BETTER_COMPUTE_TLS_RELOAD_EVERY || '1m',
       auth: env.BETTER_COMPUTE_AUTH || 'static',

@@ -106,6 +106,7 @@ function tlsSourceFor(config: Config, kc: KubeConfig, log: Logger, isLeader: () 
     isLeader,
     log,
     reloadEveryMs: config.tlsReloadEveryMs,
+    webhookConfiguration: config.webhookConfigurationName,
   });
 }
 

@@ -47,7 +47,7 @@ function source(o: { leader?: () => boolean; now?: () => number; kube?: TlsKube 
 }
 
 const b64 = (s: string) => Buffer.from(s, 'utf8').toString('base64');
-const unb64 = (s: string) => Buffer.from(s, 'base64').toString('utf8');
+const unb64 = (s: string | undefined) => Buffer.from(s ?? '', 'base64').toString('utf8');
 const secretData = () => fake.objects.get(SECRET_PATH)?.data as Record<string, string>;
 const posts = (p: string) => fake.seen.filter((r) => r.method === 'POST' && r.path.startsWith(p)).length;
 

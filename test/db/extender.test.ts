@@ -103,7 +103,7 @@ async function assignments(reservationId: string): Promise<number> {
 
 describe('bind', () => {
   it('refuses a pod that requests none of our resources, and binds nothing', async () => {
-    for (const limits of [{ cpu: '1' }, { 'bettercompute.io/reservation': '1' }, { 'nvidia.com/gpu': '1' }]) {
+    for (const limits of [{ cpu: '1' }, { 'bettercompute.io/reservation': '1' }, { 'nvidia.com/gpu': '1' }] as Record<string, string>[]) {
       const p = pod('acme-train', limits);
       const r = await bind(p);
       expect(r.Error).toMatch(/requests no Better Compute resource/);
