@@ -15,11 +15,15 @@ export type { ExtenderDeps } from './service.ts';
  */
 export const EXTENDER_MAX_BODY_BYTES = 4 * 1024 * 1024;
 
-function parse<S extends z.ZodType>(schema: S, req: Request, res: Response, onError: (message: string) => unknown): z.infer<S> | undefined {
-  const r = schema.safeParse(req.body);
-  if (r.success) return r.data;
-  res.status(400).json(onError(`invalid extender request: ${r.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ')}`));
-  return undefined;
+function parser(log: Logger) {
+  return <S extends z.ZodType>(schema: S, req: Request, res: Response, onError: (message: string) => unknown): z.infer<S> | undefined => {
+    const r = schema.safeParse(req.body);
+    if (r.success) return r.data;
+    const message = `invalid extender request: ${r.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ')}`;
+    log.warn('extender request refused', { path: req.originalUrl, status: 400, error: message.slice(0, 500) });
+    res.status(400).json(onError(message));
+    return undefined;
+  };
 }
 
 /** Refuses a request whose Content-Length is over `max` with 413, before anything of the body is read. */
@@ -49,6 +53,7 @@ export function createExtenderRouter(deps: ExtenderDeps | { service: ExtenderSer
   const service = 'service' in deps ? deps.service : new ExtenderService(deps);
   const log = opts.log ?? ('log' in deps ? deps.log : silentLogger);
   const max = opts.maxBodyBytes ?? EXTENDER_MAX_BODY_BYTES;
+  const parse = parser(log);
   const router = express.Router();
   router.use(capBody(max, log));
   // A body without Content-Length (chunked) is cut off at the same size while it is read.
