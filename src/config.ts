@@ -11,6 +11,29 @@ const ConfigSchema = z.object({
   logLevel: z.enum(['debug', 'info', 'warn', 'error']),
   httpPort: z.coerce.number().int().min(0).max(65535),
   httpHost: z.string().min(1),
+  /**
+   * `controller` listeners besides HOST:PORT (capacity API, health): the scheduler extender (plain HTTP, loopback by
+   * default: only the scheduler container of the same pod reaches it), /metrics (HTTPS, TokenReview +
+   * SubjectAccessReview) and the webhooks (HTTPS: admission, node agents). Port 0: any free port (tests).
+   */
+  extenderHost: z.string().min(1),
+  extenderPort: z.coerce.number().int().min(0).max(65535),
+  metricsHost: z.string().min(1),
+  metricsPort: z.coerce.number().int().min(0).max(65535),
+  webhookHost: z.string().min(1),
+  webhookPort: z.coerce.number().int().min(0).max(65535),
+  /** `controller` TLS of the HTTPS listeners: the Secret the controller generates and rotates (in its namespace)... */
+  tlsSecretName: z.string().min(1).max(253),
+  /** ...or, instead, a certificate and key from files (both, or neither) and the CA that issued them (re-read every poll). */
+  tlsCertFile: z.string().min(1).optional(),
+  tlsKeyFile: z.string().min(1).optional(),
+  tlsCaFile: z.string().min(1).optional(),
+  /** The MutatingWebhookConfiguration whose webhooks get the generated CA as caBundle (absent: nothing to do). */
+  webhookConfigurationName: z.string().min(1).max(253),
+  /** Extra subject alternative names of the generated serving certificate (DNS names or IP addresses). */
+  tlsExtraSans: z.array(z.string().min(1)),
+  /** How often every replica re-reads its TLS material (the Secret or the files). */
+  tlsReloadEveryMs: durationMs('BETTER_COMPUTE_TLS_RELOAD_EVERY'),
   /** `serve`: how requests are authorized — a static token file (local use) or Kubernetes TokenReview + SubjectAccessReview. */
   auth: z.enum(['static', 'kubernetes']),
   /** `serve` with auth=static: the token file (YAML or JSON); without one every request is refused. */
@@ -53,6 +76,9 @@ const ConfigSchema = z.object({
   controllerServerName: z.string().min(1),
   /** `agent`: its projected ServiceAccount token, read at every call (the kubelet rotates it). */
   agentTokenFile: z.string().min(1),
+}).refine((c) => (c.tlsCertFile === undefined) === (c.tlsKeyFile === undefined), {
+  message: 'TLS_CERT_FILE and TLS_KEY_FILE go together',
+  path: ['tlsCertFile'],
 });
 export type Config = Readonly<z.infer<typeof ConfigSchema>>;
 
@@ -96,6 +122,19 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       logLevel: env.LOG_LEVEL || 'info',
       httpPort: env.PORT || 8080,
       httpHost: env.HOST || '127.0.0.1',
+      extenderHost: env.EXTENDER_HOST || '127.0.0.1',
+      extenderPort: env.EXTENDER_PORT || 8888,
+      metricsHost: env.METRICS_HOST || env.HOST || '127.0.0.1',
+      metricsPort: env.METRICS_PORT || 9090,
+      webhookHost: env.WEBHOOK_HOST || env.HOST || '127.0.0.1',
+      webhookPort: env.WEBHOOK_PORT || 9443,
+      tlsSecretName: env.TLS_SECRET_NAME || 'better-compute-tls',
+      tlsCertFile: env.TLS_CERT_FILE || undefined,
+      tlsKeyFile: env.TLS_KEY_FILE || undefined,
+      tlsCaFile: env.TLS_CA_FILE || undefined,
+      webhookConfigurationName: env.BETTER_COMPUTE_WEBHOOK_CONFIGURATION || 'better-compute',
+      tlsExtraSans: (env.TLS_EXTRA_SANS ?? '').split(',').map((x) => x.trim()).filter(Boolean),
+      tlsReloadEveryMs: env.BETTER_COMPUTE_TLS_RELOAD_EVERY || '1m',
       auth: env.BETTER_COMPUTE_AUTH || 'static',
       tokenFile: env.BETTER_COMPUTE_TOKEN_FILE || undefined,
       kubeconfig: env.KUBECONFIG || undefined,

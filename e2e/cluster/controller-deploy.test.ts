@@ -4,7 +4,7 @@ import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parseAllDocuments } from 'yaml';
 import { createTestDatabase, type TestDatabase } from '../../test/support/db.ts';
-import { installCrds, startReplica, type Replica } from './controller-support.ts';
+import { httpsGet, installCrds, metricsToken, startReplica, type Replica } from './controller-support.ts';
 import { clusterInfo, kubectl, kubectlResult, uniqueName } from './harness.ts';
 
 // deploy/: the kustomize overlays render, the API server accepts what they render (server-side dry run), RBAC has no
@@ -105,7 +105,21 @@ describe('deploy/', () => {
   it('the dashboard and the alert rules name only metrics that /metrics exposes', async () => {
     tdb = await createTestDatabase(3);
     replica = await startReplica({ name: uniqueName('ctl-metrics'), databaseUrl: tdb.url, namespace: uniqueName('unused-ns') });
-    const text = await (await fetch(`${replica.url}/metrics`)).text();
+    // /metrics is on its own HTTPS listener only, for a token RBAC allows to get /metrics.
+    expect((await fetch(`${replica.url}/metrics`)).status).toBe(404);
+    const scraper = await metricsToken(NS, uniqueName('scraper'), true);
+    const tenant = await metricsToken(NS, uniqueName('tenant'), false);
+    let text: string;
+    try {
+      expect((await httpsGet(`${replica.metricsUrl}/metrics`, { ca: replica.ca! })).status).toBe(401);
+      expect((await httpsGet(`${replica.metricsUrl}/metrics`, { ca: replica.ca!, token: tenant.token })).status).toBe(403);
+      const scrape = await httpsGet(`${replica.metricsUrl}/metrics`, { ca: replica.ca!, token: scraper.token });
+      expect(scrape.status).toBe(200);
+      text = scrape.text;
+    } finally {
+      await scraper.cleanup();
+      await tenant.cleanup();
+    }
     const exposed = new Set<string>();
     for (const m of text.matchAll(/^# TYPE (\S+) (\S+)$/gm)) {
       const [name, type] = [m[1]!, m[2]!];

@@ -1,9 +1,13 @@
 // Running `better-compute controller` replicas as child processes against the test cluster and a test database, for
 // the controller suites (e2e/cluster/controller*.test.ts). Each replica's JSON log lines are kept for assertions.
 import { type ChildProcess, spawn } from 'node:child_process';
+import fs from 'node:fs';
+import https from 'node:https';
+import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { clusterInfo, kubectl, waitFor } from './harness.ts';
+import { issueBundle } from '../../src/controller/certs.ts';
+import { apply, clusterInfo, kubectl, waitFor } from './harness.ts';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
 
@@ -11,7 +15,16 @@ export interface Replica {
   name: string;
   child: ChildProcess;
   logs: Record<string, unknown>[];
+  /** The capacity API and health. */
   url?: string;
+  /** The extender's prefix (`${extenderUrl}/scheduler/filter`). */
+  extenderUrl?: string;
+  /** HTTPS /metrics (TokenReview + SubjectAccessReview). */
+  metricsUrl?: string;
+  /** HTTPS webhooks. */
+  webhookUrl?: string;
+  /** The CA (PEM) that the HTTPS listeners' certificate chains to (with tls 'files'; with 'secret', read the Secret). */
+  ca?: string;
   exited: Promise<number | null>;
   /** SIGTERM and wait (graceful); SIGKILL after 15 s. */
   stop(): Promise<void>;
@@ -25,10 +38,34 @@ export interface ReplicaOptions {
   databaseUrl: string;
   namespace: string;
   env?: Record<string, string>;
+  /**
+   * Where the HTTPS listeners' certificate comes from: 'files' (default; a CA and certificate for 127.0.0.1 and
+   * localhost made once per test process, so that the namespace need not exist), or 'secret' (the controller makes
+   * Secret better-compute-tls in `namespace`, which must exist). Either way the MutatingWebhookConfiguration it would
+   * patch has a name of its own, so that an installed product's is left alone.
+   */
+  tls?: 'files' | 'secret';
+}
+
+let tlsFiles: { cert: string; key: string; ca: string; caPem: string } | undefined;
+/** A CA and serving certificate for loopback, in files, made once per test process. */
+export function loopbackTlsFiles(): { cert: string; key: string; ca: string; caPem: string } {
+  if (tlsFiles) return tlsFiles;
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'bc-e2e-tls-'));
+  const b = issueBundle(Date.now(), ['localhost', '127.0.0.1']);
+  const files = { cert: path.join(dir, 'tls.crt'), key: path.join(dir, 'tls.key'), ca: path.join(dir, 'ca.crt'), caPem: b.caCert };
+  fs.writeFileSync(files.cert, b.cert);
+  fs.writeFileSync(files.key, b.key, { mode: 0o600 });
+  fs.writeFileSync(files.ca, b.caCert);
+  process.on('exit', () => fs.rmSync(dir, { recursive: true, force: true }));
+  tlsFiles = files;
+  return files;
 }
 
 /** Starts a replica; resolves once it serves HTTP. */
 export async function startReplica(o: ReplicaOptions): Promise<Replica> {
+  const files = (o.tls ?? 'files') === 'files' ? loopbackTlsFiles() : undefined;
+  const tlsEnv: Record<string, string> = files ? { TLS_CERT_FILE: files.cert, TLS_KEY_FILE: files.key, TLS_CA_FILE: files.ca } : {};
   const child = spawn(process.execPath, ['--import', 'tsx', 'src/cli/main.ts', 'controller'], {
     cwd: ROOT,
     stdio: ['ignore', 'pipe', 'pipe'],
@@ -41,6 +78,12 @@ export async function startReplica(o: ReplicaOptions): Promise<Replica> {
       POD_NAME: o.name,
       HOST: '127.0.0.1',
       PORT: '0',
+      EXTENDER_PORT: '0',
+      METRICS_PORT: '0',
+      WEBHOOK_PORT: '0',
+      TLS_EXTRA_SANS: 'localhost,127.0.0.1',
+      BETTER_COMPUTE_WEBHOOK_CONFIGURATION: `${o.name}-e2e-none`,
+      ...tlsEnv,
       LOG_LEVEL: 'info',
       BETTER_COMPUTE_LEASE_DURATION: '3s',
       BETTER_COMPUTE_RENEW_DEADLINE: '2s',
@@ -107,6 +150,10 @@ export async function startReplica(o: ReplicaOptions): Promise<Replica> {
     { timeoutMs: 60_000, intervalMs: 100 },
   );
   replica.url = started.url as string;
+  replica.extenderUrl = started.extenderUrl as string;
+  replica.metricsUrl = started.metricsUrl as string;
+  replica.webhookUrl = started.webhookUrl as string;
+  if (files) replica.ca = files.caPem;
   return replica;
 }
 
@@ -127,4 +174,51 @@ export function gpus(node: string, n: number) {
     nvlinkDomain: `${node}-nvl`,
     healthy: true,
   }));
+}
+
+/**
+ * A bearer token for `/metrics`: ServiceAccount `name` in `namespace` (which must exist), bound (allowed) or not to a
+ * ClusterRole that may get the non-resource URL /metrics, as a Prometheus would be. Returns the token and a cleanup.
+ */
+export async function metricsToken(namespace: string, name: string, allowed: boolean): Promise<{ token: string; cleanup(): Promise<void> }> {
+  const role = `${namespace}-${name}-metrics`;
+  await apply([
+    { apiVersion: 'v1', kind: 'ServiceAccount', metadata: { name, namespace } },
+    ...(allowed
+      ? [
+          { apiVersion: 'rbac.authorization.k8s.io/v1', kind: 'ClusterRole', metadata: { name: role }, rules: [{ nonResourceURLs: ['/metrics'], verbs: ['get'] }] },
+          {
+            apiVersion: 'rbac.authorization.k8s.io/v1',
+            kind: 'ClusterRoleBinding',
+            metadata: { name: role },
+            roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'ClusterRole', name: role },
+            subjects: [{ kind: 'ServiceAccount', name, namespace }],
+          },
+        ]
+      : []),
+  ]);
+  const token = (await kubectl(['-n', namespace, 'create', 'token', name, '--duration=10m'])).trim();
+  return {
+    token,
+    async cleanup() {
+      if (allowed) await kubectl(['delete', 'clusterrolebinding,clusterrole', role, '--ignore-not-found']);
+      await kubectl(['-n', namespace, 'delete', 'serviceaccount', name, '--ignore-not-found']);
+    },
+  };
+}
+
+/** GET over HTTPS trusting only `ca`, with a bearer token. */
+export function httpsGet(url: string, o: { ca: string; token?: string; servername?: string }): Promise<{ status: number; text: string }> {
+  return new Promise((resolve, reject) => {
+    const req = https.get(
+      url,
+      { ca: o.ca, servername: o.servername ?? 'localhost', agent: false, headers: o.token ? { authorization: `Bearer ${o.token}` } : {} },
+      (res) => {
+        const chunks: Buffer[] = [];
+        res.on('data', (c: Buffer) => chunks.push(c));
+        res.on('end', () => resolve({ status: res.statusCode ?? 0, text: Buffer.concat(chunks).toString('utf8') }));
+      },
+    );
+    req.on('error', reject);
+  });
 }

@@ -1,4 +1,4 @@
-// The HTTP API: the four capacity methods, health, readiness and /metrics. Routes are thin: authenticate, read the
+// The HTTP API: the four capacity methods, health, readiness and (given a registry) /metrics. Routes are thin: authenticate, read the
 // JSON body, validate with the zod schema, authorize on the tenant (or the pool), call the service, encode. Every
 // failure goes through one translator (toErrorResponse).
 import express, { type NextFunction, type Request, type RequestHandler, type Response } from 'express';
@@ -24,7 +24,11 @@ export const CAPACITY_PATHS = {
 export interface AppDeps {
   service: CapacityService;
   authorizer: Authorizer;
-  registry: Registry;
+  /**
+   * Served at GET /metrics without authentication when given (`better-compute serve`, local use). The controller
+   * passes none: its metrics are on their own authenticated listener (src/controller/metrics-endpoint.ts).
+   */
+  registry?: Registry;
   log: Logger;
   /** Throws when the process should not get traffic (database unreachable, shutting down). */
   ready: () => Promise<void>;
@@ -72,11 +76,14 @@ export function createApp(deps: AppDeps): express.Express {
     }
   });
 
-  app.get('/metrics', async (_req, res) => {
-    locals(res).route = '/metrics';
-    const text = await deps.registry.metrics();
-    res.type(deps.registry.contentType).send(text);
-  });
+  const registry = deps.registry;
+  if (registry) {
+    app.get('/metrics', async (_req, res) => {
+      locals(res).route = '/metrics';
+      const text = await registry.metrics();
+      res.type(registry.contentType).send(text);
+    });
+  }
 
   const json = express.json({ limit: deps.maxBodyBytes ?? MAX_BODY_BYTES, strict: false, type: () => true });
 

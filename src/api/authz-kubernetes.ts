@@ -2,10 +2,16 @@
 // SubjectAccessReview asks RBAC whether that user may `get` `capacity` in group `bettercompute.io` in the tenant's
 // namespace. Pool-scoped reads name the pool (`resourceAttributes.name`), so a Role may narrow them with
 // `resourceNames`; the tenant-wide summary names nothing.
-import { AuthorizationV1Api, KubeConfig } from '@kubernetes/client-node';
+import { createHash } from 'node:crypto';
+import {
+  AuthenticationV1Api,
+  AuthorizationV1Api,
+  KubeConfig,
+  type V1NonResourceAttributes,
+  type V1ResourceAttributes,
+} from '@kubernetes/client-node';
 import { describeTarget, type Authorizer, type CapacityReadTarget, type Principal } from './authz.ts';
 import { forbidden, unauthenticated } from './errors.ts';
-import { tokenReviewer, TtlCache, type TokenUser } from './token-review.ts';
 
 export const CAPACITY_GROUP = 'bettercompute.io';
 export const CAPACITY_RESOURCE = 'capacity';
@@ -23,6 +29,30 @@ export interface KubernetesAuthorizerOptions {
   monotonicNow?: () => number;
 }
 
+const MAX_CACHE_ENTRIES = 10_000;
+
+class TtlCache<V> {
+  private readonly entries = new Map<string, { value: V; expires: number }>();
+  constructor(
+    private readonly ttlMs: number,
+    private readonly now: () => number,
+  ) {}
+  get(key: string): V | undefined {
+    const e = this.entries.get(key);
+    if (!e) return undefined;
+    if (e.expires <= this.now()) {
+      this.entries.delete(key);
+      return undefined;
+    }
+    return e.value;
+  }
+  set(key: string, value: V): void {
+    if (this.ttlMs <= 0) return;
+    if (this.entries.size >= MAX_CACHE_ENTRIES) this.entries.clear();
+    this.entries.set(key, { value, expires: this.now() + this.ttlMs });
+  }
+}
+
 /** A KubeConfig from a file, or the in-cluster service account when no file is given. */
 export function loadKubeConfig(file?: string): KubeConfig {
   const kc = new KubeConfig();
@@ -31,54 +61,122 @@ export function loadKubeConfig(file?: string): KubeConfig {
   return kc;
 }
 
-export class KubernetesAuthorizer implements Authorizer {
-  private readonly review: (token: string) => Promise<TokenUser | undefined>;
-  private readonly authz: AuthorizationV1Api;
-  private readonly namespaceFor: (tenantId: string) => string;
-  private readonly decisions: TtlCache<boolean>;
+export interface TokenReviewerOptions {
+  kubeConfig: KubeConfig;
+  /** Audiences the token must be valid for (TokenReview `spec.audiences`); default: the API server's. */
+  audiences?: string[];
+  /** How long an answer is reused, in milliseconds (0: never). Default 10 s. */
+  cacheTtlMs?: number;
+  /** A monotonic clock in milliseconds for the cache (tests inject one). Default performance.now. */
+  monotonicNow?: () => number;
+}
 
-  constructor(private readonly opts: KubernetesAuthorizerOptions) {
-    this.authz = opts.kubeConfig.makeApiClient(AuthorizationV1Api);
-    this.namespaceFor = opts.namespaceFor ?? ((t) => t);
-    const now = opts.monotonicNow ?? (() => performance.now());
-    this.review = tokenReviewer({ kubeConfig: opts.kubeConfig, ...(opts.audiences ? { audiences: opts.audiences } : {}), cacheTtlMs: opts.cacheTtlMs ?? 10_000, monotonicNow: now });
-    this.decisions = new TtlCache(opts.cacheTtlMs ?? 10_000, now);
+/**
+ * Who a bearer token belongs to, by TokenReview (answers cached by the token's hash). Shared by every listener that
+ * takes Kubernetes tokens: the capacity API, /metrics, the node agents' API.
+ */
+export class TokenReviewer {
+  private readonly authn: AuthenticationV1Api;
+  private readonly users: TtlCache<Principal>;
+
+  constructor(private readonly opts: TokenReviewerOptions) {
+    this.authn = opts.kubeConfig.makeApiClient(AuthenticationV1Api);
+    this.users = new TtlCache(opts.cacheTtlMs ?? 10_000, opts.monotonicNow ?? (() => performance.now()));
   }
 
+  /** The token's user (name, uid, groups, extra). Throws ApiError UNAUTHENTICATED for no token or one not accepted. */
   async authenticate(token: string | undefined): Promise<Principal> {
     if (token === undefined) throw unauthenticated('a bearer token is required');
-    const u = await this.review(token);
-    if (!u) throw unauthenticated('the bearer token is not valid');
-    return Object.freeze({ subject: u.username, ...(u.uid ? { uid: u.uid } : {}), ...(u.groups ? { groups: u.groups } : {}), ...(u.extra ? { extra: u.extra } : {}) });
+    const key = createHash('sha256').update(token).digest('hex');
+    const cached = this.users.get(key);
+    if (cached) return cached;
+    const review = await this.authn.createTokenReview({
+      body: {
+        apiVersion: 'authentication.k8s.io/v1',
+        kind: 'TokenReview',
+        spec: { token, ...(this.opts.audiences ? { audiences: this.opts.audiences } : {}) },
+      },
+    });
+    const status = review.status;
+    if (!status?.authenticated || !status.user?.username) {
+      throw unauthenticated('the bearer token is not valid');
+    }
+    const u = status.user;
+    const principal: Principal = Object.freeze({
+      subject: u.username!,
+      ...(u.uid ? { uid: u.uid } : {}),
+      ...(u.groups ? { groups: [...u.groups] } : {}),
+      ...(u.extra ? { extra: u.extra } : {}),
+    });
+    this.users.set(key, principal);
+    return principal;
+  }
+}
+
+/** What a SubjectAccessReview asks about: an API resource, or a non-resource path such as /metrics. */
+export type AccessAttributes =
+  | { resourceAttributes: V1ResourceAttributes; nonResourceAttributes?: never }
+  | { nonResourceAttributes: V1NonResourceAttributes; resourceAttributes?: never };
+
+/** Whether RBAC lets a user do something, by SubjectAccessReview (answers cached per user and question). */
+export class AccessReviewer {
+  private readonly authz: AuthorizationV1Api;
+  private readonly decisions: TtlCache<boolean>;
+
+  constructor(opts: { kubeConfig: KubeConfig; cacheTtlMs?: number; monotonicNow?: () => number }) {
+    this.authz = opts.kubeConfig.makeApiClient(AuthorizationV1Api);
+    this.decisions = new TtlCache(opts.cacheTtlMs ?? 10_000, opts.monotonicNow ?? (() => performance.now()));
+  }
+
+  async allowed(principal: Principal, attributes: AccessAttributes): Promise<boolean> {
+    const key = JSON.stringify([principal.subject, principal.uid, principal.groups, principal.extra, attributes]);
+    const cached = this.decisions.get(key);
+    if (cached !== undefined) return cached;
+    const review = await this.authz.createSubjectAccessReview({
+      body: {
+        apiVersion: 'authorization.k8s.io/v1',
+        kind: 'SubjectAccessReview',
+        spec: {
+          user: principal.subject,
+          ...(principal.uid ? { uid: principal.uid } : {}),
+          ...(principal.groups ? { groups: [...principal.groups] } : {}),
+          ...(principal.extra ? { extra: Object.fromEntries(Object.entries(principal.extra).map(([k, v]) => [k, [...v]])) } : {}),
+          ...attributes,
+        },
+      },
+    });
+    const allowed = review.status?.allowed === true && review.status.denied !== true;
+    this.decisions.set(key, allowed);
+    return allowed;
+  }
+}
+
+export class KubernetesAuthorizer implements Authorizer {
+  private readonly tokens: TokenReviewer;
+  private readonly access: AccessReviewer;
+  private readonly namespaceFor: (tenantId: string) => string;
+
+  constructor(opts: KubernetesAuthorizerOptions) {
+    this.tokens = new TokenReviewer(opts);
+    this.access = new AccessReviewer(opts);
+    this.namespaceFor = opts.namespaceFor ?? ((t) => t);
+  }
+
+  authenticate(token: string | undefined): Promise<Principal> {
+    return this.tokens.authenticate(token);
   }
 
   async authorizeCapacityRead(principal: Principal, target: CapacityReadTarget): Promise<void> {
     const namespace = this.namespaceFor(target.tenantId);
-    const key = JSON.stringify([principal.subject, principal.uid, principal.groups, namespace, target.poolId]);
-    let allowed = this.decisions.get(key);
-    if (allowed === undefined) {
-      const review = await this.authz.createSubjectAccessReview({
-        body: {
-          apiVersion: 'authorization.k8s.io/v1',
-          kind: 'SubjectAccessReview',
-          spec: {
-            user: principal.subject,
-            ...(principal.uid ? { uid: principal.uid } : {}),
-            ...(principal.groups ? { groups: [...principal.groups] } : {}),
-            ...(principal.extra ? { extra: Object.fromEntries(Object.entries(principal.extra).map(([k, v]) => [k, [...v]])) } : {}),
-            resourceAttributes: {
-              namespace,
-              verb: CAPACITY_VERB,
-              group: CAPACITY_GROUP,
-              resource: CAPACITY_RESOURCE,
-              ...(target.poolId ? { name: target.poolId } : {}),
-            },
-          },
-        },
-      });
-      allowed = review.status?.allowed === true && review.status.denied !== true;
-      this.decisions.set(key, allowed);
-    }
+    const allowed = await this.access.allowed(principal, {
+      resourceAttributes: {
+        namespace,
+        verb: CAPACITY_VERB,
+        group: CAPACITY_GROUP,
+        resource: CAPACITY_RESOURCE,
+        ...(target.poolId ? { name: target.poolId } : {}),
+      },
+    });
     if (!allowed) throw forbidden(`${principal.subject} may not read the capacity of ${describeTarget(target)}`);
   }
 }

@@ -1,13 +1,23 @@
-// Listening and graceful shutdown for the HTTP API.
+// Listening and graceful shutdown for the HTTP(S) listeners.
 import http from 'node:http';
+import https from 'node:https';
 import type { AddressInfo } from 'node:net';
 import type { RequestListener } from 'node:http';
 
+/** A serving certificate chain and its key (PEM), and optionally the CA bundle clients are told about. */
+export interface TlsMaterial {
+  cert: string;
+  key: string;
+  ca?: string;
+}
+
 export interface RunningServer {
-  readonly server: http.Server;
-  /** e.g. http://127.0.0.1:8080 */
+  readonly server: http.Server | https.Server;
+  /** e.g. http://127.0.0.1:8080 or https://127.0.0.1:9443 */
   readonly url: string;
   readonly port: number;
+  /** HTTPS only: replaces the certificate and key for new connections (rotation); throws on a plain HTTP server. */
+  setTls(tls: TlsMaterial): void;
   /**
    * Stops accepting connections, lets requests in flight finish (closing idle keep-alive connections at once), and
    * after `drainMs` closes whatever is still open.
@@ -15,8 +25,15 @@ export interface RunningServer {
   close(drainMs?: number): Promise<void>;
 }
 
-export async function listen(handler: RequestListener, opts: { host: string; port: number }): Promise<RunningServer> {
-  const server = http.createServer({ keepAliveTimeout: 5_000, headersTimeout: 10_000, requestTimeout: 30_000 }, handler);
+const TIMEOUTS = { keepAliveTimeout: 5_000, headersTimeout: 10_000, requestTimeout: 30_000 };
+
+export async function listen(
+  handler: RequestListener,
+  opts: { host: string; port: number; tls?: TlsMaterial },
+): Promise<RunningServer> {
+  const server: http.Server | https.Server = opts.tls
+    ? https.createServer({ ...TIMEOUTS, cert: opts.tls.cert, key: opts.tls.key, minVersion: 'TLSv1.2' }, handler)
+    : http.createServer(TIMEOUTS, handler);
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
     server.listen(opts.port, opts.host, () => {
@@ -30,7 +47,11 @@ export async function listen(handler: RequestListener, opts: { host: string; por
   return {
     server,
     port,
-    url: `http://${host}:${port}`,
+    url: `${opts.tls ? 'https' : 'http'}://${host}:${port}`,
+    setTls(tls) {
+      if (!(server instanceof https.Server)) throw new Error('setTls on a plain HTTP listener');
+      server.setSecureContext({ cert: tls.cert, key: tls.key, minVersion: 'TLSv1.2' });
+    },
     close(drainMs = 10_000) {
       closing ??= new Promise<void>((resolve) => {
         const force = setTimeout(() => server.closeAllConnections(), drainMs);

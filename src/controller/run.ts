@@ -1,18 +1,20 @@
-// `better-compute controller`: every replica serves HTTP (/healthz, /readyz, /metrics, the capacity API and the
-// scheduler extender under /scheduler/) and keeps informer caches warm; the replica holding the Lease
+// `better-compute controller`: every replica serves its four listeners (listeners.ts: the capacity API with health,
+// the scheduler extender on loopback, /metrics over HTTPS, the webhooks over HTTPS with the routers the caller mounts)
+// and keeps informer caches warm; the replica holding the Lease
 // `better-compute-controller` takes the ledger fence and runs the reconcilers and the periodic jobs (rollup fold and
 // rebuild, lease expiry, resync). Losing the Lease stops the leader work at once. SIGTERM: stop leading and release
 // the Lease, stop the informers, drain HTTP, close the database.
 import os from 'node:os';
-import express from 'express';
+import type { KubeConfig } from '@kubernetes/client-node';
+import type { Registry } from 'prom-client';
 import { createApp } from '../api/app.ts';
-import { KubernetesAuthorizer } from '../api/authz-kubernetes.ts';
+import { AccessReviewer, KubernetesAuthorizer, TokenReviewer } from '../api/authz-kubernetes.ts';
 import { StaticTokenAuthorizer, type Authorizer } from '../api/authz.ts';
 import { CapacityService } from '../api/capacity-service.ts';
-import { listen, type RunningServer } from '../api/server.ts';
 import type { Config } from '../config.ts';
-import { DbClock } from '../db/clock.ts';
+import { DbClock, type Clock } from '../db/clock.ts';
 import { openDatabase, type Database } from '../db/connect.ts';
+import type { Db } from '../db/pool.ts';
 import { Ledger } from '../db/ledger.ts';
 import { startCapacityJobs, type Jobs } from '../jobs/capacity.ts';
 import { ClientNodeExtenderKube } from '../extender/kube.ts';
@@ -24,14 +26,31 @@ import { errorFields, type Logger } from '../log.ts';
 import { registerCapacityGauges } from '../metrics/capacity.ts';
 import { ledgerMetrics } from '../metrics/ledger.ts';
 import { createRegistry, httpMetrics } from '../metrics/registry.ts';
+import { serviceSans } from './certs.ts';
 import { FenceHolder, LEASE_NAME } from './fence.ts';
+import { createExtenderApp, createWebhookApp, startListeners, type ControllerListeners, type WebhookMount } from './listeners.ts';
+import { createMetricsApp } from './metrics-endpoint.ts';
+import { ClientNodeTlsKube, FileTlsSource, SecretTlsSource, type TlsSource } from './tls.ts';
 import { KubeClient, kubeConfigFrom } from './kube.ts';
 import { LeaderElector } from './leader.ts';
 import { controllerMetrics, extenderMetrics } from './metrics.ts';
 import { setupControllers, type Controllers } from './setup.ts';
 
+export type { WebhookMount } from './listeners.ts';
+
 export interface RunningController {
+  /** The capacity API and health (HOST:PORT). */
   url: string;
+  /** The scheduler extender's prefix: `${extenderUrl}/scheduler/filter` etc. */
+  extenderUrl: string;
+  /** HTTPS: GET `${metricsUrl}/metrics` with a bearer token allowed to get the non-resource URL /metrics. */
+  metricsUrl: string;
+  /** HTTPS: the webhook listener (the mounted routers at their paths). */
+  webhookUrl: string;
+  /** The CA bundle (PEM) clients of the HTTPS listeners trust, when known (always with the Secret). */
+  caBundle(): string | undefined;
+  /** Re-reads the TLS material now (the poll does it every BETTER_COMPUTE_TLS_RELOAD_EVERY). */
+  reloadTls(): Promise<void>;
   identity: string;
   controllers: Controllers;
   isLeader(): boolean;
@@ -48,12 +67,59 @@ async function authorizerFor(config: Config, kc: ReturnType<typeof kubeConfigFro
   return StaticTokenAuthorizer.fromFile(config.tokenFile);
 }
 
-export async function runController(config: Config, log: Logger): Promise<RunningController> {
+/** What routers mounted on the webhook listener may use. */
+export interface ControllerServices {
+  config: Config;
+  db: Db;
+  /** Unfenced (as the extender's): writes of every replica, arbitrated by the database, not leader work. */
+  ledger: Ledger;
+  clock: Clock;
+  kc: KubeConfig;
+  kube: KubeClient;
+  log: Logger;
+  registry: Registry;
+  /** TokenReview with a short cache (bearer tokens of node agents and other callers). */
+  tokens: TokenReviewer;
+  /** SubjectAccessReview with a short cache. */
+  access: AccessReviewer;
+  isLeader(): boolean;
+}
+
+export interface RunControllerOptions {
+  /** Routers for the webhook listener (WEBHOOK_PORT, HTTPS), e.g. [{ path: '/admission', router }, { path: '/agent/v1', router }]. */
+  webhookRouters?: (services: ControllerServices) => WebhookMount[] | Promise<WebhookMount[]>;
+}
+
+function tlsSourceFor(config: Config, kc: KubeConfig, log: Logger, isLeader: () => boolean): TlsSource {
+  if (config.tlsCertFile && config.tlsKeyFile) {
+    return new FileTlsSource(
+      { cert: config.tlsCertFile, key: config.tlsKeyFile, ...(config.tlsCaFile ? { ca: config.tlsCaFile } : {}) },
+      log,
+      config.tlsReloadEveryMs,
+    );
+  }
+  return new SecretTlsSource({
+    kube: new ClientNodeTlsKube(kc),
+    namespace: config.controllerNamespace,
+    secretName: config.tlsSecretName,
+    sans: [...serviceSans(config.controllerNamespace), ...config.tlsExtraSans],
+    isLeader,
+    log,
+    reloadEveryMs: config.tlsReloadEveryMs,
+    webhookConfiguration: config.webhookConfigurationName,
+  });
+}
+
+export async function runController(config: Config, log: Logger, opts: RunControllerOptions = {}): Promise<RunningController> {
   const identity = config.podName ?? `${os.hostname()}-${process.pid}`;
   const kc = kubeConfigFrom(config.kubeconfig);
   const kube = new KubeClient(kc, 'better-compute-controller', identity);
   const database: Database = await openDatabase(config, { migrate: true, log: (line) => log.debug('postgres', { line }) });
-  let server: RunningServer | undefined;
+  let listeners: ControllerListeners | undefined;
+  let tls: TlsSource | undefined;
+  const mounts: WebhookMount[] = [];
+  let elector: LeaderElector | undefined;
+  const isLeader = () => elector?.isLeader ?? false;
   try {
     const registry = createRegistry();
     registerCapacityGauges(registry, database.db);
@@ -80,13 +146,12 @@ export async function runController(config: Config, log: Logger): Promise<Runnin
       watchLivenessMs: config.watchLivenessMs,
     });
 
-    // HTTP on every replica.
+    // The listeners, on every replica.
     let shuttingDown = false;
     const previews = new Ledger(database.db, { metrics: placement });
     const api = createApp({
       service: new CapacityService({ db: database.db, previewer: previews, clock }),
       authorizer: await authorizerFor(config, kc, log),
-      registry,
       log,
       http: httpMetrics(registry),
       async ready() {
@@ -95,12 +160,9 @@ export async function runController(config: Config, log: Logger): Promise<Runnin
         if (!controllers.ctx.informers.nodes.hasSynced) throw new Error('informers not synced yet');
       },
     });
-    const root = express();
-    root.disable('x-powered-by');
     // The scheduler extender on every replica, with an unfenced ledger: its binds are not leader work (the database
     // arbitrates between replicas).
-    root.use(
-      '/scheduler',
+    const extender = createExtenderApp(
       createExtenderRouter({
         db: database.db,
         ledger: previews,
@@ -109,9 +171,44 @@ export async function runController(config: Config, log: Logger): Promise<Runnin
         log,
         metrics: extenderMetrics(registry),
       }),
+      log,
     );
-    root.use(api);
-    server = await listen(root, { host: config.httpHost, port: config.httpPort });
+    const tokens = new TokenReviewer({ kubeConfig: kc });
+    const access = new AccessReviewer({ kubeConfig: kc });
+    const metricsApp = createMetricsApp({
+      registry,
+      authenticate: (t) => tokens.authenticate(t),
+      allowed: (p, a) => access.allowed(p, a),
+      log,
+    });
+    mounts.push(
+      ...((await opts.webhookRouters?.({
+        config,
+        db: database.db,
+        ledger: previews,
+        clock,
+        kc,
+        kube,
+        log,
+        registry,
+        tokens,
+        access,
+        isLeader,
+      })) ?? []),
+    );
+    tls = tlsSourceFor(config, kc, log, isLeader);
+    let current = await tls.start((next) => {
+      current = next;
+      listeners?.setTls(next);
+    });
+    listeners = await startListeners({
+      addresses: config,
+      api,
+      extender,
+      metrics: metricsApp,
+      webhook: createWebhookApp(mounts, log),
+      tls: current,
+    });
 
     // Leader work.
     let jobs: Jobs | undefined;
@@ -166,7 +263,7 @@ export async function runController(config: Config, log: Logger): Promise<Runnin
       for (const s of leaderServices.splice(0)) await s.stop();
     };
 
-    const elector = new LeaderElector({
+    elector = new LeaderElector({
       client: kube,
       namespace: config.controllerNamespace,
       name: LEASE_NAME,
@@ -194,8 +291,15 @@ export async function runController(config: Config, log: Logger): Promise<Runnin
 
     controllers.startInformers();
     elector.start();
+    const l = listeners;
+    const tlsSource = tls;
+    const e = elector;
     log.info('controller started', {
-      url: server.url,
+      url: l.api.url,
+      extenderUrl: l.extender.url,
+      metricsUrl: l.metrics.url,
+      webhookUrl: l.webhook.url,
+      webhooks: mounts.map((m) => m.path),
       identity,
       namespace: config.controllerNamespace,
       lease: LEASE_NAME,
@@ -203,19 +307,25 @@ export async function runController(config: Config, log: Logger): Promise<Runnin
     });
 
     let stopping: Promise<void> | undefined;
-    const srv = server;
     return {
-      url: srv.url,
+      url: l.api.url,
+      extenderUrl: l.extender.url,
+      metricsUrl: l.metrics.url,
+      webhookUrl: l.webhook.url,
+      caBundle: () => current.ca,
+      reloadTls: () => tlsSource.poll(),
       identity,
       controllers,
-      isLeader: () => elector.isLeader,
+      isLeader: () => e.isLeader,
       stop() {
         stopping ??= (async () => {
           shuttingDown = true;
           log.info('shutting down');
-          await elector.stop();
+          await e.stop();
           await controllers.stop();
-          await srv.close(5_000);
+          tlsSource.stop();
+          await l.close(5_000);
+          for (const m of mounts) await m.stop?.().catch((err: unknown) => log.warn('webhook router stop failed', { path: m.path, ...errorFields(err) }));
           await database.close();
           log.info('stopped');
         })();
@@ -223,14 +333,16 @@ export async function runController(config: Config, log: Logger): Promise<Runnin
       },
     };
   } catch (e) {
-    await server?.close(0);
+    tls?.stop();
+    await listeners?.close(0);
+    for (const m of mounts) await m.stop?.().catch(() => undefined);
     await database.close();
     throw e;
   }
 }
 
 /** The CLI command: runs until SIGTERM or SIGINT. */
-export async function controllerCommand(config: Config, log: Logger): Promise<number> {
-  const running = await runController(config, log);
+export async function controllerCommand(config: Config, log: Logger, opts: RunControllerOptions = {}): Promise<number> {
+  const running = await runController(config, log, opts);
   return stopOnSignal(() => running.stop(), log);
 }

@@ -1,5 +1,6 @@
 // `npm run demo`: the product on this machine, end to end. Brings up (or reuses) the local Kubernetes cluster of the
-// cluster tests, starts PostgreSQL, the controller (capacity API, /metrics, scheduler extender), the pod releaser and
+// cluster tests, starts PostgreSQL, the controller (capacity API; scheduler extender on loopback; /metrics and webhooks
+// over HTTPS with a certificate it makes into a Secret of its namespace), the pod releaser and
 // the namespace grants of the admission policy in this process, points kube-scheduler at the extender, runs the node
 // agent on the real node with 8 simulated GPUs, adds simulated GPU nodes, applies examples/ (Pools, Reservations, a
 // pod of a Reservation, an on-demand pod), waits for them, and prints the Reservations and the capacity summary. Then
@@ -39,7 +40,7 @@ export interface DemoOptions {
   once: boolean;
   simulatedNodes: number;
   gpusPerNode: number;
-  /** The controller's HTTP port (capacity API, /metrics, extender); default 8080 when free, else any. */
+  /** The controller's capacity API port; default 8080 when free, else any (its other listeners take any free port). */
   port?: number;
   /** Where the demo keeps its log, token and PostgreSQL data (default ~/.cache/better-compute/demo). */
   stateDir: string;
@@ -48,6 +49,8 @@ export interface DemoOptions {
 
 export interface DemoResult {
   url: string;
+  /** HTTPS, for a bearer token allowed to get the non-resource URL /metrics. */
+  metricsUrl: string;
   token: string;
   reservationsTable: string;
   summary: string;
@@ -110,7 +113,7 @@ export function schedulerConfigWithExtender(defaultConfig: string, url: string):
   return YAML.stringify({ ...base, extenders, profiles });
 }
 
-/** The extender's URL prefix under the controller's server (its filter answers 400 to an empty body). */
+/** The extender's URL prefix on the controller's extender listener (its filter answers 400 to an empty body). */
 async function extenderPrefix(url: string): Promise<string> {
   const prefix = `${url}/scheduler`;
   const r = await fetch(`${prefix}/filter`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{}' });
@@ -225,7 +228,7 @@ export class Demo {
     });
 
     let controller!: RunningController;
-    await steps.run('Starting the controller (capacity API, /metrics, scheduler extender; as leader: pod releaser, namespace grants)', async (note) => {
+    await steps.run('Starting the controller (capacity API, scheduler extender, HTTPS /metrics; as leader: pod releaser, namespace grants)', async (note) => {
       await this.kubectl(['create', 'namespace', CONTROLLER_NAMESPACE]);
       this.defer(`delete namespace ${CONTROLLER_NAMESPACE}`, () => this.kubectl(['delete', 'namespace', CONTROLLER_NAMESPACE, '--ignore-not-found', '--wait=false']));
       token = `demo-${randomBytes(16).toString('hex')}`;
@@ -239,6 +242,13 @@ export class Demo {
         POD_NAME: `demo-${os.hostname()}-${process.pid}`,
         HOST: '127.0.0.1',
         PORT: String(port),
+        EXTENDER_PORT: '0',
+        METRICS_PORT: '0',
+        WEBHOOK_PORT: '0',
+        // The certificate goes into Secret better-compute-tls of the demo's namespace (deleted with it); it also names
+        // loopback. No MutatingWebhookConfiguration of that name: an installed product's is left alone.
+        TLS_EXTRA_SANS: 'localhost,127.0.0.1',
+        BETTER_COMPUTE_WEBHOOK_CONFIGURATION: 'better-compute-demo',
         LOG_LEVEL: 'info',
         BETTER_COMPUTE_TOKEN_FILE: tokenFile,
         BETTER_COMPUTE_LEASE_DURATION: '4s',
@@ -257,7 +267,7 @@ export class Demo {
     });
 
     await steps.run('Restarting kube-scheduler with the extender (deploy/scheduler/)', async (note) => {
-      const prefix = await extenderPrefix(controller.url);
+      const prefix = await extenderPrefix(controller.extenderUrl);
       this.defer('restore the default kube-scheduler config', () => h.restartScheduler(h.defaultSchedulerConfig()));
       await h.restartScheduler(schedulerConfigWithExtender(h.defaultSchedulerConfig(), prefix));
       note(`extender at ${prefix}`);
@@ -430,7 +440,7 @@ export class Demo {
     out(summary.trimEnd());
     out('');
     out(`Started in ${seconds(startupMs)} (${reused ? 'cluster reused' : 'cluster brought up by the demo'}).`);
-    return { url: controller.url, token, reservationsTable, summary, startupMs };
+    return { url: controller.url, metricsUrl: controller.metricsUrl, token, reservationsTable, summary, startupMs };
   }
 
   /** Stops start() before its next step (it then rejects with a StepError). */
@@ -447,7 +457,8 @@ export class Demo {
       `                curl -s -H 'authorization: Bearer ${r.token}' -H 'content-type: application/json' \\`,
       `                  -d '{"tenantId":"${DEMO_TENANT}"}' ${r.url}/api/compute/capacity/summary`,
       `                npx better-compute capacity --tenant ${DEMO_TENANT} --server ${r.url} --token ${r.token}`,
-      `  /metrics      ${r.url}/metrics`,
+      `  /metrics      ${r.metricsUrl}/metrics  (HTTPS: CA in Secret ${CONTROLLER_NAMESPACE}/better-compute-tls, key ca.crt;`,
+      `                a bearer token allowed to get the non-resource URL /metrics)`,
       `  health        ${r.url}/healthz  ${r.url}/readyz`,
       `  kubectl       export KUBECONFIG=${c.kubeconfig}`,
       `                ${c.kubectl} -n ${DEMO_NAMESPACE} get reservations,pods -o wide`,

@@ -48,29 +48,40 @@ export async function reservationAtoms(db: Queryable, reservationId: string): Pr
 
 /**
  * Records a pod's assignment to `count` of its reservation's atoms on a node, if they are not all assigned already.
- * The reservation row is locked, so concurrent binds of one reservation count one after another. Idempotent per pod.
- * Returns 'ok', 'existing' or the reason it does not fit.
+ * Checked here, under the reservation's row lock, with the database's clock: that the reservation is the pod's
+ * tenant's (`tenantId`, of the pod's namespace), held or confirmed, and that now is inside its window. So concurrent
+ * binds of one reservation count one after another, and a bind cannot land outside the window it was filtered in.
+ * Idempotent per pod. Returns 'ok', 'existing' or the reason it does not fit.
  */
 export async function assignPod(
   c: Queryable,
-  a: { podUid: string; reservationId: string; nodeId: string; namespace: string; podName: string; count: number },
+  a: { podUid: string; reservationId: string; tenantId: string; nodeId: string; namespace: string; podName: string; count: number },
 ): Promise<{ ok: true; existing: boolean } | { ok: false; reason: string }> {
   const { rows } = await c.query(
-    `WITH r AS (SELECT id, state FROM reservations WHERE id = $2 FOR UPDATE),
+    `WITH r AS (SELECT id, state, tenant_id, starts_at <= compute_now() AS started, compute_now() < ends_at AS open,
+                       (extract(epoch FROM starts_at) * 1000)::float8 AS start_ms, (extract(epoch FROM ends_at) * 1000)::float8 AS end_ms
+                FROM reservations WHERE id = $2 FOR UPDATE),
      existing AS (SELECT node_id FROM reservation_pod_assignments WHERE pod_uid = $1 AND released_at IS NULL),
      held AS (SELECT count(*)::int AS n FROM allocations al JOIN device_bookings b ON b.allocation_id = al.id
               WHERE al.reservation_id = $2 AND al.node_id = $3 AND al.released_at IS NULL AND NOT isempty(b.during)
                 AND upper(b.during) > compute_now()),
      used AS (SELECT coalesce(sum(count), 0)::int AS n FROM reservation_pod_assignments
               WHERE reservation_id = $2 AND node_id = $3 AND released_at IS NULL)
-     SELECT (SELECT state FROM r) AS state, (SELECT node_id FROM existing) AS existing, held.n AS held, used.n AS used
+     SELECT (SELECT state FROM r) AS state, (SELECT tenant_id FROM r) AS tenant_id,
+            (SELECT started FROM r) AS started, (SELECT open FROM r) AS open,
+            (SELECT start_ms FROM r) AS start_ms, (SELECT end_ms FROM r) AS end_ms,
+            (SELECT node_id FROM existing) AS existing, held.n AS held, used.n AS used
      FROM held, used`,
     [a.podUid, a.reservationId, a.nodeId],
   );
   const r = rows[0]!;
-  if (r.existing) return r.existing === a.nodeId ? { ok: true, existing: true } : { ok: false, reason: `pod is assigned to ${r.existing}` };
   if (!r.state) return { ok: false, reason: `reservation ${a.reservationId} not found` };
+  // Neither the other tenant's name nor the window is told: the reason ends up in the pod's events.
+  if (r.tenant_id !== a.tenantId) return { ok: false, reason: `reservation ${a.reservationId} belongs to another tenant than ${a.tenantId} (namespace ${a.namespace})` };
   if (r.state !== 'held' && r.state !== 'confirmed') return { ok: false, reason: `reservation ${a.reservationId} is ${r.state}` };
+  if (!r.started) return { ok: false, reason: `reservation ${a.reservationId} starts at ${new Date(r.start_ms as number).toISOString()}` };
+  if (!r.open) return { ok: false, reason: `reservation ${a.reservationId} ended at ${new Date(r.end_ms as number).toISOString()}` };
+  if (r.existing) return r.existing === a.nodeId ? { ok: true, existing: true } : { ok: false, reason: `pod is assigned to ${r.existing}` };
   if (r.used + a.count > r.held) {
     return { ok: false, reason: `reservation ${a.reservationId} holds ${r.held} atoms on ${a.nodeId}, ${r.used} assigned; pod asks ${a.count}` };
   }

@@ -13,9 +13,11 @@ export const RESOURCE_OF_CLASS: Readonly<Partial<Record<DeviceClass, string>>> =
 };
 export const RESERVATION_GROUP = 'reservations.bettercompute.io';
 /**
- * The scheduler calls an extender only for pods that request one of its managedResources, matched by exact name; the
- * per-reservation names are not known in advance, so pods of a reservation also request this marker (ignored by the
- * scheduler's fit check, absent from nodes, dropped by the kubelet's admission as an extender-managed resource).
+ * ADR 0003's marker, requested beside a reservation's own resource so that a scheduler with `managedResources` calls
+ * the extender (it matches names exactly and cannot know the per-reservation names). With the dedicated
+ * better-compute-scheduler (ADR 0007) every pod it gets goes to the extender, and a reservation's pod needs only
+ * `reservations.bettercompute.io/<rsv>`; the marker is still accepted (and ignored) when present, and alone it asks for
+ * nothing.
  */
 export const RESERVATION_MARKER = 'bettercompute.io/reservation';
 export const ATOMS_ANNOTATION = 'bettercompute.io/atoms';

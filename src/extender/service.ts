@@ -1,5 +1,8 @@
 // The extender's decisions: filter and prioritize read the ledger (no writes); bind writes first (assignment or
 // booking, and the node's on-demand admission lease), then creates the Binding, and undoes its writes if that fails.
+// Only pods that request one of our resources are filtered in and bound; a reservation's pod is bound only for a
+// namespace of the reservation's tenant and inside the reservation's window (checked again at bind, in the database).
+// Every call is logged with its pod, node(s), outcome and time.
 import { judgeNodes, summarizeNode } from '../core/planner.ts';
 import type { DeviceClass, NodeSnap, PoolSnap } from '../core/types.ts';
 import type { Clock } from '../db/clock.ts';
@@ -66,6 +69,13 @@ interface CachedSnap {
 
 class BindError extends Error {}
 
+type Verb = 'filter' | 'prioritize' | 'bind';
+
+/** The refusal of a pod that asks for none of our resources (it should never have been sent to this scheduler). */
+export function notOurPod(namespace: string, name: string): string {
+  return `pod ${namespace}/${name} requests no Better Compute resource (bettercompute.io/gpu, gpu.mig, gpu.slot or reservations.bettercompute.io/<reservation>); this scheduler places only those`;
+}
+
 export class ExtenderService {
   private readonly maxPriority: number;
   private readonly ttlSeconds: number;
@@ -81,32 +91,59 @@ export class ExtenderService {
     this.snapshotTtlMs = d.snapshotTtlMs ?? 1000;
   }
 
+  /** One structured log line per call. */
+  private logCall(verb: Verb, pod: { namespace?: string; name?: string; uid?: string }, started: number, outcome: string, fields: Record<string, unknown>) {
+    const ms = Math.round((performance.now() - started) * 100) / 100;
+    const level = outcome === 'error' || outcome === 'refused' ? 'warn' : 'info';
+    this.d.log[level]('extender call', { verb, pod: `${pod.namespace}/${pod.name}`, uid: pod.uid, ...fields, outcome, ms });
+    this.d.metrics?.onCall?.(verb, ms / 1000, outcome);
+  }
+
   async filter(args: ExtenderArgs): Promise<ExtenderFilterResult> {
     const started = performance.now();
     const names = nodeNamesOf(args);
-    const v = await this.judge(args.Pod, names);
-    const result: ExtenderFilterResult = {
-      Nodes: null,
-      NodeNames: names.filter((n) => v.pass.has(n)),
-      FailedNodes: v.failed,
-      FailedAndUnresolvableNodes: v.unresolvable,
-      Error: '',
-    };
-    this.d.metrics?.onCall?.('filter', (performance.now() - started) / 1000, result.NodeNames!.length ? 'fit' : 'none');
-    return result;
+    try {
+      const v = await this.judge(args.Pod, names);
+      const result: ExtenderFilterResult = {
+        Nodes: null,
+        NodeNames: names.filter((n) => v.pass.has(n)),
+        FailedNodes: v.failed,
+        FailedAndUnresolvableNodes: v.unresolvable,
+        Error: '',
+      };
+      const passed = result.NodeNames!.length;
+      const reasons = [...new Set([...Object.values(v.unresolvable), ...Object.values(v.failed)])].slice(0, 3);
+      this.logCall('filter', args.Pod.metadata, started, passed ? 'fit' : 'none', {
+        nodes: names.length,
+        passed,
+        ...(passed <= 5 ? { fits: result.NodeNames } : {}),
+        ...(passed ? {} : { reasons }),
+      });
+      return result;
+    } catch (e) {
+      this.logCall('filter', args.Pod.metadata, started, 'error', { nodes: names.length, ...errorFields(e) });
+      throw e;
+    }
   }
 
   async prioritize(args: ExtenderArgs): Promise<HostPriority[]> {
     const started = performance.now();
     const names = nodeNamesOf(args);
-    const v = await this.judge(args.Pod, names);
-    this.d.metrics?.onCall?.('prioritize', (performance.now() - started) / 1000, 'ok');
-    return names.map((n) => ({ Host: n, Score: Math.max(0, Math.min(this.maxPriority, Math.round(v.pass.get(n) ?? 0))) }));
+    try {
+      const v = await this.judge(args.Pod, names);
+      const scores = names.map((n) => ({ Host: n, Score: Math.max(0, Math.min(this.maxPriority, Math.round(v.pass.get(n) ?? 0))) }));
+      const best = scores.reduce<HostPriority | undefined>((b, s) => (!b || s.Score > b.Score ? s : b), undefined);
+      this.logCall('prioritize', args.Pod.metadata, started, 'ok', { nodes: names.length, ...(best ? { best: best.Host, score: best.Score } : {}) });
+      return scores;
+    } catch (e) {
+      this.logCall('prioritize', args.Pod.metadata, started, 'error', { nodes: names.length, ...errorFields(e) });
+      throw e;
+    }
   }
 
   async bind(args: ExtenderBindingArgs): Promise<ExtenderBindingResult> {
     const started = performance.now();
-    let outcome = 'bound';
+    const who = { namespace: args.PodNamespace, name: args.PodName, uid: args.PodUID };
     try {
       const raw = await this.d.kube.getPod(args.PodNamespace, args.PodName);
       if (!raw) throw new BindError(`pod ${args.PodNamespace}/${args.PodName} not found`);
@@ -116,15 +153,18 @@ export class ExtenderService {
       if (demand.invalid) throw new BindError(demand.invalid);
       if (demand.reservation) await this.bindReservation(pod, demand.reservation, args.Node);
       else if (demand.devices.length) await this.bindOnDemand(pod, demand.devices, args.Node);
-      else await this.d.kube.bindPod(pod.metadata.namespace, pod.metadata.name, pod.metadata.uid, args.Node);
+      else throw new BindError(notOurPod(pod.metadata.namespace, pod.metadata.name));
+      this.logCall('bind', who, started, 'bound', {
+        node: args.Node,
+        ...(demand.reservation ? { reservation: demand.reservation.id, count: demand.reservation.count } : {}),
+        ...(demand.devices.length ? { resources: demand.devices.map((d) => `${RESOURCE_OF_CLASS[d.class] ?? d.class}=${d.count}`) } : {}),
+      });
       return { Error: '' };
     } catch (e) {
-      outcome = e instanceof BindError ? 'refused' : 'error';
+      const outcome = e instanceof BindError ? 'refused' : 'error';
       const message = e instanceof Error ? e.message : String(e);
-      this.d.log.warn('extender bind failed', { pod: `${args.PodNamespace}/${args.PodName}`, node: args.Node, ...errorFields(e) });
+      this.logCall('bind', who, started, outcome, { node: args.Node, error: message });
       return { Error: message };
-    } finally {
-      this.d.metrics?.onCall?.('bind', (performance.now() - started) / 1000, outcome);
     }
   }
 
@@ -139,7 +179,7 @@ export class ExtenderService {
     }
     if (demand.reservation) await this.judgeReservation(pod, demand.reservation, names, v);
     else if (demand.devices.length) await this.judgeOnDemand(pod, demand.devices, names, v);
-    else for (const n of names) v.pass.set(n, 0);
+    else for (const n of names) v.unresolvable[n] = notOurPod(pod.metadata.namespace, pod.metadata.name);
     return v;
   }
 
@@ -286,8 +326,10 @@ export class ExtenderService {
 
   private async bindReservation(pod: Pod, want: NonNullable<PodDemand['reservation']>, node: string) {
     const { namespace, name, uid } = pod.metadata;
+    // Filter checked tenant and window already; bind checks both again, in the same transaction as the assignment.
+    const tenantId = await this.tenantOf(namespace);
     const assigned = await withTransaction(this.d.db, (c) =>
-      assignPod(c, { podUid: uid, reservationId: want.id, nodeId: node, namespace, podName: name, count: want.count }),
+      assignPod(c, { podUid: uid, reservationId: want.id, tenantId, nodeId: node, namespace, podName: name, count: want.count }),
     );
     if (!assigned.ok) throw new BindError(assigned.reason);
     try {
@@ -296,7 +338,6 @@ export class ExtenderService {
       if (!assigned.existing) await releaseAssignment(this.d.db, uid);
       throw e;
     }
-    this.d.log.info('bound reservation pod', { pod: `${namespace}/${name}`, node, reservation: want.id, count: want.count });
   }
 
   private async waitForAdmission(node: string, pod: Pod): Promise<void> {
@@ -332,12 +373,7 @@ export class ExtenderService {
       });
       await this.d.kube.bindPod(namespace, name, uid, node);
       this.invalidate(poolId);
-      this.d.log.info('bound on-demand pod', {
-        pod: `${namespace}/${name}`,
-        node,
-        atoms: out.atoms,
-        resources: devices.map((d) => `${RESOURCE_OF_CLASS[d.class] ?? d.class}=${d.count}`),
-      });
+      this.d.log.info('bound on-demand pod', { pod: `${namespace}/${name}`, uid, node, atoms: out.atoms, allocation: out.allocationId });
     } catch (e) {
       if (booked && !booked.existing) await this.d.ledger.releasePod(uid).catch(() => undefined);
       await dropAdmission(this.d.db, node, uid).catch(() => undefined);

@@ -1,0 +1,223 @@
+// The controller's four listeners as runController composes them: each serves its own routes only; /metrics is HTTPS
+// and needs a token that TokenReview accepts and RBAC allows to get /metrics (the fake API server decides); the
+// webhook listener serves the routers passed in; a new certificate is served without a restart.
+import { createHash, X509Certificate } from 'node:crypto';
+import http from 'node:http';
+import https from 'node:https';
+import express from 'express';
+import { Registry, Counter } from 'prom-client';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { startFakeKubeApi, type FakeKubeApi } from '../../test/support/fake-kube-api.ts';
+import { createApp } from '../api/app.ts';
+import { AccessReviewer, TokenReviewer } from '../api/authz-kubernetes.ts';
+import { StaticTokenAuthorizer } from '../api/authz.ts';
+import type { CapacityService } from '../api/capacity-service.ts';
+import { createExtenderRouter } from '../extender/router.ts';
+import type { ExtenderService } from '../extender/service.ts';
+import { silentLogger } from '../log.ts';
+import { issueBundle, type TlsBundle } from './certs.ts';
+import { createExtenderApp, createWebhookApp, startListeners, type ControllerListeners } from './listeners.ts';
+import { createMetricsApp } from './metrics-endpoint.ts';
+
+interface Res {
+  status: number;
+  text: string;
+  json: unknown;
+  headers: http.IncomingHttpHeaders;
+  peer?: X509Certificate;
+}
+
+function request(url: string, o: { method?: string; token?: string; ca?: string; body?: string; servername?: string } = {}): Promise<Res> {
+  const u = new URL(url);
+  const lib = u.protocol === 'https:' ? https : http;
+  const headers: Record<string, string> = {};
+  if (o.token) headers.authorization = `Bearer ${o.token}`;
+  if (o.body !== undefined) headers['content-type'] = 'application/json';
+  return new Promise((resolve, reject) => {
+    const req = lib.request(
+      u,
+      { method: o.method ?? 'GET', headers, agent: false, ...(o.ca ? { ca: o.ca, servername: o.servername ?? 'localhost' } : {}) },
+      (res) => {
+        const chunks: Buffer[] = [];
+        res.on('data', (c: Buffer) => chunks.push(c));
+        res.on('end', () => {
+          const text = Buffer.concat(chunks).toString('utf8');
+          let json: unknown;
+          try {
+            json = JSON.parse(text);
+          } catch {
+            json = undefined;
+          }
+          const raw = 'getPeerX509Certificate' in res.socket ? (res.socket as import('node:tls').TLSSocket).getPeerX509Certificate() : undefined;
+          resolve({ status: res.statusCode ?? 0, text, json, headers: res.headers, ...(raw ? { peer: raw } : {}) });
+        });
+      },
+    );
+    req.on('error', reject);
+    req.end(o.body);
+  });
+}
+
+const USERS = {
+  'prometheus-token': { username: 'system:serviceaccount:monitoring:prometheus', groups: ['system:serviceaccounts'] },
+  'tenant-token': { username: 'system:serviceaccount:team-a:default', groups: ['system:serviceaccounts'] },
+};
+
+let fake: FakeKubeApi;
+let tlsA: TlsBundle;
+let tlsB: TlsBundle;
+let listeners: ControllerListeners;
+const filterCalls: unknown[] = [];
+
+beforeAll(async () => {
+  fake = await startFakeKubeApi({
+    users: USERS,
+    allowed: () => false,
+    allowedNonResource: (user, path, verb) => user === 'system:serviceaccount:monitoring:prometheus' && path === '/metrics' && verb === 'get',
+  });
+  tlsA = issueBundle(Date.now(), ['localhost', '127.0.0.1']);
+  tlsB = issueBundle(Date.now(), ['localhost', '127.0.0.1']);
+  const registry = new Registry();
+  new Counter({ name: 'bettercompute_test_total', help: 'a test counter', registers: [registry] }).inc(3);
+  const kc = fake.kubeConfig();
+  const tokens = new TokenReviewer({ kubeConfig: kc });
+  const access = new AccessReviewer({ kubeConfig: kc });
+  const service = {
+    filter: async (args: unknown) => {
+      filterCalls.push(args);
+      return { Nodes: null, NodeNames: [], FailedNodes: {}, FailedAndUnresolvableNodes: {}, Error: '' };
+    },
+  } as unknown as ExtenderService;
+  const agentRouter = express.Router();
+  agentRouter.get('/nodes/:node', (req, res) => void res.json({ node: req.params.node }));
+  listeners = await startListeners({
+    addresses: {
+      httpHost: '127.0.0.1',
+      httpPort: 0,
+      extenderHost: '127.0.0.1',
+      extenderPort: 0,
+      metricsHost: '127.0.0.1',
+      metricsPort: 0,
+      webhookHost: '127.0.0.1',
+      webhookPort: 0,
+    },
+    // As runController builds it: no registry, so no /metrics on the API's port.
+    api: createApp({ service: {} as CapacityService, authorizer: StaticTokenAuthorizer.denyAll(), log: silentLogger, ready: async () => undefined }),
+    extender: createExtenderApp(createExtenderRouter({ service }), silentLogger),
+    metrics: createMetricsApp({ registry, authenticate: (t) => tokens.authenticate(t), allowed: (p, a) => access.allowed(p, a), log: silentLogger }),
+    webhook: createWebhookApp([{ path: '/agent/v1', router: agentRouter }], silentLogger),
+    tls: { cert: tlsA.cert, key: tlsA.key, ca: tlsA.caCert },
+  });
+}, 60_000);
+
+afterAll(async () => {
+  await listeners?.close(0);
+  await fake?.close();
+});
+
+beforeEach(() => {
+  fake.seen.length = 0;
+});
+
+describe('the capacity API listener', () => {
+  it('serves health, and neither /metrics nor the extender', async () => {
+    expect(listeners.api.url).toMatch(/^http:\/\/127\.0\.0\.1:\d+$/);
+    expect((await request(`${listeners.api.url}/healthz`)).status).toBe(200);
+    const metrics = await request(`${listeners.api.url}/metrics`);
+    expect(metrics.status).toBe(404);
+    expect(metrics.json).toMatchObject({ error: { code: 'NOT_FOUND' } });
+    const filter = await request(`${listeners.api.url}/scheduler/filter`, { method: 'POST', body: '{}' });
+    expect(filter.status).toBe(404);
+    expect(filterCalls).toEqual([]);
+  });
+});
+
+describe('the extender listener', () => {
+  it('serves /scheduler/* and nothing else', async () => {
+    const pod = { metadata: { name: 'p', namespace: 'n', uid: 'u' }, spec: { containers: [] } };
+    const ok = await request(`${listeners.extender.url}/scheduler/filter`, { method: 'POST', body: JSON.stringify({ Pod: pod, NodeNames: ['a'] }) });
+    expect(ok.status).toBe(200);
+    expect(filterCalls).toHaveLength(1);
+    for (const p of ['/metrics', '/healthz', '/api/compute/capacity/summary', '/admission/pods']) {
+      const r = await request(`${listeners.extender.url}${p}`, { method: p === '/metrics' || p === '/healthz' ? 'GET' : 'POST', body: '{}' });
+      expect(r.status, p).toBe(404);
+    }
+  });
+});
+
+describe('the metrics listener (HTTPS)', () => {
+  const metricsUrl = () => `${listeners.metrics.url}/metrics`;
+
+  it('refuses plain HTTP', async () => {
+    await expect(request(metricsUrl().replace('https:', 'http:'), { token: 'prometheus-token' })).rejects.toThrow();
+  });
+
+  it('no token: 401 UNAUTHENTICATED, without asking the API server', async () => {
+    const r = await request(metricsUrl(), { ca: tlsA.caCert });
+    expect(r.status).toBe(401);
+    expect(r.json).toEqual({ error: { code: 'UNAUTHENTICATED', message: 'a bearer token is required' } });
+    expect(fake.seen).toEqual([]);
+  });
+
+  it('a token the TokenReview refuses: 401', async () => {
+    const r = await request(metricsUrl(), { ca: tlsA.caCert, token: 'forged' });
+    expect(r.status).toBe(401);
+    expect(r.json).toMatchObject({ error: { code: 'UNAUTHENTICATED' } });
+  });
+
+  it('a tenant’s ServiceAccount, valid but not allowed to get /metrics: 403 FORBIDDEN, no metric in the body', async () => {
+    const r = await request(metricsUrl(), { ca: tlsA.caCert, token: 'tenant-token' });
+    expect(r.status).toBe(403);
+    expect(r.json).toEqual({ error: { code: 'FORBIDDEN', message: 'system:serviceaccount:team-a:default may not get /metrics' } });
+    expect(r.text).not.toContain('bettercompute_');
+    const sar = fake.seen.find((s) => s.path === '/apis/authorization.k8s.io/v1/subjectaccessreviews')!;
+    expect(sar.body.spec).toEqual({
+      user: 'system:serviceaccount:team-a:default',
+      groups: ['system:serviceaccounts'],
+      nonResourceAttributes: { path: '/metrics', verb: 'get' },
+    });
+  });
+
+  it('the scraper allowed by RBAC gets the metrics; both reviews are cached', async () => {
+    const r = await request(metricsUrl(), { ca: tlsA.caCert, token: 'prometheus-token' });
+    expect(r.status).toBe(200);
+    expect(r.text).toContain('bettercompute_test_total 3');
+    expect(fake.seen.map((s) => s.path)).toEqual(['/apis/authentication.k8s.io/v1/tokenreviews', '/apis/authorization.k8s.io/v1/subjectaccessreviews']);
+    const again = await request(metricsUrl(), { ca: tlsA.caCert, token: 'prometheus-token' });
+    expect(again.status).toBe(200);
+    expect(fake.seen).toHaveLength(2);
+  });
+
+  it('serves /metrics only', async () => {
+    const r = await request(`${listeners.metrics.url}/healthz`, { ca: tlsA.caCert, token: 'prometheus-token' });
+    expect(r.status).toBe(404);
+  });
+});
+
+describe('the webhook listener (HTTPS)', () => {
+  it('serves the routers passed in, at their paths, and 404 elsewhere', async () => {
+    const r = await request(`${listeners.webhook.url}/agent/v1/nodes/gpu-1`, { ca: tlsA.caCert });
+    expect(r.status).toBe(200);
+    expect(r.json).toEqual({ node: 'gpu-1' });
+    const none = await request(`${listeners.webhook.url}/scheduler/bind`, { method: 'POST', ca: tlsA.caCert, body: '{}' });
+    expect(none.status).toBe(404);
+    expect(none.json).toMatchObject({ error: { code: 'NOT_FOUND' } });
+  });
+});
+
+describe('certificate rotation', () => {
+  it('setTls: new connections to both HTTPS listeners get the new certificate; no restart', async () => {
+    const fp = (pem: string) => createHash('sha256').update(new X509Certificate(pem).raw).digest('hex');
+    const before = await request(`${listeners.webhook.url}/agent/v1/nodes/a`, { ca: tlsA.caCert });
+    expect(createHash('sha256').update(before.peer!.raw).digest('hex')).toBe(fp(tlsA.cert));
+    const port = listeners.webhook.port;
+    listeners.setTls({ cert: tlsB.cert, key: tlsB.key, ca: tlsB.caCert });
+    for (const url of [`${listeners.webhook.url}/agent/v1/nodes/a`, `${listeners.metrics.url}/metrics`]) {
+      const after = await request(url, { ca: tlsB.caCert, token: 'prometheus-token' });
+      expect(after.status).toBe(200);
+      expect(createHash('sha256').update(after.peer!.raw).digest('hex')).toBe(fp(tlsB.cert));
+      await expect(request(url, { ca: tlsA.caCert })).rejects.toThrow(/certificate|signature/i);
+    }
+    expect(listeners.webhook.port).toBe(port);
+  });
+});

@@ -1,0 +1,128 @@
+// The controller's four listeners, each serving one audience:
+//   HOST:PORT                        HTTP   the capacity API (authenticated), /healthz, /readyz
+//   EXTENDER_HOST:EXTENDER_PORT      HTTP   /scheduler/{filter,prioritize,bind} only; loopback by default, so that only
+//                                           the scheduler container of the same pod reaches it
+//   METRICS_HOST:METRICS_PORT        HTTPS  /metrics only, TokenReview + SubjectAccessReview (metrics-endpoint.ts)
+//   WEBHOOK_HOST:WEBHOOK_PORT        HTTPS  the routers mounted by the caller (admission webhook, node agents' API)
+// The two HTTPS listeners share one certificate (tls.ts), swapped in place on rotation.
+import express, { type NextFunction, type Request, type RequestHandler, type Response } from 'express';
+import type { RequestListener } from 'node:http';
+import { ApiError, toErrorResponse } from '../api/errors.ts';
+import { listen, type RunningServer } from '../api/server.ts';
+import { errorFields, type Logger } from '../log.ts';
+import type { ServingTls } from './tls.ts';
+
+/** A router mounted on the webhook listener at `path` (e.g. '/admission' or '/agent/v1'). */
+export interface WebhookMount {
+  path: string;
+  router: RequestHandler;
+  /** Called when the controller stops, after the listeners have drained. */
+  stop?: () => Promise<void>;
+}
+
+export interface ListenerAddresses {
+  httpHost: string;
+  httpPort: number;
+  extenderHost: string;
+  extenderPort: number;
+  metricsHost: string;
+  metricsPort: number;
+  webhookHost: string;
+  webhookPort: number;
+}
+
+export interface ControllerListeners {
+  api: RunningServer;
+  extender: RunningServer;
+  metrics: RunningServer;
+  webhook: RunningServer;
+  /** New certificate for both HTTPS listeners (new connections get it). */
+  setTls(tls: ServingTls): void;
+  close(drainMs?: number): Promise<void>;
+}
+
+function notFoundHandler(what: string): RequestHandler {
+  return (req, _res, next) => next(new ApiError('NOT_FOUND', `no route ${req.method} ${req.path} (this listener serves ${what})`));
+}
+
+function errorHandler(log: Logger, listener: string) {
+  return (err: unknown, req: Request, res: Response, _next: NextFunction) => {
+    const { status, body, internal } = toErrorResponse(err);
+    if (internal) log.error('request failed', { listener, method: req.method, path: req.path, ...errorFields(err) });
+    if (res.headersSent) {
+      res.end();
+      return;
+    }
+    if (!req.complete) res.set('Connection', 'close');
+    res.status(status).json(body);
+  };
+}
+
+/** The extender listener's app: the extender router under /scheduler and nothing else. */
+export function createExtenderApp(extender: RequestHandler, log: Logger): express.Express {
+  const app = express();
+  app.disable('x-powered-by');
+  app.set('etag', false);
+  app.use('/scheduler', extender);
+  app.use(notFoundHandler('/scheduler/{filter,prioritize,bind} only'));
+  app.use(errorHandler(log, 'extender'));
+  return app;
+}
+
+/** The webhook listener's app: the given routers at their paths. Each router reads (and caps) its own bodies. */
+export function createWebhookApp(mounts: readonly WebhookMount[], log: Logger): express.Express {
+  const app = express();
+  app.disable('x-powered-by');
+  app.set('etag', false);
+  app.use((req, res, next) => {
+    const started = performance.now();
+    res.on('finish', () =>
+      log.debug('webhook request', { method: req.method, path: req.originalUrl.split('?')[0], status: res.statusCode, ms: Math.round(performance.now() - started) }),
+    );
+    next();
+  });
+  for (const m of mounts) app.use(m.path, m.router);
+  app.use(notFoundHandler(mounts.length ? mounts.map((m) => m.path).join(', ') : 'nothing yet'));
+  app.use(errorHandler(log, 'webhook'));
+  return app;
+}
+
+/** Starts the four listeners; on a failure, closes the ones already started and rejects. */
+export async function startListeners(o: {
+  addresses: ListenerAddresses;
+  api: RequestListener;
+  extender: RequestListener;
+  metrics: RequestListener;
+  webhook: RequestListener;
+  tls: ServingTls;
+}): Promise<ControllerListeners> {
+  const a = o.addresses;
+  const started: RunningServer[] = [];
+  const start = async (handler: RequestListener, host: string, port: number, tls?: ServingTls) => {
+    const s = await listen(handler, { host, port, ...(tls ? { tls } : {}) });
+    started.push(s);
+    return s;
+  };
+  try {
+    const api = await start(o.api, a.httpHost, a.httpPort);
+    const extender = await start(o.extender, a.extenderHost, a.extenderPort);
+    const metrics = await start(o.metrics, a.metricsHost, a.metricsPort, o.tls);
+    const webhook = await start(o.webhook, a.webhookHost, a.webhookPort, o.tls);
+    return {
+      api,
+      extender,
+      metrics,
+      webhook,
+      setTls(tls) {
+        metrics.setTls(tls);
+        webhook.setTls(tls);
+      },
+      async close(drainMs) {
+        await Promise.all(started.map((s) => s.close(drainMs)));
+      },
+    };
+  } catch (e) {
+    await Promise.all(started.map((s) => s.close(0)));
+    throw e;
+  }
+}

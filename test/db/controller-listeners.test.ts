@@ -1,0 +1,170 @@
+// `better-compute controller` (runController) with its four listeners, against a test database and the in-process
+// fake API server: the fake answers TokenReview, SubjectAccessReview and keeps Secrets and ConfigMaps; everything else
+// (informer lists and watches, the Lease) is 404, which the controller retries in the background — enough to see
+// what each listener serves, the generated certificate in the Secret, and routers mounted on the webhook listener.
+import fs from 'node:fs';
+import http from 'node:http';
+import https from 'node:https';
+import os from 'node:os';
+import path from 'node:path';
+import express from 'express';
+import YAML from 'yaml';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { loadConfig } from '../../src/config.ts';
+import { runController, type ControllerServices, type RunningController } from '../../src/controller/run.ts';
+import { silentLogger } from '../../src/log.ts';
+import { startFakeKubeApi, type FakeKubeApi } from '../support/fake-kube-api.ts';
+import { useTestDatabase } from '../support/db.ts';
+
+const ctx = useTestDatabase();
+const NS = 'bc-listeners-test';
+
+let fake: FakeKubeApi;
+let dir: string;
+let controller: RunningController;
+let services: ControllerServices | undefined;
+
+function request(url: string, o: { method?: string; token?: string; ca?: string; body?: string; headers?: Record<string, string> } = {}) {
+  const u = new URL(url);
+  const lib = u.protocol === 'https:' ? https : http;
+  return new Promise<{ status: number; text: string; json: unknown }>((resolve, reject) => {
+    const req = lib.request(
+      u,
+      {
+        method: o.method ?? 'GET',
+        agent: false,
+        headers: { ...(o.token ? { authorization: `Bearer ${o.token}` } : {}), ...(o.body !== undefined ? { 'content-type': 'application/json' } : {}), ...o.headers },
+        ...(o.ca ? { ca: o.ca, servername: 'localhost' } : {}),
+      },
+      (res) => {
+        const chunks: Buffer[] = [];
+        res.on('data', (c: Buffer) => chunks.push(c));
+        res.on('end', () => {
+          const text = Buffer.concat(chunks).toString('utf8');
+          let json: unknown;
+          try {
+            json = JSON.parse(text);
+          } catch {
+            json = undefined;
+          }
+          resolve({ status: res.statusCode ?? 0, text, json });
+        });
+      },
+    );
+    req.on('error', reject);
+    if (o.headers?.['content-length']) req.write(Buffer.alloc(1024, 0x20));
+    else req.end(o.body);
+  });
+}
+
+beforeAll(async () => {
+  fake = await startFakeKubeApi({
+    users: {
+      'prom-token': { username: 'system:serviceaccount:monitoring:prometheus' },
+      'tenant-token': { username: 'system:serviceaccount:team-a:default' },
+    },
+    allowed: () => false,
+    allowedNonResource: (user, p, verb) => user === 'system:serviceaccount:monitoring:prometheus' && p === '/metrics' && verb === 'get',
+    objects: true,
+  });
+  dir = fs.mkdtempSync(path.join(os.tmpdir(), 'bc-listeners-'));
+  const kubeconfig = path.join(dir, 'kubeconfig');
+  fs.writeFileSync(
+    kubeconfig,
+    YAML.stringify({
+      apiVersion: 'v1',
+      kind: 'Config',
+      clusters: [{ name: 'fake', cluster: { server: fake.url, 'insecure-skip-tls-verify': true } }],
+      users: [{ name: 'controller', user: { token: 'controller-sa-token' } }],
+      contexts: [{ name: 'fake', context: { cluster: 'fake', user: 'controller' } }],
+      'current-context': 'fake',
+    }),
+  );
+  const config = loadConfig({
+    DATABASE_URL: ctx.url,
+    KUBECONFIG: kubeconfig,
+    BETTER_COMPUTE_NAMESPACE: NS,
+    POD_NAME: 'listeners-test',
+    HOST: '127.0.0.1',
+    PORT: '0',
+    EXTENDER_PORT: '0',
+    METRICS_PORT: '0',
+    WEBHOOK_PORT: '0',
+    TLS_EXTRA_SANS: 'localhost,127.0.0.1',
+    LOG_LEVEL: 'error',
+  });
+  controller = await runController(config, silentLogger, {
+    webhookRouters(s) {
+      services = s;
+      const agent = express.Router();
+      agent.get('/ping', (_req, res) => void res.json({ namespace: s.config.controllerNamespace }));
+      return [{ path: '/agent/v1', router: agent }];
+    },
+  });
+}, 120_000);
+
+afterAll(async () => {
+  await controller?.stop();
+  await fake?.close();
+  if (dir) fs.rmSync(dir, { recursive: true, force: true });
+});
+
+describe('runController', () => {
+  it('reports four listeners: two HTTP on loopback, two HTTPS', () => {
+    expect(controller.url).toMatch(/^http:\/\/127\.0\.0\.1:\d+$/);
+    expect(controller.extenderUrl).toMatch(/^http:\/\/127\.0\.0\.1:\d+$/);
+    expect(controller.metricsUrl).toMatch(/^https:\/\/127\.0\.0\.1:\d+$/);
+    expect(controller.webhookUrl).toMatch(/^https:\/\/127\.0\.0\.1:\d+$/);
+    expect(new Set([controller.url, controller.extenderUrl, controller.metricsUrl, controller.webhookUrl].map((u) => new URL(u).port)).size).toBe(4);
+  });
+
+  it('made the TLS Secret and the CA ConfigMap in its namespace, and serves that certificate', async () => {
+    const secret = fake.objects.get(`/api/v1/namespaces/${NS}/secrets/better-compute-tls`);
+    expect(secret?.type).toBe('kubernetes.io/tls');
+    const ca = Buffer.from(secret!.data['ca.crt'], 'base64').toString('utf8');
+    expect(controller.caBundle()).toBe(ca);
+    expect(fake.objects.get(`/api/v1/namespaces/${NS}/configmaps/better-compute-ca`)?.data).toEqual({ 'ca.crt': ca });
+    // Trusting only that CA, for the name localhost.
+    expect((await request(`${controller.webhookUrl}/agent/v1/ping`, { ca })).status).toBe(200);
+  });
+
+  it('the capacity API listener: health, no /metrics, no /scheduler', async () => {
+    expect((await request(`${controller.url}/healthz`)).status).toBe(200);
+    expect((await request(`${controller.url}/metrics`)).status).toBe(404);
+    expect((await request(`${controller.url}/scheduler/bind`, { method: 'POST', body: '{}' })).status).toBe(404);
+    expect((await request(`${controller.url}/scheduler/filter`, { method: 'POST', body: '{}' })).status).toBe(404);
+  });
+
+  it('the extender listener: /scheduler only; a 60 MB body refused before it is read', async () => {
+    const bad = await request(`${controller.extenderUrl}/scheduler/filter`, { method: 'POST', body: '{}' });
+    expect(bad.status).toBe(400);
+    const big = await request(`${controller.extenderUrl}/scheduler/bind`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'content-length': String(60 * 1024 * 1024) },
+    });
+    expect(big.status).toBe(413);
+    expect((await request(`${controller.extenderUrl}/metrics`)).status).toBe(404);
+    expect((await request(`${controller.extenderUrl}/healthz`)).status).toBe(404);
+  });
+
+  it('the metrics listener: 401 without a token, 403 for a tenant, metrics for the scraper RBAC allows', async () => {
+    const ca = controller.caBundle()!;
+    const url = `${controller.metricsUrl}/metrics`;
+    expect(await request(url, { ca })).toMatchObject({ status: 401, json: { error: { code: 'UNAUTHENTICATED' } } });
+    expect(await request(url, { ca, token: 'tenant-token' })).toMatchObject({ status: 403, json: { error: { code: 'FORBIDDEN' } } });
+    const ok = await request(url, { ca, token: 'prom-token' });
+    expect(ok.status).toBe(200);
+    expect(ok.text).toContain('bettercompute_controller_leader');
+    expect(ok.text).toContain('bettercompute_pool_capacity');
+  });
+
+  it('the webhook listener serves the routers passed in, which got the controller’s services', async () => {
+    const r = await request(`${controller.webhookUrl}/agent/v1/ping`, { ca: controller.caBundle()! });
+    expect(r.json).toEqual({ namespace: NS });
+    expect(services).toBeDefined();
+    expect(typeof services!.tokens.authenticate).toBe('function');
+    expect((await services!.db.query('SELECT 1 AS one')).rows[0].one).toBe(1);
+    expect(services!.isLeader()).toBe(false);
+    expect((await request(`${controller.webhookUrl}/metrics`, { ca: controller.caBundle()! })).status).toBe(404);
+  });
+});

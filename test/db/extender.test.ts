@@ -1,0 +1,271 @@
+// The scheduler extender against a real ledger, with the Kubernetes side faked: bind refuses pods that ask for none of
+// our resources, and re-checks a reservation's tenant and window at bind; a reservation's pod needs only its
+// reservation's resource (no marker); every call is logged with its pod; bodies over the cap are refused before they
+// are read.
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import express from 'express';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { advanceClock } from '../../src/db/clock.ts';
+import { Ledger } from '../../src/db/ledger.ts';
+import type { ExtenderKube } from '../../src/extender/kube.ts';
+import { reservationResourceName, TENANT_LABEL } from '../../src/extender/resources.ts';
+import { createExtenderRouter, EXTENDER_MAX_BODY_BYTES } from '../../src/extender/router.ts';
+import { ExtenderService } from '../../src/extender/service.ts';
+import { createLogger } from '../../src/log.ts';
+import { makeNode, makePool, reservation } from '../support/builders.ts';
+import { useTestDatabase } from '../support/db.ts';
+
+const ctx = useTestDatabase();
+
+interface FakePod {
+  metadata: { name: string; namespace: string; uid: string; labels?: Record<string, string> };
+  spec: { containers: { name: string; resources?: { limits?: Record<string, string> } }[] };
+}
+
+class FakeKube implements ExtenderKube {
+  pods = new Map<string, FakePod>();
+  bound: { namespace: string; name: string; node: string }[] = [];
+  allocatable: Record<string, string> = {};
+  namespaces: Record<string, Record<string, string>> = {
+    'acme-train': { [TENANT_LABEL]: 'acme' },
+    beta: {},
+    // Named like tenant acme, labelled for beta: it is beta's.
+    acme: { [TENANT_LABEL]: 'beta' },
+  };
+  async getPod(namespace: string, name: string) {
+    return this.pods.get(`${namespace}/${name}`);
+  }
+  async nodeAllocatable() {
+    return this.allocatable;
+  }
+  async namespaceLabels(name: string) {
+    return this.namespaces[name] ?? {};
+  }
+  async annotatePod() {}
+  async bindPod(namespace: string, name: string, _uid: string, node: string) {
+    this.bound.push({ namespace, name, node });
+  }
+  async evictPod() {}
+}
+
+let seq = 0;
+function pod(namespace: string, limits: Record<string, string>): FakePod {
+  const n = ++seq;
+  return { metadata: { name: `pod-${n}`, namespace, uid: `uid-${n}` }, spec: { containers: [{ name: 'main', resources: { limits } }] } };
+}
+
+let kube: FakeKube;
+let service: ExtenderService;
+let logs: Record<string, unknown>[];
+let poolId: string;
+const NODE = 'ext-node-1';
+
+beforeAll(async () => {
+  poolId = await makePool('ext-pool').owner('acme').offer('beta').create(ctx.db);
+  await makeNode(NODE).gpus(8).create(ctx.db, poolId);
+});
+
+beforeEach(() => {
+  kube = new FakeKube();
+  logs = [];
+  const log = createLogger({ level: 'debug', write: (l) => logs.push(JSON.parse(l) as Record<string, unknown>) });
+  service = new ExtenderService({ db: ctx.db, ledger: new Ledger(ctx.db), clock: ctx.clock, kube, log, admissionWaitMs: 500 });
+});
+
+async function reserve(o: { tenant?: string; startInMs?: number; seconds?: number } = {}) {
+  const now = ctx.clock.now();
+  const out = await new Ledger(ctx.db).reserve(
+    reservation(poolId, {
+      tenantId: o.tenant ?? 'acme',
+      devices: [{ class: 'gpu', count: 2 }],
+      duration: o.seconds ?? 3600,
+      ...(o.startInMs ? { start: now + o.startInMs } : {}),
+    }),
+    now,
+  );
+  if (!out.ok) throw new Error(`${out.code}: ${out.message}`);
+  const id = out.reservation.id;
+  const resource = reservationResourceName(id);
+  kube.allocatable = { [resource]: '2', 'bettercompute.io/gpu': '8' };
+  return { id, resource };
+}
+
+async function bind(p: FakePod, node = NODE) {
+  kube.pods.set(`${p.metadata.namespace}/${p.metadata.name}`, p);
+  return service.bind({ PodName: p.metadata.name, PodNamespace: p.metadata.namespace, PodUID: p.metadata.uid, Node: node });
+}
+
+async function assignments(reservationId: string): Promise<number> {
+  const { rows } = await ctx.db.query(`SELECT count(*)::int AS n FROM reservation_pod_assignments WHERE reservation_id = $1`, [reservationId]);
+  return rows[0].n as number;
+}
+
+describe('bind', () => {
+  it('refuses a pod that requests none of our resources, and binds nothing', async () => {
+    for (const limits of [{ cpu: '1' }, { 'bettercompute.io/reservation': '1' }, { 'nvidia.com/gpu': '1' }] as Record<string, string>[]) {
+      const p = pod('acme-train', limits);
+      const r = await bind(p);
+      expect(r.Error).toMatch(/requests no Better Compute resource/);
+    }
+    expect(kube.bound).toEqual([]);
+    const line = logs.find((l) => l.msg === 'extender call' && l.verb === 'bind')!;
+    expect(line).toMatchObject({ level: 'warn', outcome: 'refused', node: NODE, pod: expect.stringMatching(/^acme-train\/pod-/), uid: expect.any(String) });
+  });
+
+  it('filter gives such a pod no node either (unresolvable, with the reason)', async () => {
+    const p = pod('acme-train', { cpu: '1' });
+    const r = await service.filter({ Pod: p, NodeNames: [NODE] } as never);
+    expect(r.NodeNames).toEqual([]);
+    expect(r.FailedAndUnresolvableNodes[NODE]).toMatch(/requests no Better Compute resource/);
+  });
+
+  it('binds a reservation’s pod that requests only its reservation’s resource (no marker)', async () => {
+    const { id, resource } = await reserve();
+    const p = pod('acme-train', { [resource]: '1' });
+    const f = await service.filter({ Pod: p, NodeNames: [NODE] } as never);
+    expect(f.NodeNames).toEqual([NODE]);
+    expect(await bind(p)).toEqual({ Error: '' });
+    expect(kube.bound).toEqual([{ namespace: 'acme-train', name: p.metadata.name, node: NODE }]);
+    expect(await assignments(id)).toBe(1);
+    // The marker, when present, is still accepted.
+    const withMarker = pod('acme-train', { [resource]: '1', 'bettercompute.io/reservation': '1' });
+    expect(await bind(withMarker)).toEqual({ Error: '' });
+    expect(await assignments(id)).toBe(2);
+    const line = logs.filter((l) => l.msg === 'extender call' && l.verb === 'bind').at(-1)!;
+    expect(line).toMatchObject({
+      level: 'info',
+      outcome: 'bound',
+      pod: `acme-train/${withMarker.metadata.name}`,
+      uid: withMarker.metadata.uid,
+      node: NODE,
+      reservation: id,
+      count: 1,
+      ms: expect.any(Number),
+    });
+  });
+
+  it('refuses a reservation’s pod from another tenant’s namespace (also one named like the tenant but labelled otherwise)', async () => {
+    const { id, resource } = await reserve();
+    for (const ns of ['beta', 'acme']) {
+      const r = await bind(pod(ns, { [resource]: '1' }));
+      expect(r.Error).toBe(`reservation ${id} belongs to another tenant than beta (namespace ${ns})`);
+    }
+    expect(kube.bound).toEqual([]);
+    expect(await assignments(id)).toBe(0);
+  });
+
+  it('refuses a reservation’s pod before the reservation’s window', async () => {
+    const { id, resource } = await reserve({ startInMs: 2 * 3600_000 });
+    const r = await bind(pod('acme-train', { [resource]: '1' }));
+    expect(r.Error).toMatch(new RegExp(`^reservation ${id} starts at \\d{4}-`));
+    expect(kube.bound).toEqual([]);
+    expect(await assignments(id)).toBe(0);
+  });
+
+  it('refuses a reservation’s pod after the reservation’s window, even when filter passed it before', async () => {
+    const { id, resource } = await reserve({ seconds: 600 });
+    const p = pod('acme-train', { [resource]: '1' });
+    const f = await service.filter({ Pod: p, NodeNames: [NODE] } as never);
+    expect(f.NodeNames).toEqual([NODE]);
+    await advanceClock(ctx.db, 601_000);
+    await ctx.clock.sync();
+    const r = await bind(p);
+    expect(r.Error).toMatch(new RegExp(`^reservation ${id} ended at \\d{4}-`));
+    expect(kube.bound).toEqual([]);
+    expect(await assignments(id)).toBe(0);
+  });
+});
+
+describe('the extender router', () => {
+  let server: http.Server;
+  let base: string;
+  const calls: string[] = [];
+
+  beforeAll(async () => {
+    const spy = {
+      filter: async () => {
+        calls.push('filter');
+        return { Nodes: null, NodeNames: [], FailedNodes: {}, FailedAndUnresolvableNodes: {}, Error: '' };
+      },
+      prioritize: async () => {
+        calls.push('prioritize');
+        return [];
+      },
+      bind: async () => {
+        calls.push('bind');
+        return { Error: '' };
+      },
+    } as unknown as ExtenderService;
+    const app = express();
+    app.use('/scheduler', createExtenderRouter({ service: spy }));
+    server = http.createServer(app);
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  });
+  afterAll(async () => {
+    server.closeAllConnections();
+    await new Promise((r) => server.close(r));
+  });
+  beforeEach(() => {
+    calls.length = 0;
+  });
+
+  /** Sends headers declaring `length` bytes and only `send` bytes of body; resolves with the answer. */
+  function declare(path: string, length: number, send: number): Promise<{ status: number; body: string; connection?: string }> {
+    return new Promise((resolve, reject) => {
+      const req = http.request(`${base}${path}`, { method: 'POST', headers: { 'content-type': 'application/json', 'content-length': String(length) } }, (res) => {
+        let body = '';
+        res.on('data', (c: Buffer) => (body += c.toString()));
+        res.on('end', () => {
+          req.destroy();
+          resolve({ status: res.statusCode ?? 0, body, ...(res.headers.connection ? { connection: res.headers.connection } : {}) });
+        });
+      });
+      req.on('error', reject);
+      req.write(Buffer.alloc(send, 0x20));
+    });
+  }
+
+  it('a 60 MB body is refused with 413 from its Content-Length, before it is read, and no handler runs', async () => {
+    for (const verb of ['filter', 'prioritize', 'bind']) {
+      const r = await declare(`/scheduler/${verb}`, 60 * 1024 * 1024, 1024);
+      expect(r.status, verb).toBe(413);
+      expect(JSON.parse(r.body).Error).toMatch(/over the extender's limit of 4194304 bytes/);
+      expect(r.connection).toBe('close');
+    }
+    expect(calls).toEqual([]);
+  });
+
+  it('a chunked body over the cap is cut off at the cap (413), no handler runs', async () => {
+    const r = await new Promise<{ status: number }>((resolve, reject) => {
+      const req = http.request(`${base}/scheduler/filter`, { method: 'POST', headers: { 'content-type': 'application/json', 'transfer-encoding': 'chunked' } }, (res) => {
+        res.resume();
+        res.on('end', () => resolve({ status: res.statusCode ?? 0 }));
+      });
+      req.on('error', () => undefined); // the server may close while we still write
+      const chunk = Buffer.alloc(1024 * 1024, 0x20);
+      let sent = 0;
+      const pump = () => {
+        while (sent < 6 && req.write(chunk)) sent++;
+        if (sent < 6) req.once('drain', () => (sent++, pump()));
+        else req.end();
+      };
+      pump();
+      setTimeout(() => reject(new Error('no answer')), 20_000).unref();
+    });
+    expect(r.status).toBe(413);
+    expect(calls).toEqual([]);
+  });
+
+  it('a 5,000-node filter body fits the cap: the longest node names, and a Pod at etcd’s 1.5 MiB object limit', async () => {
+    const names = Array.from({ length: 5000 }, (_, i) => `${'n'.repeat(248)}${String(i).padStart(5, '0')}`);
+    const big = { metadata: { name: 'p', namespace: 'acme-train', uid: 'u', annotations: { blob: 'x'.repeat(1.5 * 1024 * 1024 - 200) } }, spec: { containers: [] } };
+    const body = JSON.stringify({ Pod: big, NodeNames: names });
+    expect(body.length).toBeGreaterThan(2.8e6);
+    expect(body.length).toBeLessThan(EXTENDER_MAX_BODY_BYTES);
+    const res = await fetch(`${base}/scheduler/filter`, { method: 'POST', headers: { 'content-type': 'application/json' }, body });
+    expect(res.status).toBe(200);
+    expect(calls).toEqual(['filter']);
+  });
+});
