@@ -34,6 +34,7 @@ import { ClientNodeTlsKube, FileTlsSource, SecretTlsSource, type TlsSource } fro
 import { KubeClient, kubeConfigFrom } from './kube.ts';
 import { LeaderElector } from './leader.ts';
 import { controllerMetrics, extenderMetrics } from './metrics.ts';
+import { productWebhookRouters } from './webhooks.ts';
 import { setupControllers, type Controllers } from './setup.ts';
 
 export type { WebhookMount } from './listeners.ts';
@@ -86,7 +87,7 @@ export interface ControllerServices {
 }
 
 export interface RunControllerOptions {
-  /** Routers for the webhook listener (WEBHOOK_PORT, HTTPS), e.g. [{ path: '/admission', router }, { path: '/agent/v1', router }]. */
+  /** Default: productWebhookRouters (the agents' API and the pod admission webhook). Routers for the webhook listener (WEBHOOK_PORT, HTTPS), e.g. [{ path: '/admission', router }, { path: '/agent/v1', router }]. */
   webhookRouters?: (services: ControllerServices) => WebhookMount[] | Promise<WebhookMount[]>;
 }
 
@@ -182,7 +183,7 @@ export async function runController(config: Config, log: Logger, opts: RunContro
       log,
     });
     mounts.push(
-      ...((await opts.webhookRouters?.({
+      ...((await (opts.webhookRouters ?? productWebhookRouters)({
         config,
         db: database.db,
         ledger: previews,

@@ -1,0 +1,32 @@
+// What the controller serves on its HTTPS webhook listener (WEBHOOK_PORT): the node agents' API (/agent/v1, their
+// ServiceAccount token bound to their node) and the pod admission webhook (/admission). docs/adr/0007.
+import { createAgentApiRouter, agentUsernameFor } from '../agentapi/router.ts';
+import { AGENT_API_PREFIX } from '../agentapi/wire.ts';
+import { ApiError } from '../api/errors.ts';
+import type { ControllerServices } from './run.ts';
+import type { WebhookMount } from './listeners.ts';
+
+export function productWebhookRouters(s: ControllerServices): WebhookMount[] {
+  return [
+    {
+      path: AGENT_API_PREFIX,
+      router: createAgentApiRouter({
+        db: s.db,
+        clock: s.clock,
+        log: s.log,
+        agentUsername: agentUsernameFor(s.config.controllerNamespace),
+        // A token the API server does not accept is no user (401); any other failure (the API server unreachable) is
+        // an error, not a refusal.
+        authenticate: async (token) => {
+          try {
+            const p = await s.tokens.authenticate(token);
+            return { username: p.subject, ...(p.extra ? { extra: p.extra } : {}) };
+          } catch (e) {
+            if (e instanceof ApiError && e.code === 'UNAUTHENTICATED') return undefined;
+            throw e;
+          }
+        },
+      }),
+    },
+  ];
+}
