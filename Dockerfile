@@ -16,10 +16,10 @@ ARG NPM_EXTRA_CA=""
 RUN if [ -n "$NPM_EXTRA_CA" ]; then \
       printf '%s\n' "$NPM_EXTRA_CA" > /tmp/npm-extra-ca.pem && export NODE_EXTRA_CA_CERTS=/tmp/npm-extra-ca.pem; \
     fi \
- && npm ci --no-audit --no-fund --loglevel=warn
+ && npm ci --no-audit --no-fund --update-notifier=false --loglevel=warn
 COPY tsconfig.json tsconfig.build.json ./
 COPY src ./src
-RUN npm run build && npm prune --omit=dev --no-audit --no-fund --loglevel=warn
+RUN npm run build && npm prune --omit=dev --no-audit --no-fund --update-notifier=false --loglevel=warn
 
 FROM node:20-bookworm-slim
 # PostgreSQL's initdb and postgres look the running uid up in /etc/passwd; 65532 gets a name and a home in /tmp.
