@@ -19,7 +19,7 @@
 #
 # Usage: scripts/image/build.sh [--no-scheduler] [--force] [--verify]
 #   --verify  then run the image as uid 65532 with a read-only root filesystem: `--help`, `agent --help`, and `migrate`
-#             twice on the embedded PostgreSQL in a data volume owned by 65532
+#             twice on the embedded PostgreSQL in a data volume owned by 65532; and kube-scheduler --version
 # Env:   BC_CACHE (default ~/.cache/better-compute), BC_DOCKER_SOCK (default /run/better-compute-docker.sock),
 #        BC_DEBIAN_MIRROR (default http://deb.debian.org/debian)
 set -euo pipefail
@@ -335,5 +335,14 @@ verify_app() {
   say "  migrate (again): $out"
   [[ "$out" == '{"applied":[]}' ]] || die "the second migrate was not a no-op"
 }
-((verify)) && step "verify $app_image" verify_app
+verify_scheduler() {
+  local out
+  out="$(dk run --rm --network none --read-only "$sched_image" --version)"
+  [[ "$out" == "Kubernetes $K8S_VERSION" ]] || die "$sched_image --version printed: $out"
+  say "  $out"
+}
+if ((verify)); then
+  step "verify $app_image" verify_app
+  [[ -z "$sched_bin" ]] || step "verify $sched_image" verify_scheduler
+fi
 say "done in $((SECONDS - t0))s"
