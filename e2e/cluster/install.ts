@@ -45,7 +45,8 @@ export function writeTestOverlay(gpus: number): string {
   const kustomization = {
     apiVersion: 'kustomize.config.k8s.io/v1beta1',
     kind: 'Kustomization',
-    resources: [path.join(ROOT, 'deploy', 'overlays', 'trial')],
+    // kustomize takes only relative paths to other kustomizations.
+    resources: [path.relative(dir, path.join(ROOT, 'deploy', 'overlays', 'trial'))],
     configMapGenerator: [{ name: 'better-compute-simulated-gpus', namespace: SYSTEM_NS, files: ['devices.json'] }],
     patches: [
       {
