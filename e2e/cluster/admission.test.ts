@@ -185,7 +185,7 @@ describe.skipIf(external)('the mutating webhook: a Job that names a reservation 
     // The ledger: a pool with a node, and the booking the reconciler would make for Reservation nsA/train (idempotency
     // key = its metadata.uid, tenant = its namespace, which has no tenant label).
     tdb = await createTestDatabase(4);
-    const poolId = await makePool(`adm-${id}`).create(tdb.db);
+    const poolId = await makePool(`adm-${id}`).owner(nsA).create(tdb.db);
     await makeNode(`${id}-n0`).scalars({ vcpu: 64, memoryGiB: 512 }).create(tdb.db, poolId);
     await apply({ apiVersion: 'bettercompute.io/v1alpha1', kind: 'Reservation', metadata: { name: 'train', namespace: nsA }, spec: { pool: 'p', devices: [{ class: 'gpu', count: 2 }], duration: '1h' } });
     const r = await kubectlJson<Reservation>(['-n', nsA, 'get', 'reservation', 'train']);
