@@ -243,6 +243,14 @@ describe('podAdmissionDeps (from informer caches)', () => {
     db: {} as never,
     log: silentLogger,
   });
+  it('synced follows the informers', () => {
+    const informer = { get: () => undefined, list: () => [], hasSynced: false };
+    const d = podAdmissionDeps({ reservations: informer, namespaces: { get: () => undefined, hasSynced: true }, db: {} as never, log: silentLogger });
+    expect(d.synced!()).toBe(false);
+    informer.hasSynced = true;
+    expect(d.synced!()).toBe(true);
+  });
+
   it('tenant: pinned status.tenant, else the namespace label, else the namespace name; deleting', async () => {
     expect(await deps.reservation('a', 'x')).toEqual({ namespace: 'a', name: 'x', uid: 'u1', tenant: 'acme', deleting: false });
     expect((await deps.reservation('a', 'y'))?.tenant).toBe('pinned');
@@ -309,6 +317,25 @@ describe('createPodAdmissionRouter', () => {
   it('a body over the cap is refused before parsing (413)', async () => {
     const big = JSON.stringify(review(pod({ containers: [{ limits: gpu('1') }] }))).replace('"req-1"', `"${'x'.repeat(MAX_REVIEW_BYTES)}"`);
     expect((await post(big)).status).toBe(413);
+  });
+
+  it('before the caches have synced: pods requesting our resources are refused with 503, others admitted', async () => {
+    const app = express();
+    app.use('/admission', createPodAdmissionRouter({ ...lookups, synced: () => false, log: silentLogger }));
+    const s = http.createServer(app);
+    await new Promise<void>((r) => s.listen(0, '127.0.0.1', r));
+    try {
+      const send = async (p: PodLike) =>
+        (
+          (await (
+            await fetch(`http://127.0.0.1:${(s.address() as AddressInfo).port}/admission/pods`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(review(p)) })
+          ).json()) as { response: Record<string, unknown> }
+        ).response;
+      expect(await send(pod({ label: 'train', containers: [{ limits: gpu('1') }] }))).toMatchObject({ allowed: false, status: { code: 503, reason: 'ServiceUnavailable' } });
+      expect(await send(pod({ containers: [{ limits: { cpu: '1' } }] }))).toEqual({ uid: 'req-1', allowed: true });
+    } finally {
+      await new Promise<void>((r) => s.close(() => r()));
+    }
   });
 
   it('a lookup failure refuses the pod with a 500 status, not a crash', async () => {

@@ -237,6 +237,8 @@ export async function admitPod(pod: PodLike, ctx: AdmissionLookups): Promise<Adm
 
 export interface PodAdmissionDeps extends AdmissionLookups {
   log: Logger;
+  /** False until the lookups' caches have synced: pods that need them are refused (503) rather than misjudged. */
+  synced?: () => boolean;
 }
 
 function response(uid: string, a: Admission) {
@@ -245,7 +247,8 @@ function response(uid: string, a: Admission) {
     body.patchType = 'JSONPatch';
     body.patch = Buffer.from(JSON.stringify(a.patch)).toString('base64');
   }
-  if (!a.allowed) body.status = { code: a.code ?? 403, reason: (a.code ?? 403) === 403 ? 'Forbidden' : undefined, message: a.message };
+  const REASONS: Record<number, string> = { 400: 'BadRequest', 403: 'Forbidden', 500: 'InternalError', 503: 'ServiceUnavailable' };
+  if (!a.allowed) body.status = { code: a.code ?? 403, reason: REASONS[a.code ?? 403], message: a.message };
   return { apiVersion: 'admission.k8s.io/v1', kind: 'AdmissionReview', response: body };
 }
 
@@ -273,7 +276,8 @@ export function createPodAdmissionRouter(deps: PodAdmissionDeps): Router {
     const fields = { pod: podName(pod, pod.metadata?.namespace ?? ''), uid: rq.uid };
     let a: Admission;
     try {
-      a = await admitPod(pod, deps);
+      if (deps.synced && !deps.synced() && ourResources(pod).size > 0) a = deny('better-compute admission is starting (caches not synced yet); try again', 503);
+      else a = await admitPod(pod, deps);
     } catch (e) {
       deps.log.error('pod admission failed', { ...fields, ...errorFields(e) });
       a = deny('better-compute admission could not check the pod (see the controller log); try again', 500);
@@ -309,14 +313,15 @@ export function reservationRef(r: Reservation, namespace: NamespaceCR | undefine
 
 /** PodAdmissionDeps from the controller's informers (Reservations, Namespaces) and its database. */
 export function podAdmissionDeps(o: {
-  reservations: Pick<Informer<Reservation>, 'get' | 'list'>;
-  namespaces: Pick<Informer<NamespaceCR>, 'get'>;
+  reservations: Pick<Informer<Reservation>, 'get' | 'list'> & { readonly hasSynced?: boolean };
+  namespaces: Pick<Informer<NamespaceCR>, 'get'> & { readonly hasSynced?: boolean };
   db: Db;
   log: Logger;
 }): PodAdmissionDeps {
   const ref = (r: Reservation | undefined) => r && reservationRef(r, o.namespaces.get(r.metadata.namespace ?? ''));
   return {
     log: o.log,
+    synced: () => o.reservations.hasSynced !== false && o.namespaces.hasSynced !== false,
     bookings: ledgerBookings(o.db),
     reservation: async (namespace, name) => ref(o.reservations.get(`${namespace}/${name}`)),
     reservationsIn: async (namespace) =>
