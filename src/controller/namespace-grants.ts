@@ -1,3 +1,7 @@
+// OBSOLETE (issue 9): the pod admission webhook (src/admission/pods.ts) now checks against the ledger that a pod uses
+// only its own namespace's Reservations, and deploy/admission/policy.yaml, which read these labels, is gone. Delete this
+// file together with its call in src/controller/run.ts; then the controller needs no `namespaces: patch`.
+//
 // Namespace grants for the admission policy of deploy/admission/: while a Reservation holds its booking, its
 // namespace carries the label `<status.resourceName>: <reservation name>` (e.g.
 // `reservations.bettercompute.io/rsv-01k2...: train-now`); the ValidatingAdmissionPolicy admits a pod's reservation
