@@ -1,6 +1,6 @@
 // The Kubernetes authorizer against a fake API server on loopback that answers TokenReview and SubjectAccessReview.
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { KubernetesAuthorizer } from './authz-kubernetes.ts';
+import { KubernetesAuthorizer, MAX_TENANT_NAMESPACES, tenantNamespaces } from './authz-kubernetes.ts';
 import { startFakeKubeApi, type FakeKubeApi, type FakeUser, type SeenRequest } from '../../test/support/fake-kube-api.ts';
 import { ApiError } from './errors.ts';
 
@@ -8,9 +8,29 @@ import { ApiError } from './errors.ts';
 const USERS: Record<string, FakeUser> = {
   'alice-token': { username: 'alice', uid: 'u-1', groups: ['team-a', 'system:authenticated'], extra: { scopes: ['read'] } },
   'bob-token': { username: 'bob', uid: 'u-2', groups: ['system:authenticated'] },
+  'carol-token': { username: 'carol', groups: ['system:authenticated'] },
+  'dave-token': { username: 'dave', groups: ['system:authenticated'] },
 };
+/**
+ * Namespaces (ADR 0005): acme and ops are their own tenants (no label); globex has two labelled namespaces; the
+ * namespace NAMED initech is labelled tenant globex, so tenant initech has no namespace at all.
+ */
+const NAMESPACES = [
+  { name: 'acme' },
+  { name: 'ops' },
+  { name: 'globex-train', labels: { 'bettercompute.io/tenant': 'globex' } },
+  { name: 'globex-serve', labels: { 'bettercompute.io/tenant': 'globex' } },
+  { name: 'initech', labels: { 'bettercompute.io/tenant': 'globex' } },
+  ...Array.from({ length: 40 }, (_, i) => ({ name: `big-${String(i).padStart(2, '0')}`, labels: { 'bettercompute.io/tenant': 'big' } })),
+];
+/** RoleBindings: alice in acme; bob in ops for one pool; carol in globex-serve; dave in the namespace named initech. */
 const allowed = (user: string, ns: string, name?: string) =>
-  (user === 'alice' && ns === 'acme') || (user === 'bob' && ns === 'ops' && (name === undefined || name === 'pool_allowed'));
+  (user === 'alice' && ns === 'acme') ||
+  (user === 'bob' && ns === 'ops' && (name === undefined || name === 'pool_allowed')) ||
+  (user === 'carol' && ns === 'globex-serve') ||
+  (user === 'dave' && ns === 'initech') ||
+  (user === 'carol' && ns === 'big-39');
+const namespacesOfTenant = (t: string) => tenantNamespaces(t, NAMESPACES.map((n) => ({ metadata: n })));
 
 let fake: FakeKubeApi;
 let seen: SeenRequest[];
@@ -18,7 +38,7 @@ const kubeConfig = () => fake.kubeConfig();
 const failNext = (n: number) => fake.failNext(n);
 
 beforeAll(async () => {
-  fake = await startFakeKubeApi({ users: USERS, allowed });
+  fake = await startFakeKubeApi({ users: USERS, allowed, namespaces: NAMESPACES });
   seen = fake.seen;
 });
 afterAll(async () => fake.close());
@@ -57,7 +77,7 @@ describe('KubernetesAuthorizer', () => {
   });
 
   it('TokenReview, then a SubjectAccessReview for get capacity.bettercompute.io in the tenant’s namespace', async () => {
-    const a = new KubernetesAuthorizer({ kubeConfig: kubeConfig(), audiences: ['bettercompute'] });
+    const a = new KubernetesAuthorizer({ kubeConfig: kubeConfig(), namespacesOfTenant, audiences: ['bettercompute'] });
     const alice = await a.authenticate('alice-token');
     expect(alice).toEqual({ subject: 'alice', uid: 'u-1', groups: ['team-a', 'system:authenticated'], extra: { scopes: ['read'] } });
     expect(seen[0]!.body.spec).toEqual({ token: 'alice-token', audiences: ['bettercompute'] });
@@ -77,7 +97,7 @@ describe('KubernetesAuthorizer', () => {
   });
 
   it('a pool-scoped read names the pool, so RBAC resourceNames can narrow it', async () => {
-    const a = new KubernetesAuthorizer({ kubeConfig: kubeConfig() });
+    const a = new KubernetesAuthorizer({ kubeConfig: kubeConfig(), namespacesOfTenant });
     const bob = await a.authenticate('bob-token');
     await a.authorizeCapacityRead(bob, { tenantId: 'ops', poolId: 'pool_allowed' });
     expect(seen[1]!.body.spec.resourceAttributes).toEqual({ namespace: 'ops', verb: 'get', group: 'bettercompute.io', resource: 'capacity', name: 'pool_allowed' });
@@ -86,20 +106,78 @@ describe('KubernetesAuthorizer', () => {
   });
 
   it('another tenant’s namespace: FORBIDDEN', async () => {
-    const a = new KubernetesAuthorizer({ kubeConfig: kubeConfig() });
+    const a = new KubernetesAuthorizer({ kubeConfig: kubeConfig(), namespacesOfTenant });
     const alice = await a.authenticate('alice-token');
     expect((await failure(a.authorizeCapacityRead(alice, { tenantId: 'ops' }))).code).toBe('FORBIDDEN');
   });
 
-  it('namespaceFor maps a tenant to its namespace', async () => {
-    const a = new KubernetesAuthorizer({ kubeConfig: kubeConfig(), namespaceFor: (t) => t.replace('tenant-', '') });
-    await a.authorizeCapacityRead(await a.authenticate('alice-token'), { tenantId: 'tenant-acme' });
-    expect(seen[1]!.body.spec.resourceAttributes.namespace).toBe('acme');
+  it('tenantNamespaces: the labelled ones, plus the one named like the tenant only while it has no tenant label', () => {
+    const all = NAMESPACES.map((n) => ({ metadata: n }));
+    expect(tenantNamespaces('globex', all)).toEqual(['globex-serve', 'globex-train', 'initech']);
+    expect(tenantNamespaces('acme', all)).toEqual(['acme']);
+    expect(tenantNamespaces('initech', all)).toEqual([]);
+    expect(tenantNamespaces('nobody', all)).toEqual([]);
+  });
+
+  it('a RoleBinding in any of the tenant’s labelled namespaces applies', async () => {
+    const a = new KubernetesAuthorizer({ kubeConfig: kubeConfig(), namespacesOfTenant });
+    await a.authorizeCapacityRead(await a.authenticate('carol-token'), { tenantId: 'globex' });
+    const asked = seen.filter((r) => r.path.endsWith('/subjectaccessreviews')).map((r) => r.body.spec.resourceAttributes.namespace);
+    expect(asked.sort()).toEqual(['globex-serve', 'globex-train', 'initech']);
+    // Not in the namespace named like the tenant: there is none.
+    expect((await failure(a.authorizeCapacityRead(await a.authenticate('carol-token'), { tenantId: 'acme' }))).code).toBe('FORBIDDEN');
+  });
+
+  it('a namespace NAMED like tenant initech but labelled globex gives nothing for initech: FORBIDDEN, no review asked', async () => {
+    const a = new KubernetesAuthorizer({ kubeConfig: kubeConfig(), namespacesOfTenant });
+    const dave = await a.authenticate('dave-token');
+    seen.length = 0;
+    const e = await failure(a.authorizeCapacityRead(dave, { tenantId: 'initech' }));
+    expect([e.code, e.status, e.message]).toEqual(['FORBIDDEN', 403, 'dave may not read the capacity of tenant initech']);
+    expect(seen).toEqual([]);
+    // …while it is one of globex's namespaces, so the same RoleBinding reads globex.
+    await a.authorizeCapacityRead(dave, { tenantId: 'globex' });
+  });
+
+  it('without namespacesOfTenant: asks the API server (label selector, then the namespace by name), cached for the TTL', async () => {
+    let now = 0;
+    const a = new KubernetesAuthorizer({ kubeConfig: kubeConfig(), cacheTtlMs: 1000, monotonicNow: () => now });
+    const alice = await a.authenticate('alice-token');
+    const dave = await a.authenticate('dave-token');
+    const carol = await a.authenticate('carol-token');
+    seen.length = 0;
+    // The unlabelled namespace named like the tenant still works.
+    await a.authorizeCapacityRead(alice, { tenantId: 'acme' });
+    expect(seen.map((r) => `${r.method} ${decodeURIComponent(r.path)}`)).toEqual([
+      'GET /api/v1/namespaces?labelSelector=bettercompute.io/tenant=acme',
+      'GET /api/v1/namespaces/acme',
+      'POST /apis/authorization.k8s.io/v1/subjectaccessreviews',
+    ]);
+    expect((await failure(a.authorizeCapacityRead(dave, { tenantId: 'initech' }))).code).toBe('FORBIDDEN');
+    await a.authorizeCapacityRead(carol, { tenantId: 'globex' });
+    seen.length = 0;
+    await a.authorizeCapacityRead(dave, { tenantId: 'globex' });
+    expect(seen.filter((r) => r.method === 'GET')).toEqual([]);
+    now = 1000;
+    await a.authorizeCapacityRead(dave, { tenantId: 'globex' });
+    expect(seen.filter((r) => r.method === 'GET')).toHaveLength(2);
+  });
+
+  it('bounded: at most MAX_TENANT_NAMESPACES reviews per decision, a few at a time, stopping at the first yes', async () => {
+    const a = new KubernetesAuthorizer({ kubeConfig: kubeConfig(), namespacesOfTenant });
+    const carol = await a.authenticate('carol-token');
+    seen.length = 0;
+    // carol's RoleBinding is in big-39, past the bound (the first 32 by name are asked).
+    expect((await failure(a.authorizeCapacityRead(carol, { tenantId: 'big' }))).code).toBe('FORBIDDEN');
+    expect(seen).toHaveLength(MAX_TENANT_NAMESPACES);
+    seen.length = 0;
+    await a.authorizeCapacityRead(carol, { tenantId: 'globex' });
+    expect(seen.length).toBeLessThanOrEqual(3);
   });
 
   it('answers are reused for the TTL, then asked again', async () => {
     let now = 0;
-    const a = new KubernetesAuthorizer({ kubeConfig: kubeConfig(), cacheTtlMs: 1000, monotonicNow: () => now });
+    const a = new KubernetesAuthorizer({ kubeConfig: kubeConfig(), namespacesOfTenant, cacheTtlMs: 1000, monotonicNow: () => now });
     for (let i = 0; i < 3; i++) await a.authorizeCapacityRead(await a.authenticate('alice-token'), { tenantId: 'acme' });
     expect(seen).toHaveLength(2);
     for (let i = 0; i < 3; i++) expect((await failure(a.authorizeCapacityRead(await a.authenticate('alice-token'), { tenantId: 'ops' }))).code).toBe('FORBIDDEN');
@@ -117,7 +195,7 @@ describe('KubernetesAuthorizer', () => {
   });
 
   it('an API server failure is an error, not a decision (the HTTP layer answers INTERNAL)', async () => {
-    const a = new KubernetesAuthorizer({ kubeConfig: kubeConfig(), cacheTtlMs: 0 });
+    const a = new KubernetesAuthorizer({ kubeConfig: kubeConfig(), namespacesOfTenant, cacheTtlMs: 0 });
     failNext(1);
     await expect(a.authenticate('alice-token')).rejects.not.toBeInstanceOf(ApiError);
     const alice = await a.authenticate('alice-token');

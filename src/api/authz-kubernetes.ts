@@ -1,11 +1,14 @@
-// `compute:capacity:read` decided by Kubernetes: a TokenReview says who the bearer token belongs to, then a
-// SubjectAccessReview asks RBAC whether that user may `get` `capacity` in group `bettercompute.io` in the tenant's
-// namespace. Pool-scoped reads name the pool (`resourceAttributes.name`), so a Role may narrow them with
+// `compute:capacity:read` decided by Kubernetes: a TokenReview says who the bearer token belongs to, then
+// SubjectAccessReviews ask RBAC whether that user may `get` `capacity` in group `bettercompute.io` in ANY of the
+// tenant's namespaces (docs/adr/0005): those labelled `bettercompute.io/tenant=<tenant>`, plus the namespace named
+// `<tenant>` only while it carries no tenant label. A namespace named like a tenant but labelled for another gives
+// nothing for the first. Pool-scoped reads name the pool (`resourceAttributes.name`), so a Role may narrow them with
 // `resourceNames`; the tenant-wide summary names nothing.
 import { createHash } from 'node:crypto';
 import {
   AuthenticationV1Api,
   AuthorizationV1Api,
+  CoreV1Api,
   KubeConfig,
   type V1NonResourceAttributes,
   type V1ResourceAttributes,
@@ -17,10 +20,65 @@ export const CAPACITY_GROUP = 'bettercompute.io';
 export const CAPACITY_RESOURCE = 'capacity';
 export const CAPACITY_VERB = 'get';
 
+/** Namespace label naming the tenant (ADR 0005); a namespace without it is its own tenant. */
+export const TENANT_NAMESPACE_LABEL = 'bettercompute.io/tenant';
+/** At most this many of a tenant's namespaces are asked about per decision (first by name). */
+export const MAX_TENANT_NAMESPACES = 32;
+
+export interface NamespaceLike {
+  metadata: { name?: string; labels?: Record<string, string> | undefined };
+}
+
+/**
+ * A tenant's namespaces, from a list of all namespaces (e.g. an informer's cache): those labelled
+ * `bettercompute.io/tenant=<tenant>`, plus the one named `<tenant>` if it has no tenant label. Sorted by name.
+ */
+export function tenantNamespaces(tenantId: string, namespaces: Iterable<NamespaceLike>): string[] {
+  const out = new Set<string>();
+  for (const ns of namespaces) {
+    const name = ns.metadata.name;
+    if (!name) continue;
+    const label = ns.metadata.labels?.[TENANT_NAMESPACE_LABEL];
+    if (label === tenantId || (label === undefined && name === tenantId)) out.add(name);
+  }
+  return [...out].sort();
+}
+
+const LABEL_VALUE = /^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$/;
+const DNS_LABEL = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/;
+
+/**
+ * A tenant's namespaces asked of the API server (for `serve`, which has no informer): a list by label selector and a
+ * get of the namespace named like the tenant. Needs `list` and `get` on namespaces.
+ */
+export function tenantNamespacesFromApi(kc: KubeConfig): (tenantId: string) => Promise<string[]> {
+  const core = kc.makeApiClient(CoreV1Api);
+  return async (tenantId) => {
+    const found: NamespaceLike[] = [];
+    if (tenantId.length <= 63 && LABEL_VALUE.test(tenantId)) {
+      const list = await core.listNamespace({ labelSelector: `${TENANT_NAMESPACE_LABEL}=${tenantId}` });
+      found.push(...list.items.map((n) => ({ metadata: { name: n.metadata?.name, labels: n.metadata?.labels } })));
+    }
+    if (tenantId.length <= 63 && DNS_LABEL.test(tenantId)) {
+      try {
+        const n = await core.readNamespace({ name: tenantId });
+        found.push({ metadata: { name: n.metadata?.name, labels: n.metadata?.labels } });
+      } catch (e) {
+        if ((e as { code?: number }).code !== 404) throw e;
+      }
+    }
+    return tenantNamespaces(tenantId, found);
+  };
+}
+
 export interface KubernetesAuthorizerOptions {
   kubeConfig: KubeConfig;
-  /** The namespace a tenant's decisions are made in. Default: the namespace named like the tenant. */
-  namespaceFor?: (tenantId: string) => string;
+  /**
+   * The namespaces of a tenant (see tenantNamespaces). The controller passes its namespace informer's cache:
+   * `(t) => tenantNamespaces(t, informers.namespaces.list())`. Default: asked of the API server
+   * (tenantNamespacesFromApi), cached for cacheTtlMs.
+   */
+  namespacesOfTenant?: (tenantId: string) => readonly string[] | Promise<readonly string[]>;
   /** Audiences the token must be valid for (TokenReview `spec.audiences`); default: the API server's. */
   audiences?: string[];
   /** How long a review's answer is reused, in milliseconds (0: never). Default 10 s. */
@@ -154,12 +212,26 @@ export class AccessReviewer {
 export class KubernetesAuthorizer implements Authorizer {
   private readonly tokens: TokenReviewer;
   private readonly access: AccessReviewer;
-  private readonly namespaceFor: (tenantId: string) => string;
+  private readonly namespacesOfTenant: (tenantId: string) => readonly string[] | Promise<readonly string[]>;
+  private readonly decisions: TtlCache<boolean>;
 
   constructor(opts: KubernetesAuthorizerOptions) {
     this.tokens = new TokenReviewer(opts);
     this.access = new AccessReviewer(opts);
-    this.namespaceFor = opts.namespaceFor ?? ((t) => t);
+    const now = opts.monotonicNow ?? (() => performance.now());
+    this.decisions = new TtlCache(opts.cacheTtlMs ?? 10_000, now);
+    if (opts.namespacesOfTenant) this.namespacesOfTenant = opts.namespacesOfTenant;
+    else {
+      const cache = new TtlCache<readonly string[]>(opts.cacheTtlMs ?? 10_000, now);
+      const ask = tenantNamespacesFromApi(opts.kubeConfig);
+      this.namespacesOfTenant = async (t) => {
+        const hit = cache.get(t);
+        if (hit) return hit;
+        const list = await ask(t);
+        cache.set(t, list);
+        return list;
+      };
+    }
   }
 
   authenticate(token: string | undefined): Promise<Principal> {
@@ -167,16 +239,30 @@ export class KubernetesAuthorizer implements Authorizer {
   }
 
   async authorizeCapacityRead(principal: Principal, target: CapacityReadTarget): Promise<void> {
-    const namespace = this.namespaceFor(target.tenantId);
-    const allowed = await this.access.allowed(principal, {
-      resourceAttributes: {
-        namespace,
-        verb: CAPACITY_VERB,
-        group: CAPACITY_GROUP,
-        resource: CAPACITY_RESOURCE,
-        ...(target.poolId ? { name: target.poolId } : {}),
-      },
-    });
+    const key = JSON.stringify([principal.subject, principal.uid, principal.groups, principal.extra, target.tenantId, target.poolId]);
+    let allowed = this.decisions.get(key);
+    if (allowed === undefined) {
+      const namespaces = [...(await this.namespacesOfTenant(target.tenantId))].sort().slice(0, MAX_TENANT_NAMESPACES);
+      allowed = false;
+      // A few at a time, stopping at the first namespace that allows.
+      for (let i = 0; i < namespaces.length && !allowed; i += 4) {
+        const answers = await Promise.all(
+          namespaces.slice(i, i + 4).map((namespace) =>
+            this.access.allowed(principal, {
+              resourceAttributes: {
+                namespace,
+                verb: CAPACITY_VERB,
+                group: CAPACITY_GROUP,
+                resource: CAPACITY_RESOURCE,
+                ...(target.poolId ? { name: target.poolId } : {}),
+              },
+            }),
+          ),
+        );
+        allowed = answers.some(Boolean);
+      }
+      this.decisions.set(key, allowed);
+    }
     if (!allowed) throw forbidden(`${principal.subject} may not read the capacity of ${describeTarget(target)}`);
   }
 }

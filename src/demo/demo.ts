@@ -1,7 +1,7 @@
 // `npm run demo`: the product on this machine, end to end. Brings up (or reuses) the local Kubernetes cluster of the
 // cluster tests, starts PostgreSQL, the controller (capacity API; scheduler extender on loopback; /metrics and webhooks
-// over HTTPS with a certificate it makes into a Secret of its namespace), the pod releaser and
-// the namespace grants of the admission policy in this process, points kube-scheduler at the extender, runs the node
+// over HTTPS with a certificate it makes into a Secret of its namespace) and the pod releaser in this process, points
+// kube-scheduler at the extender, runs the node
 // agent on the real node with 8 simulated GPUs, adds simulated GPU nodes, applies examples/ (Pools, Reservations, a
 // pod of a Reservation, an on-demand pod), waits for them, and prints the Reservations and the capacity summary. Then
 // it keeps running (or, with --once, stops) and on SIGINT/SIGTERM undoes everything it did, in reverse order.
@@ -32,7 +32,7 @@ export const CONTROLLER_NAMESPACE = 'better-compute-demo';
 const POOL_LABEL = 'bettercompute.io/demo-pool';
 const DEMO_LABEL = 'bettercompute.io/demo';
 const EXAMPLES = path.join(REPO_ROOT, 'examples');
-const ADMISSION = path.join(REPO_ROOT, 'deploy', 'admission', 'policy.yaml');
+/** The namespace-grant policy of earlier versions: removed by the cleanup if a previous demo left it behind. */
 const POLICY = 'bettercompute-reservation-namespace';
 
 export interface DemoOptions {
@@ -213,18 +213,12 @@ export class Demo {
       note(`127.0.0.1:${port}, data in ${dataDir}`);
     });
 
-    await steps.run('Installing the CRDs and the admission policy (deploy/admission/)', async (note) => {
+    // deploy/admission/ (webhook + policies) needs the installed controller's HTTPS listener and scheduler; this
+    // in-process demo runs without admission.
+    await steps.run('Installing the CRDs', async (note) => {
       await this.kubectl(['apply', '-k', path.join(REPO_ROOT, 'crds')]);
       await this.kubectl(['wait', '--for=condition=Established', '--timeout=60s', 'crd/pools.bettercompute.io', 'crd/reservations.bettercompute.io', 'crd/nodedevices.bettercompute.io']);
-      // The policy as shipped; its binding limited to the demo's namespaces, so that other users of this shared test
-      // cluster (whose pods draw on reservations without Reservation objects) are not affected.
-      const objs = YAML.parseAllDocuments(fs.readFileSync(ADMISSION, 'utf8')).map((d) => d.toJS() as { kind: string; spec: Record<string, unknown> });
-      for (const o of objs) {
-        if (o.kind === 'ValidatingAdmissionPolicyBinding') o.spec = { ...o.spec, matchResources: { namespaceSelector: { matchLabels: { [DEMO_LABEL]: 'true' } } } };
-      }
-      this.defer('delete the admission policy', () => this.kubectl(['delete', 'validatingadmissionpolicybinding,validatingadmissionpolicy', POLICY, '--ignore-not-found']));
-      await h.apply(objs);
-      note('CRDs Pool, Reservation, NodeDevices; ValidatingAdmissionPolicy ' + POLICY);
+      note('CRDs Pool, Reservation, NodeDevices');
     });
 
     let controller!: RunningController;
@@ -367,7 +361,7 @@ export class Demo {
     });
 
     await steps.run('Applying examples/pod-reservation.yaml and examples/pod-ondemand.yaml; waiting until they run', async (note) => {
-      // The kubelet must advertise the resources and the namespace must hold the grant before the pods can go.
+      // The kubelet must advertise the resources before the pods can go.
       await h.waitFor(
         `${c.nodeName} advertising ${resourceName} and bettercompute.io/gpu`,
         async () => {
@@ -375,11 +369,6 @@ export class Demo {
           return Number(alloc[resourceName] ?? 0) === 2 && Number(alloc['bettercompute.io/gpu'] ?? 0) === this.o.gpusPerNode;
         },
         { timeoutMs: 60_000, intervalMs: 500 },
-      );
-      await h.waitFor(
-        `namespace ${DEMO_NAMESPACE} granted ${resourceName}`,
-        async () => (await this.json<{ metadata: { labels?: Record<string, string> } }>(['get', 'namespace', DEMO_NAMESPACE])).metadata.labels?.[resourceName] === 'train-now',
-        { timeoutMs: 30_000, intervalMs: 250 },
       );
       this.defer('delete the pods', () => this.kubectl(['-n', DEMO_NAMESPACE, 'delete', 'pods', '--all', '--grace-period=0', '--force', '--ignore-not-found', '--wait=false']));
       await h.apply([...exampleObjects('pod-reservation.yaml', { RESOURCE_NAME: resourceName }), ...exampleObjects('pod-ondemand.yaml')]);

@@ -28,9 +28,13 @@ beforeAll(async () => {
     users: {
       'alice-token': { username: 'alice', uid: 'u-1', groups: ['team-a'] },
       'bob-token': { username: 'bob', uid: 'u-2', groups: [] },
+      'eve-token': { username: 'eve', uid: 'u-3', groups: [] },
     },
-    // alice reads all of acme; bob reads ops' summary and one named pool of ops only (RBAC resourceNames).
-    allowed: (user, ns, name) => (user === 'alice' && ns === 'acme') || (user === 'bob' && ns === 'ops' && (name === undefined || name === OPS)),
+    // alice reads all of acme; bob reads ops' summary and one named pool of ops only (RBAC resourceNames); eve is
+    // bound in the namespace NAMED initech, which is labelled tenant acme.
+    allowed: (user, ns, name) =>
+      (user === 'alice' && ns === 'acme') || (user === 'bob' && ns === 'ops' && (name === undefined || name === OPS)) || (user === 'eve' && ns === 'initech'),
+    namespaces: [{ name: 'acme' }, { name: 'ops' }, { name: 'initech', labels: { 'bettercompute.io/tenant': 'acme' } }],
   });
   const log: Logger = { ...silentLogger, error: (msg, f) => errors.push({ msg, ...f }) };
   api = await startTestApi(t.db, { authorizer: new KubernetesAuthorizer({ kubeConfig: kube.kubeConfig(), cacheTtlMs: 0 }), log, token: '' });
@@ -54,9 +58,9 @@ describe('Kubernetes authorization over HTTP', () => {
     expectError(await post(CAPACITY_PATHS.summary, { tenantId: 'acme' }, 'forged'), 'UNAUTHENTICATED');
   });
 
-  it('summary is decided on the tenant’s namespace', async () => {
+  it('summary is decided on the tenant’s namespaces (acme, and initech labelled acme)', async () => {
     expect((await post(CAPACITY_PATHS.summary, { tenantId: 'acme' }, 'alice-token')).status).toBe(200);
-    const sar = kube.seen.at(-1)!;
+    const sar = kube.seen.filter((r) => r.path.endsWith('/subjectaccessreviews') && r.body.spec.resourceAttributes.namespace === 'acme').at(-1)!;
     expect(sar.path).toBe('/apis/authorization.k8s.io/v1/subjectaccessreviews');
     expect(sar.body.spec).toMatchObject({ user: 'alice', uid: 'u-1', groups: ['team-a'], resourceAttributes: { namespace: 'acme', verb: 'get', group: 'bettercompute.io', resource: 'capacity' } });
     expect(sar.body.spec.resourceAttributes.name).toBeUndefined();
@@ -71,6 +75,12 @@ describe('Kubernetes authorization over HTTP', () => {
     const preview = { tenantId: 'acme', poolId: ACME, devices: [{ class: 'gpu', count: 1 }], duration: '1h', idempotencyKey: 'k' };
     expect((await post(CAPACITY_PATHS.preview, preview, 'alice-token')).json).toMatchObject({ fits: true });
     expectError(await post(CAPACITY_PATHS.preview, preview, 'bob-token'), 'FORBIDDEN');
+  });
+
+  it('tenants by label: a namespace named like tenant initech but labelled acme reads acme, not initech (FORBIDDEN)', async () => {
+    expectError(await post(CAPACITY_PATHS.summary, { tenantId: 'initech' }, 'eve-token'), 'FORBIDDEN');
+    expect((await post(CAPACITY_PATHS.summary, { tenantId: 'acme' }, 'eve-token')).status).toBe(200);
+    expect((await post(CAPACITY_PATHS.byPool, { tenantId: 'acme', poolId: ACME }, 'eve-token')).status).toBe(200);
   });
 
   it('invalid input from an authenticated caller is INVALID_INPUT before any SubjectAccessReview', async () => {

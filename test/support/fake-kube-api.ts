@@ -1,7 +1,8 @@
-// A fake Kubernetes API server on loopback that answers TokenReview and SubjectAccessReview from tables, and records
-// what it was asked; with a KubeConfig that points at it. Optionally (`objects`) it also keeps Secrets, ConfigMaps and
-// MutatingWebhookConfigurations in memory: get, create (409 when present), replace (409 on a stale resourceVersion)
-// and JSON patch (test/add/replace/remove; 422 when a test fails).
+// A fake Kubernetes API server on loopback that answers TokenReview and SubjectAccessReview from tables, lists and
+// gets Namespaces (equality label selectors only), and records what it was asked; with a KubeConfig that points at it.
+// Optionally (`objects`) it also keeps Secrets, ConfigMaps and MutatingWebhookConfigurations in memory: get, create
+// (409 when present), replace (409 on a stale resourceVersion) and JSON patch (test/add/replace/remove; 422 when a
+// test fails).
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { KubeConfig } from '@kubernetes/client-node';
@@ -41,6 +42,8 @@ export async function startFakeKubeApi(opts: {
   allowedNonResource?: (user: string, path: string, verb: string) => boolean;
   /** Keep Secrets, ConfigMaps and MutatingWebhookConfigurations. */
   objects?: boolean;
+  /** Namespaces served at /api/v1/namespaces (default none). */
+  namespaces?: { name: string; labels?: Record<string, string> }[];
 }): Promise<FakeKubeApi> {
   const seen: SeenRequest[] = [];
   const objects = new Map<string, KubeObj>();
@@ -73,6 +76,26 @@ export async function startFakeKubeApi(opts: {
           : a.verb === 'get' && a.group === 'bettercompute.io' && a.resource === 'capacity' && opts.allowed(body.spec.user, a.namespace, a.name);
         res.statusCode = 201;
         res.end(JSON.stringify({ ...body, status: ok ? { allowed: true, reason: 'RBAC: allowed' } : { allowed: false } }));
+        return;
+      }
+      const url = new URL(req.url ?? '/', 'http://fake');
+      const asObject = (n: { name: string; labels?: Record<string, string> }) => ({
+        apiVersion: 'v1',
+        kind: 'Namespace',
+        metadata: { name: n.name, ...(n.labels ? { labels: n.labels } : {}) },
+      });
+      if (req.method === 'GET' && url.pathname === '/api/v1/namespaces') {
+        const selector = (url.searchParams.get('labelSelector') ?? '').split(',').filter(Boolean).map((s) => s.split('=') as [string, string]);
+        const items = (opts.namespaces ?? []).filter((n) => selector.every(([k, v]) => n.labels?.[k] === v)).map(asObject);
+        res.statusCode = 200;
+        res.end(JSON.stringify({ apiVersion: 'v1', kind: 'NamespaceList', metadata: { resourceVersion: '1' }, items }));
+        return;
+      }
+      const one = req.method === 'GET' && /^\/api\/v1\/namespaces\/([^/]+)$/.exec(url.pathname);
+      const ns = one && (opts.namespaces ?? []).find((n) => n.name === decodeURIComponent(one[1]!));
+      if (ns) {
+        res.statusCode = 200;
+        res.end(JSON.stringify(asObject(ns)));
         return;
       }
       if (opts.objects && storeRequest(req.method ?? '', req.url ?? '', body, req.headers['content-type'], res)) return;

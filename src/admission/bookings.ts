@@ -1,0 +1,52 @@
+// What admission asks the ledger about a reservation: which booking a Reservation's uid made (the reconciler books
+// with idempotency key = metadata.uid under the Reservation's tenant, src/controller/reservation/reconciler.ts), and
+// whose a booking id is. Read straight from the reservations table; status fields of the Reservation are never
+// trusted for this.
+import type { Db } from '../db/pool.ts';
+
+export interface Booking {
+  /** rsv_<ulid> */
+  id: string;
+  tenantId: string;
+  /** For a Reservation's booking: the Reservation's metadata.uid. */
+  idempotencyKey: string;
+  state: 'held' | 'confirmed' | 'released' | 'expired';
+  /** Released, expired, its hold ran out, or its window is over (the database's clock). */
+  ended: boolean;
+}
+
+export interface BookingLookup {
+  /** The booking a Reservation (by metadata.uid) made under `tenantId`, if any. */
+  byReservationUid(tenantId: string, uid: string): Promise<Booking | undefined>;
+  /** A booking by its id, if any. */
+  byId(id: string): Promise<Booking | undefined>;
+}
+
+const COLUMNS = `id, tenant_id, idempotency_key, state,
+  (state IN ('released', 'expired') OR ends_at <= compute_now()
+   OR (state = 'held' AND lease_expires_at <= compute_now())) AS ended`;
+
+interface Row {
+  id: string;
+  tenant_id: string;
+  idempotency_key: string;
+  state: Booking['state'];
+  ended: boolean;
+}
+
+const toBooking = (r: Row | undefined): Booking | undefined =>
+  r && { id: r.id, tenantId: r.tenant_id, idempotencyKey: r.idempotency_key, state: r.state, ended: r.ended };
+
+/** Lookups on the ledger's database (one indexed read each: the idempotency key's unique index, the primary key). */
+export function ledgerBookings(db: Db): BookingLookup {
+  return {
+    async byReservationUid(tenantId, uid) {
+      const { rows } = await db.query<Row>(`SELECT ${COLUMNS} FROM reservations WHERE tenant_id = $1 AND idempotency_key = $2`, [tenantId, uid]);
+      return toBooking(rows[0]);
+    },
+    async byId(id) {
+      const { rows } = await db.query<Row>(`SELECT ${COLUMNS} FROM reservations WHERE id = $1`, [id]);
+      return toBooking(rows[0]);
+    },
+  };
+}

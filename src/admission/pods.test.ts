@@ -1,0 +1,360 @@
+// admitPod() on fake lookups (a table of pods and what admission makes of them), and the AdmissionReview transport.
+import type { AddressInfo } from 'node:net';
+import http from 'node:http';
+import express from 'express';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { silentLogger } from '../log.ts';
+import type { Booking } from './bookings.ts';
+import { admitPod, createPodAdmissionRouter, podAdmissionDeps, MAX_REVIEW_BYTES, type AdmissionLookups, type JsonPatchOp, type PodLike, type ReservationRef } from './pods.ts';
+import type { NamespaceCR, Reservation } from '../controller/types.ts';
+
+const id = (c: string) => `rsv_01k2${c.repeat(22)}`;
+const res = (c: string) => `reservations.bettercompute.io/rsv-01k2${c.repeat(22)}`;
+
+const RESERVATIONS: ReservationRef[] = [
+  { namespace: 'team-a', name: 'train', uid: 'u-train', tenant: 'acme', deleting: false },
+  { namespace: 'team-a', name: 'waiting', uid: 'u-waiting', tenant: 'acme', deleting: false },
+  { namespace: 'team-a', name: 'over', uid: 'u-over', tenant: 'acme', deleting: false },
+  { namespace: 'team-a', name: 'leaving', uid: 'u-leaving', tenant: 'acme', deleting: true },
+  { namespace: 'team-b', name: 'other', uid: 'u-other', tenant: 'bcorp', deleting: false },
+];
+const BOOKINGS: Booking[] = [
+  { id: id('a'), tenantId: 'acme', idempotencyKey: 'u-train', state: 'confirmed', ended: false },
+  { id: id('b'), tenantId: 'acme', idempotencyKey: 'u-over', state: 'released', ended: true },
+  { id: id('c'), tenantId: 'acme', idempotencyKey: 'u-leaving', state: 'confirmed', ended: false },
+  { id: id('d'), tenantId: 'bcorp', idempotencyKey: 'u-other', state: 'held', ended: false },
+  // Booked through the capacity API by another tenant with team-a's Reservation uid as its idempotency key.
+  { id: id('e'), tenantId: 'evil', idempotencyKey: 'u-train', state: 'confirmed', ended: false },
+  // An on-demand pod's booking (idempotency key: the pod's uid).
+  { id: id('f'), tenantId: 'acme', idempotencyKey: 'pod-uid-1', state: 'held', ended: false },
+];
+
+const lookups: AdmissionLookups = {
+  reservation: async (ns, name) => RESERVATIONS.find((r) => r.namespace === ns && r.name === name),
+  reservationsIn: async (ns) => RESERVATIONS.filter((r) => r.namespace === ns),
+  bookings: {
+    byReservationUid: async (tenant, uid) => BOOKINGS.find((b) => b.tenantId === tenant && b.idempotencyKey === uid),
+    byId: async (i) => BOOKINGS.find((b) => b.id === i),
+  },
+};
+
+type Q = Record<string, string>;
+interface C {
+  requests?: Q;
+  limits?: Q;
+}
+function pod(o: { ns?: string; label?: string; containers?: C[]; init?: C[]; scheduler?: string | null; nodeName?: string }): PodLike {
+  const c = (x: C, i: number) => ({ name: `c${i}`, image: 'busybox', resources: { ...(x.requests ? { requests: x.requests } : {}), ...(x.limits ? { limits: x.limits } : {}) } });
+  return {
+    metadata: { generateName: 'job-', namespace: o.ns ?? 'team-a', ...(o.label !== undefined ? { labels: { 'bettercompute.io/reservation': o.label, app: 'x' } } : {}) },
+    spec: {
+      containers: (o.containers ?? []).map(c),
+      ...(o.init ? { initContainers: o.init.map(c) } : {}),
+      ...(o.scheduler !== null ? { schedulerName: o.scheduler ?? 'default-scheduler' } : {}),
+      ...(o.nodeName ? { nodeName: o.nodeName } : {}),
+      restartPolicy: 'Never',
+    },
+  };
+}
+
+/** Applies the JSON patch ops admitPod emits (replace/add of whole values) to a copy of the pod. */
+function applyPatch(p: PodLike, ops: JsonPatchOp[]): PodLike {
+  const out = structuredClone(p) as Record<string, unknown>;
+  for (const op of ops) {
+    const parts = op.path.split('/').slice(1).map((s) => s.replace(/~1/g, '/').replace(/~0/g, '~'));
+    let at = out as Record<string, unknown>;
+    for (const k of parts.slice(0, -1)) at = at[k] as Record<string, unknown>;
+    const last = parts.at(-1)!;
+    if (op.op === 'replace') expect(last in at, `replace of a missing ${op.path}`).toBe(true);
+    at[last] = op.value;
+  }
+  return out as PodLike;
+}
+
+const SCHED = { op: 'add', path: '/spec/schedulerName', value: 'better-compute-scheduler' };
+const gpu = (n: string) => ({ 'bettercompute.io/gpu': n });
+
+describe('admitPod', () => {
+  const rewrites: { name: string; pod: PodLike; want: (p: PodLike) => void }[] = [
+    {
+      name: 'label + bettercompute.io/gpu in limits only → the Reservation’s resource, same count, our scheduler',
+      pod: pod({ label: 'train', containers: [{ limits: { ...gpu('2'), cpu: '1' } }] }),
+      want: (p) => {
+        expect(p.spec.containers[0]!.resources).toEqual({ limits: { [res('a')]: '2', cpu: '1' } });
+        expect(p.spec.schedulerName).toBe('better-compute-scheduler');
+      },
+    },
+    {
+      name: 'requests and limits both rewritten, counts kept per container',
+      pod: pod({ label: 'train', containers: [{ requests: gpu('3'), limits: gpu('3') }, { requests: { 'bettercompute.io/gpu.mig': '1' }, limits: { 'bettercompute.io/gpu.mig': '1', memory: '1Gi' } }] }),
+      want: (p) => {
+        expect(p.spec.containers[0]!.resources).toEqual({ requests: { [res('a')]: '3' }, limits: { [res('a')]: '3' } });
+        expect(p.spec.containers[1]!.resources).toEqual({ requests: { [res('a')]: '1' }, limits: { [res('a')]: '1', memory: '1Gi' } });
+      },
+    },
+    {
+      name: 'init containers too; a container without our resources is left alone',
+      pod: pod({ label: 'train', init: [{ limits: { 'bettercompute.io/gpu.slot': '4' } }], containers: [{ limits: { cpu: '1' } }, { limits: gpu('1') }] }),
+      want: (p) => {
+        expect(p.spec.initContainers![0]!.resources).toEqual({ limits: { [res('a')]: '4' } });
+        expect(p.spec.containers[0]!.resources).toEqual({ limits: { cpu: '1' } });
+        expect(p.spec.containers[1]!.resources).toEqual({ limits: { [res('a')]: '1' } });
+      },
+    },
+    {
+      name: 'label + the right resource already: only the scheduler (and the old marker dropped)',
+      pod: pod({ label: 'train', containers: [{ limits: { [res('a')]: '1', 'bettercompute.io/reservation': '1' } }], scheduler: '' }),
+      want: (p) => {
+        expect(p.spec.containers[0]!.resources).toEqual({ limits: { [res('a')]: '1' } });
+        expect(p.spec.schedulerName).toBe('better-compute-scheduler');
+      },
+    },
+    {
+      name: 'no label, its own namespace’s reservation resource: admitted, scheduler set',
+      pod: pod({ containers: [{ limits: { [res('a')]: '2' } }], scheduler: null }),
+      want: (p) => {
+        expect(p.spec.containers[0]!.resources).toEqual({ limits: { [res('a')]: '2' } });
+        expect(p.spec.schedulerName).toBe('better-compute-scheduler');
+      },
+    },
+    {
+      name: 'on-demand pod: scheduler only, resources untouched',
+      pod: pod({ containers: [{ limits: gpu('1') }] }),
+      want: (p) => {
+        expect(p.spec.containers[0]!.resources).toEqual({ limits: gpu('1') });
+        expect(p.spec.schedulerName).toBe('better-compute-scheduler');
+      },
+    },
+    {
+      name: 'the Reservation of team-b for a team-b pod',
+      pod: pod({ ns: 'team-b', label: 'other', containers: [{ limits: gpu('1') }] }),
+      want: (p) => expect(p.spec.containers[0]!.resources).toEqual({ limits: { [res('d')]: '1' } }),
+    },
+  ];
+  for (const t of rewrites) {
+    it(`rewrites: ${t.name}`, async () => {
+      const a = await admitPod(t.pod, lookups);
+      expect(a.allowed, JSON.stringify(a)).toBe(true);
+      if (!a.allowed) return;
+      expect(a.patch).toBeDefined();
+      t.want(applyPatch(t.pod, a.patch!));
+    });
+  }
+
+  it('schedulerName is set only when it is the default or unset', async () => {
+    for (const [scheduler, patched] of [
+      ['default-scheduler', true],
+      [null, true],
+      ['', true],
+      ['better-compute-scheduler', false],
+      ['volcano', false],
+    ] as const) {
+      const a = await admitPod(pod({ containers: [{ limits: gpu('1') }], scheduler }), lookups);
+      expect(a).toEqual(patched ? { allowed: true, patch: [SCHED] } : { allowed: true });
+    }
+  });
+
+  it('pods without our resources are untouched, even with default scheduler, nodeName or the label', async () => {
+    expect(await admitPod(pod({ containers: [{ limits: { cpu: '1', 'nvidia.com/gpu': '1' } }] }), lookups)).toEqual({ allowed: true });
+    expect(await admitPod(pod({ containers: [{}], nodeName: 'n1' }), lookups)).toEqual({ allowed: true });
+    expect(await admitPod(pod({ label: 'no-such', containers: [{ requests: { cpu: '1' } }] }), lookups)).toEqual({ allowed: true });
+  });
+
+  const denials: { name: string; pod: PodLike; message: RegExp }[] = [
+    {
+      name: 'the labelled Reservation does not exist in the pod’s namespace',
+      pod: pod({ label: 'nope', containers: [{ limits: gpu('1') }] }),
+      message: /labelled bettercompute\.io\/reservation=nope, but namespace team-a has no Reservation nope/,
+    },
+    {
+      name: 'a Reservation of another namespace, by label',
+      pod: pod({ label: 'other', containers: [{ limits: gpu('1') }] }),
+      message: /namespace team-a has no Reservation other/,
+    },
+    { name: 'not booked yet', pod: pod({ label: 'waiting', containers: [{ limits: gpu('1') }] }), message: /Reservation team-a\/waiting, which is not booked yet/ },
+    { name: 'ended', pod: pod({ label: 'over', containers: [{ limits: gpu('1') }] }), message: new RegExp(`whose booking ${id('b')} has ended \\(released\\)`) },
+    { name: 'being deleted', pod: pod({ label: 'leaving', containers: [{ limits: gpu('1') }] }), message: /team-a\/leaving, which is being deleted/ },
+    {
+      name: 'labelled, but already requesting another reservation’s resource',
+      pod: pod({ label: 'train', containers: [{ limits: { [res('d')]: '1' } }] }),
+      message: new RegExp(`whose resource is ${res('a')}, but requests ${res('d')}`),
+    },
+    {
+      name: 'a foreign namespace’s reservation resource, named directly',
+      pod: pod({ containers: [{ limits: { [res('d')]: '1' } }] }),
+      message: new RegExp(`requests ${res('d')}, which is not a Reservation of namespace team-a`),
+    },
+    {
+      name: 'a booking with this namespace’s Reservation uid under another tenant (capacity API) is not that Reservation',
+      pod: pod({ containers: [{ limits: { [res('e')]: '1' } }] }),
+      message: /which is not a Reservation of namespace team-a/,
+    },
+    { name: 'an on-demand pod’s booking', pod: pod({ containers: [{ limits: { [res('f')]: '1' } }] }), message: /not a Reservation of namespace team-a/ },
+    { name: 'a booking that does not exist', pod: pod({ containers: [{ limits: { [res('g')]: '1' } }] }), message: /not a Reservation of namespace team-a/ },
+    {
+      name: 'an ended reservation named directly',
+      pod: pod({ containers: [{ limits: { [res('b')]: '1' } }] }),
+      message: /of Reservation team-a\/over, whose booking has ended/,
+    },
+    { name: 'a malformed reservation resource', pod: pod({ containers: [{ limits: { 'reservations.bettercompute.io/train': '1' } }] }), message: /names no reservation/ },
+    {
+      name: 'two reservations in one pod',
+      pod: pod({ containers: [{ limits: { [res('a')]: '1' } }], init: [{ limits: { [res('c')]: '1' } }] }),
+      message: /a pod draws from one reservation/,
+    },
+    {
+      name: 'a reservation resource and on-demand GPUs without the label',
+      pod: pod({ containers: [{ limits: { [res('a')]: '1' } }, { limits: gpu('1') }] }),
+      message: /from a reservation or on demand, not both/,
+    },
+    {
+      name: 'labelled, two classes in one container',
+      pod: pod({ label: 'train', containers: [{ limits: { ...gpu('1'), 'bettercompute.io/gpu.mig': '1' } }] }),
+      message: /container c0 asks for bettercompute\.io\/gpu and bettercompute\.io\/gpu\.mig in limits/,
+    },
+    {
+      name: 'labelled, the generic and the reservation resource in one container',
+      pod: pod({ label: 'train', containers: [{ limits: { ...gpu('1'), [res('a')]: '1' } }] }),
+      message: /asks for both bettercompute\.io\/gpu and reservations/,
+    },
+  ];
+  for (const t of denials) {
+    it(`denies: ${t.name}`, async () => {
+      const a = await admitPod(t.pod, lookups);
+      expect(a.allowed).toBe(false);
+      if (a.allowed) return;
+      expect(a.message).toMatch(t.message);
+      expect(a.code).toBe(403);
+    });
+  }
+});
+
+describe('podAdmissionDeps (from informer caches)', () => {
+  const rsv = (ns: string, name: string, uid: string, extra: Partial<Reservation> = {}): Reservation => ({
+    metadata: { namespace: ns, name, uid },
+    spec: { pool: 'p', devices: [{ class: 'gpu', count: 1 }], duration: '1h' },
+    ...extra,
+  });
+  const items = [rsv('a', 'x', 'u1'), rsv('a', 'y', 'u2', { status: { tenant: 'pinned' } }), rsv('b', 'z', 'u3', { metadata: { namespace: 'b', name: 'z', uid: 'u3', deletionTimestamp: 'now' } })];
+  const namespaces: Record<string, NamespaceCR> = { a: { metadata: { name: 'a', labels: { 'bettercompute.io/tenant': 'acme' } } }, b: { metadata: { name: 'b' } } };
+  const deps = podAdmissionDeps({
+    reservations: { get: (k) => items.find((r) => `${r.metadata.namespace}/${r.metadata.name}` === k), list: () => items },
+    namespaces: { get: (k) => namespaces[k] },
+    db: {} as never,
+    log: silentLogger,
+  });
+  it('synced follows the informers', () => {
+    const informer = { get: () => undefined, list: () => [], hasSynced: false };
+    const d = podAdmissionDeps({ reservations: informer, namespaces: { get: () => undefined, hasSynced: true }, db: {} as never, log: silentLogger });
+    expect(d.synced!()).toBe(false);
+    informer.hasSynced = true;
+    expect(d.synced!()).toBe(true);
+  });
+
+  it('tenant: pinned status.tenant, else the namespace label, else the namespace name; deleting', async () => {
+    expect(await deps.reservation('a', 'x')).toEqual({ namespace: 'a', name: 'x', uid: 'u1', tenant: 'acme', deleting: false });
+    expect((await deps.reservation('a', 'y'))?.tenant).toBe('pinned');
+    expect(await deps.reservation('b', 'z')).toMatchObject({ tenant: 'b', deleting: true });
+    expect(await deps.reservation('b', 'x')).toBeUndefined();
+    expect((await deps.reservationsIn('a')).map((r) => r.name)).toEqual(['x', 'y']);
+  });
+});
+
+describe('createPodAdmissionRouter', () => {
+  let server: http.Server;
+  let base: string;
+  beforeAll(async () => {
+    const app = express();
+    app.use('/admission', createPodAdmissionRouter({ ...lookups, log: silentLogger }));
+    server = http.createServer(app);
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    base = `http://127.0.0.1:${(server.address() as AddressInfo).port}/admission/pods`;
+  });
+  afterAll(async () => new Promise<void>((r) => server.close(() => r())));
+
+  const post = async (body: unknown) => {
+    const r = await fetch(base, { method: 'POST', headers: { 'content-type': 'application/json' }, body: typeof body === 'string' ? body : JSON.stringify(body) });
+    return { status: r.status, body: (await r.json()) as Record<string, any> }; // eslint-disable-line @typescript-eslint/no-explicit-any
+  };
+  const review = (object: unknown, over: Record<string, unknown> = {}) => ({
+    apiVersion: 'admission.k8s.io/v1',
+    kind: 'AdmissionReview',
+    request: { uid: 'req-1', kind: { group: '', version: 'v1', kind: 'Pod' }, operation: 'CREATE', namespace: 'team-a', object, ...over },
+  });
+
+  it('answers with a base64 JSONPatch, using the request’s namespace', async () => {
+    const p = pod({ label: 'train', containers: [{ limits: gpu('1') }] });
+    delete p.metadata!.namespace;
+    const r = await post(review(p));
+    expect(r.status).toBe(200);
+    expect(r.body.apiVersion).toBe('admission.k8s.io/v1');
+    expect(r.body.kind).toBe('AdmissionReview');
+    expect(r.body.response).toMatchObject({ uid: 'req-1', allowed: true, patchType: 'JSONPatch' });
+    const ops = JSON.parse(Buffer.from(r.body.response.patch, 'base64').toString('utf8')) as JsonPatchOp[];
+    expect(ops).toEqual([{ op: 'replace', path: '/spec/containers/0/resources/limits', value: { [res('a')]: '1' } }, SCHED]);
+  });
+
+  it('a refusal carries 403 and the message; untouched pods get no patch', async () => {
+    const r = await post(review(pod({ label: 'nope', containers: [{ limits: gpu('1') }] })));
+    expect(r.body.response).toMatchObject({ uid: 'req-1', allowed: false, status: { code: 403, reason: 'Forbidden' } });
+    expect(r.body.response.status.message).toMatch(/has no Reservation nope/);
+    const ok = await post(review(pod({ containers: [{ limits: { cpu: '1' } }] })));
+    expect(ok.body.response).toEqual({ uid: 'req-1', allowed: true });
+  });
+
+  it('operations other than CREATE are admitted as they are', async () => {
+    const r = await post(review(pod({ label: 'nope', containers: [{ limits: gpu('1') }] }), { operation: 'UPDATE' }));
+    expect(r.body.response).toEqual({ uid: 'req-1', allowed: true });
+  });
+
+  it('not an AdmissionReview: 400; an AdmissionReview of no pod: refused', async () => {
+    expect((await post({ apiVersion: 'admission.k8s.io/v1beta1', kind: 'AdmissionReview', request: { uid: 'x', operation: 'CREATE' } })).status).toBe(400);
+    expect((await post('{not json')).status).toBe(400);
+    const r = await post(review({ spec: { containers: 'nope' } }));
+    expect(r.body.response).toMatchObject({ allowed: false, status: { code: 400 } });
+  });
+
+  it('a body over the cap is refused before parsing (413)', async () => {
+    const big = JSON.stringify(review(pod({ containers: [{ limits: gpu('1') }] }))).replace('"req-1"', `"${'x'.repeat(MAX_REVIEW_BYTES)}"`);
+    expect((await post(big)).status).toBe(413);
+  });
+
+  it('before the caches have synced: pods requesting our resources are refused with 503, others admitted', async () => {
+    const app = express();
+    app.use('/admission', createPodAdmissionRouter({ ...lookups, synced: () => false, log: silentLogger }));
+    const s = http.createServer(app);
+    await new Promise<void>((r) => s.listen(0, '127.0.0.1', r));
+    try {
+      const send = async (p: PodLike) =>
+        (
+          (await (
+            await fetch(`http://127.0.0.1:${(s.address() as AddressInfo).port}/admission/pods`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(review(p)) })
+          ).json()) as { response: Record<string, unknown> }
+        ).response;
+      expect(await send(pod({ label: 'train', containers: [{ limits: gpu('1') }] }))).toMatchObject({ allowed: false, status: { code: 503, reason: 'ServiceUnavailable' } });
+      expect(await send(pod({ containers: [{ limits: { cpu: '1' } }] }))).toEqual({ uid: 'req-1', allowed: true });
+    } finally {
+      await new Promise<void>((r) => s.close(() => r()));
+    }
+  });
+
+  it('a lookup failure refuses the pod with a 500 status, not a crash', async () => {
+    const app = express();
+    app.use('/admission', createPodAdmissionRouter({ ...lookups, reservation: async () => Promise.reject(new Error('db down')), log: silentLogger }));
+    const s = http.createServer(app);
+    await new Promise<void>((r) => s.listen(0, '127.0.0.1', r));
+    try {
+      const r = await fetch(`http://127.0.0.1:${(s.address() as AddressInfo).port}/admission/pods`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify(review(pod({ label: 'train', containers: [{ limits: gpu('1') }] }))),
+      });
+      const body = (await r.json()) as { response: { allowed: boolean; status: { code: number; message: string } } };
+      expect(body.response.allowed).toBe(false);
+      expect(body.response.status.code).toBe(500);
+      expect(body.response.status.message).not.toContain('db down');
+    } finally {
+      await new Promise<void>((r) => s.close(() => r()));
+    }
+  });
+});

@@ -1,0 +1,334 @@
+// The mutating admission webhook for pods (docs/adr/0007): users write only what they mean, admission fills in the
+// rest and refuses what would bypass the ledger.
+//
+// - A pod labelled `bettercompute.io/reservation: <name>` draws from the Reservation `<its namespace>/<name>`: every
+//   `bettercompute.io/gpu` (`.mig`, `.slot`) it requests or limits becomes that Reservation's own
+//   `reservations.bettercompute.io/<rsv-id>` with the same count. The id comes from the LEDGER (the booking made with
+//   idempotency key = the Reservation's metadata.uid under its tenant), never from the Reservation's status. Refused:
+//   no such Reservation in the pod's namespace, not booked yet, ended (released, expired, window over) or being deleted,
+//   or the pod already names another reservation's resource.
+// - A pod that requests a `reservations.bettercompute.io/<rsv-id>` resource directly may use it only if that booking is
+//   a Reservation's of the pod's own namespace (its uid and tenant), and not ended.
+// - Any pod that requests one of our resources and leaves the scheduler to default gets `better-compute-scheduler`
+//   (the ValidatingAdmissionPolicy of deploy/admission/ refuses any other scheduler and spec.nodeName).
+// - The ADR-0003 marker `bettercompute.io/reservation` is dropped where a pod still requests it: no node advertises it,
+//   and our scheduler calls the extender for all its pods.
+//
+// admitPod() decides from a pod and lookups (no I/O of its own); createPodAdmissionRouter() is the AdmissionReview v1
+// transport the controller mounts at /admission (so the webhook path is /admission/pods).
+import express, { type Router } from 'express';
+import { z } from 'zod';
+import { GENERIC_RESOURCES, RESERVATION_GROUP, RESERVATION_LABEL, RESERVATION_MARKER, reservationIdOfResource, reservationResourceName } from '../extender/resources.ts';
+import type { Informer } from '../controller/informer.ts';
+import type { NamespaceCR, Reservation } from '../controller/types.ts';
+import { TENANT_LABEL } from '../controller/types.ts';
+import type { Db } from '../db/pool.ts';
+import { errorFields, type Logger } from '../log.ts';
+import { ledgerBookings, type BookingLookup } from './bookings.ts';
+
+export const SCHEDULER_NAME = 'better-compute-scheduler';
+export const DEFAULT_SCHEDULER = 'default-scheduler';
+/** Largest AdmissionReview accepted (a pod is at most ~1.5 MiB in etcd); larger bodies are refused before parsing. */
+export const MAX_REVIEW_BYTES = 3 * 1024 * 1024;
+
+const OUR_PREFIXES = ['bettercompute.io/', `${RESERVATION_GROUP}/`];
+const isOurs = (resource: string) => OUR_PREFIXES.some((p) => resource.startsWith(p));
+const isGeneric = (resource: string) => Object.hasOwn(GENERIC_RESOURCES, resource);
+const isReservationResource = (resource: string) => resource.startsWith(`${RESERVATION_GROUP}/`);
+
+// ---------------------------------------------------------------------------------------------------------------
+// What is read of a pod (the rest passes through untouched: the answer is a JSON patch).
+
+type Quantities = Record<string, string | number>;
+const Quantities = z.record(z.string(), z.union([z.string(), z.number()]));
+const Container = z.looseObject({
+  name: z.string().optional(),
+  resources: z.looseObject({ requests: Quantities.nullish(), limits: Quantities.nullish() }).nullish(),
+});
+export const PodSchema = z.looseObject({
+  metadata: z
+    .looseObject({
+      name: z.string().optional(),
+      generateName: z.string().optional(),
+      namespace: z.string().optional(),
+      labels: z.record(z.string(), z.string()).nullish(),
+    })
+    .optional(),
+  spec: z.looseObject({
+    containers: z.array(Container),
+    initContainers: z.array(Container).nullish(),
+    schedulerName: z.string().nullish(),
+    nodeName: z.string().nullish(),
+  }),
+});
+export type PodLike = z.infer<typeof PodSchema>;
+
+export const AdmissionReviewSchema = z.looseObject({
+  apiVersion: z.literal('admission.k8s.io/v1'),
+  kind: z.literal('AdmissionReview'),
+  request: z.looseObject({
+    uid: z.string().min(1),
+    kind: z.looseObject({ group: z.string(), version: z.string(), kind: z.string() }).optional(),
+    operation: z.string(),
+    namespace: z.string().optional(),
+    object: z.unknown().optional(),
+  }),
+});
+
+// ---------------------------------------------------------------------------------------------------------------
+// Lookups
+
+/** A Reservation as admission needs it. */
+export interface ReservationRef {
+  namespace: string;
+  name: string;
+  uid: string;
+  /** The tenant its booking is made under: status.tenant once the reconciler pinned it, else its namespace's tenant. */
+  tenant: string;
+  /** metadata.deletionTimestamp is set. */
+  deleting: boolean;
+}
+
+export interface AdmissionLookups {
+  /** The Reservation `namespace/name`, or undefined when there is none. */
+  reservation(namespace: string, name: string): Promise<ReservationRef | undefined>;
+  /** The Reservations of a namespace. */
+  reservationsIn(namespace: string): Promise<readonly ReservationRef[]>;
+  /** The ledger. */
+  bookings: BookingLookup;
+}
+
+export interface JsonPatchOp {
+  op: 'add' | 'replace' | 'remove';
+  path: string;
+  value?: unknown;
+}
+
+export type Admission = { allowed: true; patch?: JsonPatchOp[] } | { allowed: false; message: string; code?: number };
+
+// ---------------------------------------------------------------------------------------------------------------
+// The decision
+
+interface ResourceMaps {
+  /** `/spec/containers/0/resources` */
+  path: string;
+  container: string;
+  requests?: Quantities | null | undefined;
+  limits?: Quantities | null | undefined;
+}
+
+function resourceMaps(pod: PodLike): ResourceMaps[] {
+  const out: ResourceMaps[] = [];
+  const add = (field: 'containers' | 'initContainers', list: readonly z.infer<typeof Container>[] | null | undefined) =>
+    (list ?? []).forEach((c, i) =>
+      out.push({
+        path: `/spec/${field}/${i}/resources`,
+        container: `${field === 'initContainers' ? 'init container' : 'container'} ${c.name ?? i}`,
+        requests: c.resources?.requests,
+        limits: c.resources?.limits,
+      }),
+    );
+  add('containers', pod.spec.containers);
+  add('initContainers', pod.spec.initContainers);
+  return out;
+}
+
+/** The names of our resources a pod requests or limits, in any container. */
+export function ourResources(pod: PodLike): Set<string> {
+  const out = new Set<string>();
+  for (const m of resourceMaps(pod)) for (const q of [m.requests, m.limits]) for (const k of Object.keys(q ?? {})) if (isOurs(k)) out.add(k);
+  return out;
+}
+
+const podName = (pod: PodLike, namespace: string) => `${namespace}/${pod.metadata?.name || pod.metadata?.generateName || '<unnamed>'}`;
+const deny = (message: string, code = 403): Admission => ({ allowed: false, message, code });
+
+type Resolved = { ok: true; resource: string; bookingId: string } | { ok: false; message: string };
+
+/** The booking of Reservation `namespace/name`, refused unless it is booked and running or to come. */
+async function resolveByName(ctx: AdmissionLookups, who: string, namespace: string, name: string): Promise<Resolved> {
+  const r = await ctx.reservation(namespace, name);
+  if (!r) {
+    return { ok: false, message: `pod ${who} is labelled ${RESERVATION_LABEL}=${name}, but namespace ${namespace} has no Reservation ${name} (kubectl -n ${namespace} get reservations)` };
+  }
+  if (r.deleting) return { ok: false, message: `pod ${who} names Reservation ${namespace}/${name}, which is being deleted` };
+  const b = await ctx.bookings.byReservationUid(r.tenant, r.uid);
+  if (!b) {
+    return { ok: false, message: `pod ${who} names Reservation ${namespace}/${name}, which is not booked yet (kubectl -n ${namespace} describe reservation ${name}); create the pod once it is Reserved` };
+  }
+  if (b.ended) return { ok: false, message: `pod ${who} names Reservation ${namespace}/${name}, whose booking ${b.id} has ended (${b.state === 'held' || b.state === 'confirmed' ? 'its window is over' : b.state})` };
+  return { ok: true, resource: reservationResourceName(b.id), bookingId: b.id };
+}
+
+/** A reservation resource named directly: its booking must be a Reservation's of the pod's own namespace. */
+async function resolveByResource(ctx: AdmissionLookups, who: string, namespace: string, resource: string): Promise<Resolved> {
+  const id = reservationIdOfResource(resource);
+  if (!id) return { ok: false, message: `pod ${who} requests ${resource}, which names no reservation (expected ${RESERVATION_GROUP}/rsv-<id>)` };
+  const notOurs = `pod ${who} requests ${resource}, which is not a Reservation of namespace ${namespace}: a pod may use only the Reservations of its own namespace (label it ${RESERVATION_LABEL}: <Reservation name> and request bettercompute.io/gpu instead)`;
+  const b = await ctx.bookings.byId(id);
+  if (!b) return { ok: false, message: notOurs };
+  const owner = (await ctx.reservationsIn(namespace)).find((r) => r.uid === b.idempotencyKey && r.tenant === b.tenantId);
+  if (!owner) return { ok: false, message: notOurs };
+  if (owner.deleting) return { ok: false, message: `pod ${who} requests ${resource} of Reservation ${namespace}/${owner.name}, which is being deleted` };
+  if (b.ended) return { ok: false, message: `pod ${who} requests ${resource} of Reservation ${namespace}/${owner.name}, whose booking has ended` };
+  return { ok: true, resource, bookingId: id };
+}
+
+/**
+ * The decision for a pod at CREATE. `pod.metadata.namespace` must be set (the transport fills it in from the request).
+ * Pods that request none of our resources are admitted untouched.
+ */
+export async function admitPod(pod: PodLike, ctx: AdmissionLookups): Promise<Admission> {
+  const namespace = pod.metadata?.namespace;
+  if (!namespace) return deny('pod has no namespace', 400);
+  const ours = ourResources(pod);
+  if (ours.size === 0) return { allowed: true };
+  const who = podName(pod, namespace);
+  const label = pod.metadata?.labels?.[RESERVATION_LABEL];
+
+  const named = [...ours].filter(isReservationResource);
+  if (new Set(named).size > 1) return deny(`pod ${who} requests ${named.join(' and ')}: a pod draws from one reservation`);
+
+  const generic = [...ours].filter(isGeneric);
+  let target: Resolved | undefined;
+  const byLabel = label !== undefined && label !== '';
+  if (byLabel) {
+    target = await resolveByName(ctx, who, namespace, label);
+    if (target.ok && named.length && named[0] !== target.resource) {
+      return deny(`pod ${who} is labelled ${RESERVATION_LABEL}=${label}, whose resource is ${target.resource}, but requests ${named[0]}`);
+    }
+  } else if (named.length) {
+    if (generic.length) return deny(`pod ${who} requests ${named[0]} and ${generic.join(', ')}: a pod draws from a reservation or on demand, not both`);
+    target = await resolveByResource(ctx, who, namespace, named[0]!);
+  }
+  if (target && !target.ok) return deny(target.message);
+
+  const patch: JsonPatchOp[] = [];
+  for (const m of resourceMaps(pod)) {
+    for (const field of ['requests', 'limits'] as const) {
+      const q = m[field];
+      if (!q) continue;
+      const here = Object.keys(q).filter(isGeneric);
+      const rewrite = byLabel && target?.ok && here.length > 0 ? target.resource : undefined;
+      const marker = Object.hasOwn(q, RESERVATION_MARKER);
+      if (!marker && !rewrite) continue;
+      if (rewrite) {
+        if (here.length > 1) return deny(`pod ${who}: ${m.container} asks for ${here.join(' and ')} in ${field}; a pod of a reservation asks for one of them`);
+        if (Object.hasOwn(q, rewrite)) return deny(`pod ${who}: ${m.container} asks for both ${here[0]} and ${rewrite} in ${field}; ask for ${here[0]} only`);
+      }
+      const next: Quantities = {};
+      for (const [k, v] of Object.entries(q)) {
+        if (k === RESERVATION_MARKER) continue;
+        if (rewrite && isGeneric(k)) next[rewrite] = v;
+        else next[k] = v;
+      }
+      patch.push({ op: 'replace', path: `${m.path}/${field}`, value: next });
+    }
+  }
+  const scheduler = pod.spec.schedulerName;
+  if (scheduler === undefined || scheduler === null || scheduler === '' || scheduler === DEFAULT_SCHEDULER) {
+    patch.push({ op: 'add', path: '/spec/schedulerName', value: SCHEDULER_NAME });
+  }
+  return patch.length ? { allowed: true, patch } : { allowed: true };
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// The transport
+
+export interface PodAdmissionDeps extends AdmissionLookups {
+  log: Logger;
+  /** False until the lookups' caches have synced: pods that need them are refused (503) rather than misjudged. */
+  synced?: () => boolean;
+}
+
+function response(uid: string, a: Admission) {
+  const body: Record<string, unknown> = { uid, allowed: a.allowed };
+  if (a.allowed && a.patch?.length) {
+    body.patchType = 'JSONPatch';
+    body.patch = Buffer.from(JSON.stringify(a.patch)).toString('base64');
+  }
+  const REASONS: Record<number, string> = { 400: 'BadRequest', 403: 'Forbidden', 500: 'InternalError', 503: 'ServiceUnavailable' };
+  if (!a.allowed) body.status = { code: a.code ?? 403, reason: REASONS[a.code ?? 403], message: a.message };
+  return { apiVersion: 'admission.k8s.io/v1', kind: 'AdmissionReview', response: body };
+}
+
+/** POST /pods: AdmissionReview admission.k8s.io/v1 in, AdmissionReview out (mounted at /admission). */
+export function createPodAdmissionRouter(deps: PodAdmissionDeps): Router {
+  const router = express.Router();
+  router.use(express.json({ limit: MAX_REVIEW_BYTES, type: ['application/json'] }));
+  router.post('/pods', async (req, res) => {
+    const review = AdmissionReviewSchema.safeParse(req.body);
+    if (!review.success) {
+      res.status(400).json({ error: { code: 'INVALID_ARGUMENT', message: `not an AdmissionReview admission.k8s.io/v1: ${review.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ')}` } });
+      return;
+    }
+    const rq = review.data.request;
+    if (rq.operation !== 'CREATE' || (rq.kind && rq.kind.kind !== 'Pod')) {
+      res.json(response(rq.uid, { allowed: true }));
+      return;
+    }
+    const parsed = PodSchema.safeParse(rq.object);
+    if (!parsed.success) {
+      res.json(response(rq.uid, deny(`not a pod: ${parsed.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ')}`, 400)));
+      return;
+    }
+    const pod: PodLike = { ...parsed.data, metadata: { ...parsed.data.metadata, namespace: rq.namespace || parsed.data.metadata?.namespace } };
+    const fields = { pod: podName(pod, pod.metadata?.namespace ?? ''), uid: rq.uid };
+    let a: Admission;
+    try {
+      if (deps.synced && !deps.synced() && ourResources(pod).size > 0) a = deny('better-compute admission is starting (caches not synced yet); try again', 503);
+      else a = await admitPod(pod, deps);
+    } catch (e) {
+      deps.log.error('pod admission failed', { ...fields, ...errorFields(e) });
+      a = deny('better-compute admission could not check the pod (see the controller log); try again', 500);
+    }
+    if (!a.allowed) deps.log.info('pod refused', { ...fields, reason: a.message });
+    else if (a.patch) deps.log.info('pod mutated', { ...fields, patch: a.patch });
+    res.json(response(rq.uid, a));
+  });
+  // Bodies over the cap (413) and malformed JSON (400) are answered here, before any parsing of the review.
+  router.use((err: { status?: number; message?: string }, _req: express.Request, res: express.Response, next: express.NextFunction) => {
+    if (res.headersSent) return next(err);
+    const status = err.status && err.status >= 400 && err.status < 500 ? err.status : 500;
+    res.status(status).json({ error: { code: status === 413 ? 'PAYLOAD_TOO_LARGE' : status === 500 ? 'INTERNAL' : 'INVALID_ARGUMENT', message: status === 500 ? 'internal error' : (err.message ?? 'bad request') } });
+  });
+  return router;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Wiring from the controller's informer caches and the ledger's database
+
+/** The tenant a Reservation books under, as the reconciler decides it: pinned status.tenant, else the namespace's. */
+export function reservationRef(r: Reservation, namespace: NamespaceCR | undefined): ReservationRef | undefined {
+  const ns = r.metadata.namespace;
+  if (!ns || !r.metadata.uid) return undefined;
+  return {
+    namespace: ns,
+    name: r.metadata.name,
+    uid: r.metadata.uid,
+    tenant: r.status?.tenant || namespace?.metadata.labels?.[TENANT_LABEL] || ns,
+    deleting: Boolean(r.metadata.deletionTimestamp),
+  };
+}
+
+/** PodAdmissionDeps from the controller's informers (Reservations, Namespaces) and its database. */
+export function podAdmissionDeps(o: {
+  reservations: Pick<Informer<Reservation>, 'get' | 'list'> & { readonly hasSynced?: boolean };
+  namespaces: Pick<Informer<NamespaceCR>, 'get'> & { readonly hasSynced?: boolean };
+  db: Db;
+  log: Logger;
+}): PodAdmissionDeps {
+  const ref = (r: Reservation | undefined) => r && reservationRef(r, o.namespaces.get(r.metadata.namespace ?? ''));
+  return {
+    log: o.log,
+    synced: () => o.reservations.hasSynced !== false && o.namespaces.hasSynced !== false,
+    bookings: ledgerBookings(o.db),
+    reservation: async (namespace, name) => ref(o.reservations.get(`${namespace}/${name}`)),
+    reservationsIn: async (namespace) =>
+      o.reservations
+        .list()
+        .filter((r) => r.metadata.namespace === namespace)
+        .map(ref)
+        .filter((r): r is ReservationRef => r !== undefined),
+  };
+}

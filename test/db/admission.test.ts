@@ -1,0 +1,143 @@
+// The pod admission webhook on a real ledger: the Reservation's booking is found by its uid (the reconciler's
+// idempotency key) under its tenant, never by status; released, expired and over windows are refused.
+import type { AddressInfo } from 'node:net';
+import http from 'node:http';
+import express from 'express';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { ledgerBookings } from '../../src/admission/bookings.ts';
+import { createPodAdmissionRouter, podAdmissionDeps } from '../../src/admission/pods.ts';
+import type { NamespaceCR, Reservation } from '../../src/controller/types.ts';
+import { advanceClock } from '../../src/db/clock.ts';
+import { Ledger } from '../../src/db/ledger.ts';
+import { reservationResourceName } from '../../src/extender/resources.ts';
+import { silentLogger } from '../../src/log.ts';
+import { makeNode, makePool, reservation } from '../support/builders.ts';
+import { useTestDatabase } from '../support/db.ts';
+
+const ctx = useTestDatabase();
+const HOUR = 3_600_000;
+
+const reservations: Reservation[] = [];
+const namespaces: Record<string, NamespaceCR> = {
+  'ml-train': { metadata: { name: 'ml-train', labels: { 'bettercompute.io/tenant': 'acme' } } },
+  other: { metadata: { name: 'other', labels: { 'bettercompute.io/tenant': 'acme' } } },
+};
+const rsv = (namespace: string, name: string, uid: string, status?: Reservation['status']): Reservation => ({
+  metadata: { namespace, name, uid },
+  spec: { pool: 'p', devices: [{ class: 'gpu', count: 2 }], duration: '1h' },
+  ...(status ? { status } : {}),
+});
+
+let server: http.Server;
+let url: string;
+let ledger: Ledger;
+let poolId: string;
+
+async function admit(namespace: string, labels: Record<string, string>, limits: Record<string, string>) {
+  const r = await fetch(url, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({
+      apiVersion: 'admission.k8s.io/v1',
+      kind: 'AdmissionReview',
+      request: {
+        uid: 'r1',
+        kind: { group: '', version: 'v1', kind: 'Pod' },
+        operation: 'CREATE',
+        namespace,
+        object: { metadata: { generateName: 'job-', labels }, spec: { containers: [{ name: 'main', resources: { limits } }], schedulerName: 'default-scheduler' } },
+      },
+    }),
+  });
+  const body = (await r.json()) as { response: { allowed: boolean; patch?: string; status?: { message: string } } };
+  return {
+    allowed: body.response.allowed,
+    message: body.response.status?.message ?? '',
+    patch: body.response.patch ? (JSON.parse(Buffer.from(body.response.patch, 'base64').toString('utf8')) as { path: string; value: unknown }[]) : [],
+  };
+}
+
+beforeAll(async () => {
+  poolId = await makePool('adm').create(ctx.db);
+  for (let i = 0; i < 2; i++) await makeNode(`adm-n${i}`).scalars({ vcpu: 64, memoryGiB: 512 }).create(ctx.db, poolId);
+  ledger = new Ledger(ctx.db);
+  const app = express();
+  app.use(
+    '/admission',
+    createPodAdmissionRouter(
+      podAdmissionDeps({
+        reservations: { get: (k) => reservations.find((r) => `${r.metadata.namespace}/${r.metadata.name}` === k), list: () => reservations },
+        namespaces: { get: (n) => namespaces[n] },
+        db: ctx.db,
+        log: silentLogger,
+      }),
+    ),
+  );
+  server = http.createServer(app);
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/admission/pods`;
+});
+afterAll(async () => new Promise<void>((r) => server.close(() => r())));
+
+describe('pod admission on the ledger', () => {
+  it('rewrites to the booking made with the Reservation’s uid; a lying status.reservationId changes nothing', async () => {
+    const booked = await ledger.reserve(reservation(poolId, { devices: [{ class: 'gpu', count: 2 }], idempotencyKey: 'uid-train' }), ctx.clock.now());
+    const decoy = await ledger.reserve(reservation(poolId, { idempotencyKey: 'uid-decoy' }), ctx.clock.now());
+    if (!booked.ok || !decoy.ok) throw new Error('expected bookings');
+    reservations.push(rsv('ml-train', 'train', 'uid-train', { phase: 'Reserved', reservationId: decoy.reservation.id, resourceName: reservationResourceName(decoy.reservation.id) }));
+    const a = await admit('ml-train', { 'bettercompute.io/reservation': 'train' }, { 'bettercompute.io/gpu': '2' });
+    expect(a.allowed, a.message).toBe(true);
+    expect(a.patch).toEqual([
+      { op: 'replace', path: '/spec/containers/0/resources/limits', value: { [reservationResourceName(booked.reservation.id)]: '2' } },
+      { op: 'add', path: '/spec/schedulerName', value: 'better-compute-scheduler' },
+    ]);
+    // The decoy is a booking of no Reservation: naming it directly is refused.
+    const d = await admit('ml-train', {}, { [reservationResourceName(decoy.reservation.id)]: '1' });
+    expect(d.allowed).toBe(false);
+    expect(d.message).toContain('which is not a Reservation of namespace ml-train');
+    // Named directly by its own resource: admitted in its namespace, refused in another of the same tenant.
+    expect((await admit('ml-train', {}, { [reservationResourceName(booked.reservation.id)]: '1' })).allowed).toBe(true);
+    const elsewhere = await admit('other', {}, { [reservationResourceName(booked.reservation.id)]: '1' });
+    expect([elsewhere.allowed, elsewhere.message]).toEqual([false, expect.stringContaining('not a Reservation of namespace other')]);
+  });
+
+  it('the tenant pinned in status is the one the booking is looked up under', async () => {
+    const booked = await ledger.reserve(reservation(poolId, { tenantId: 'acme', idempotencyKey: 'uid-pinned' }), ctx.clock.now());
+    if (!booked.ok) throw new Error('expected a booking');
+    reservations.push(rsv('moved', 'pinned', 'uid-pinned', { tenant: 'acme' }));
+    const a = await admit('moved', { 'bettercompute.io/reservation': 'pinned' }, { 'bettercompute.io/gpu': '1' });
+    expect(a.allowed, a.message).toBe(true);
+    expect(a.patch[0]!.value).toEqual({ [reservationResourceName(booked.reservation.id)]: '1' });
+  });
+
+  it('not booked yet, released, and window over are refused', async () => {
+    reservations.push(rsv('ml-train', 'later', 'uid-later'));
+    expect((await admit('ml-train', { 'bettercompute.io/reservation': 'later' }, { 'bettercompute.io/gpu': '1' })).message).toContain('is not booked yet');
+
+    const released = await ledger.reserve(reservation(poolId, { idempotencyKey: 'uid-released' }), ctx.clock.now());
+    if (!released.ok) throw new Error('expected a booking');
+    await ledger.release(released.reservation.id);
+    reservations.push(rsv('ml-train', 'released', 'uid-released'));
+    expect((await admit('ml-train', { 'bettercompute.io/reservation': 'released' }, { 'bettercompute.io/gpu': '1' })).message).toContain(
+      `whose booking ${released.reservation.id} has ended (released)`,
+    );
+
+    const short = await ledger.reserve(reservation(poolId, { idempotencyKey: 'uid-short', duration: 60 }), ctx.clock.now());
+    if (!short.ok) throw new Error('expected a booking');
+    reservations.push(rsv('ml-train', 'short', 'uid-short'));
+    expect((await admit('ml-train', { 'bettercompute.io/reservation': 'short' }, { 'bettercompute.io/gpu': '1' })).allowed).toBe(true);
+    await advanceClock(ctx.db, 2 * HOUR);
+    const over = await admit('ml-train', { 'bettercompute.io/reservation': 'short' }, { 'bettercompute.io/gpu': '1' });
+    expect([over.allowed, over.message]).toEqual([false, expect.stringContaining('its window is over')]);
+  });
+
+  it('ledgerBookings reads id, tenant, key and state', async () => {
+    const b = ledgerBookings(ctx.db);
+    expect(await b.byId('rsv_01k2zzzzzzzzzzzzzzzzzzzzzz')).toBeUndefined();
+    expect(await b.byReservationUid('acme', 'no-such-uid')).toBeUndefined();
+    const found = await b.byReservationUid('acme', 'uid-train');
+    expect(found).toMatchObject({ tenantId: 'acme', idempotencyKey: 'uid-train', state: 'confirmed' });
+    expect(await b.byReservationUid('other-tenant', 'uid-train')).toBeUndefined();
+    expect(await b.byId(found!.id)).toEqual(found);
+  });
+});

@@ -1,0 +1,240 @@
+// Offline check of deploy/admission/*.yaml with the API server's own CEL compiler and validator (k8s.io/apiserver
+// v0.34.12, the cluster's version): every expression compiles, and the policies decide sample requests as intended.
+// Run: cd tools/celcheck && go run . ../../deploy/admission/policies.yaml ../../deploy/admission/webhook.yaml
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+
+	admissionv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/apiserver/pkg/admission"
+	"k8s.io/apiserver/pkg/admission/plugin/cel"
+	"k8s.io/apiserver/pkg/admission/plugin/policy/validating"
+	"k8s.io/apiserver/pkg/admission/plugin/webhook/matchconditions"
+	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/apiserver/pkg/cel/environment"
+	"sigs.k8s.io/yaml"
+)
+
+var failures int
+
+func check(cond bool, format string, a ...any) {
+	if !cond {
+		failures++
+		fmt.Printf("FAIL: "+format+"\n", a...)
+	} else {
+		fmt.Printf("ok:   "+format+"\n", a...)
+	}
+}
+
+func compiler() *cel.CompositedCompiler {
+	env, err := cel.NewCompositionEnv(cel.VariablesTypeName, environment.MustBaseEnvSet(environment.DefaultCompatibilityVersion(), true))
+	if err != nil {
+		panic(err)
+	}
+	return cel.NewCompositedCompilerFromTemplate(env)
+}
+
+func compilePolicy(p *admissionv1.ValidatingAdmissionPolicy) validating.Validator {
+	opts := cel.OptionalVariableDeclarations{HasAuthorizer: true, StrictCost: true}
+	msgOpts := cel.OptionalVariableDeclarations{HasAuthorizer: false, StrictCost: true}
+	c := compiler()
+	vars := make([]cel.NamedExpressionAccessor, len(p.Spec.Variables))
+	for i, v := range p.Spec.Variables {
+		vars[i] = &validating.Variable{Name: v.Name, Expression: v.Expression}
+		r := c.CompileAndStoreVariable(vars[i], opts, environment.StoredExpressions)
+		check(r.Error == nil, "%s variable %s compiles %v", p.Name, v.Name, r.Error)
+	}
+	var matcher matchconditions.Matcher
+	if len(p.Spec.MatchConditions) > 0 {
+		acc := make([]cel.ExpressionAccessor, len(p.Spec.MatchConditions))
+		for i := range p.Spec.MatchConditions {
+			acc[i] = (*matchconditions.MatchCondition)(&p.Spec.MatchConditions[i])
+		}
+		matcher = matchconditions.NewMatcher(c.CompileCondition(acc, opts, environment.StoredExpressions), p.Spec.FailurePolicy, "policy", "validate", p.Name)
+	}
+	vals := make([]cel.ExpressionAccessor, len(p.Spec.Validations))
+	msgs := make([]cel.ExpressionAccessor, len(p.Spec.Validations))
+	for i, v := range p.Spec.Validations {
+		vals[i] = &validating.ValidationCondition{Expression: v.Expression, Message: v.Message, Reason: v.Reason}
+		if v.MessageExpression != "" {
+			msgs[i] = &validating.MessageExpressionCondition{MessageExpression: v.MessageExpression}
+		}
+	}
+	return validating.NewValidator(c.CompileCondition(vals, opts, environment.StoredExpressions), matcher, c.CompileCondition(nil, opts, environment.StoredExpressions), c.CompileCondition(msgs, msgOpts, environment.StoredExpressions), p.Spec.FailurePolicy)
+}
+
+type decision struct {
+	denied  bool
+	errored bool
+	msg     string
+}
+
+func run(v validating.Validator, gvr schema.GroupVersionResource, kind string, op admission.Operation, obj, old runtime.Object, ns string, u user.Info) decision {
+	attr := admission.NewAttributesRecord(obj, old, schema.GroupVersionKind{Group: gvr.Group, Version: gvr.Version, Kind: kind}, ns, "x", gvr, "", op, nil, false, u)
+	va := &admission.VersionedAttributes{Attributes: attr, VersionedKind: attr.GetKind(), VersionedObject: obj, VersionedOldObject: old}
+	var nsObj *corev1.Namespace
+	if ns != "" {
+		nsObj = &corev1.Namespace{}
+		nsObj.Name = ns
+	}
+	res := v.Validate(context.Background(), gvr, va, nil, nsObj, 1000000000, nil)
+	d := decision{}
+	for _, x := range res.Decisions {
+		if x.Action == validating.ActionDeny {
+			d.denied = true
+			d.msg += x.Message + " | "
+			if x.Evaluation == validating.EvalError {
+				d.errored = true
+			}
+		}
+	}
+	return d
+}
+
+func obj(y string) *unstructured.Unstructured {
+	m := map[string]any{}
+	if err := yaml.Unmarshal([]byte(y), &m); err != nil {
+		panic(err)
+	}
+	return &unstructured.Unstructured{Object: m}
+}
+
+func main() {
+	policies := map[string]*admissionv1.ValidatingAdmissionPolicy{}
+	var webhook *admissionv1.MutatingWebhookConfiguration
+	for _, f := range os.Args[1:] {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			panic(err)
+		}
+		d := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(string(b)), 4096)
+		for {
+			var raw map[string]any
+			if err := d.Decode(&raw); err != nil {
+				break
+			}
+			j, _ := yaml.Marshal(raw)
+			switch raw["kind"] {
+			case "ValidatingAdmissionPolicy":
+				p := &admissionv1.ValidatingAdmissionPolicy{}
+				if err := yaml.UnmarshalStrict(j, p); err != nil {
+					panic(err)
+				}
+				policies[p.Name] = p
+			case "MutatingWebhookConfiguration":
+				webhook = &admissionv1.MutatingWebhookConfiguration{}
+				if err := yaml.UnmarshalStrict(j, webhook); err != nil {
+					panic(err)
+				}
+			}
+		}
+	}
+	pods := schema.GroupVersionResource{Version: "v1", Resource: "pods"}
+	nd := schema.GroupVersionResource{Group: "bettercompute.io", Version: "v1alpha1", Resource: "nodedevices"}
+	tenant := &user.DefaultInfo{Name: "alice", Groups: []string{"system:authenticated"}}
+
+	sp := policies["bettercompute-scheduler-only"]
+	check(sp != nil, "policy bettercompute-scheduler-only present")
+	v := compilePolicy(sp)
+	pod := func(extra string) *unstructured.Unstructured {
+		return obj(`{"apiVersion":"v1","kind":"Pod","metadata":{"name":"p","namespace":"team-a"},"spec":{` + extra + `}}`)
+	}
+	gpu := `"containers":[{"name":"c","image":"i","resources":{"limits":{"bettercompute.io/gpu":"1"}}}]`
+	rsv := `"containers":[{"name":"c","image":"i","resources":{"requests":{"reservations.bettercompute.io/rsv-01k2aaaaaaaaaaaaaaaaaaaaaa":"1"}}}]`
+	initGpu := `"containers":[{"name":"c","image":"i"}],"initContainers":[{"name":"i","image":"i","resources":{"limits":{"bettercompute.io/gpu.mig":"1"}}}]`
+	for _, c := range []struct {
+		name, spec string
+		deny       bool
+		msg        string
+	}{
+		{"gpu pod with nodeName", gpu + `,"schedulerName":"better-compute-scheduler","nodeName":"n1"`, true, "sets spec.nodeName (n1)"},
+		{"gpu pod with default-scheduler", gpu + `,"schedulerName":"default-scheduler"`, true, "names scheduler default-scheduler"},
+		{"gpu pod with volcano", gpu + `,"schedulerName":"volcano"`, true, "Remove spec.schedulerName"},
+		{"reservation pod with other scheduler", rsv + `,"schedulerName":"volcano"`, true, "names scheduler volcano"},
+		{"init-container gpu with nodeName", initGpu + `,"schedulerName":"better-compute-scheduler","nodeName":"n1"`, true, "spec.nodeName"},
+		{"gpu pod on our scheduler", gpu + `,"schedulerName":"better-compute-scheduler"`, false, ""},
+		{"plain pod with nodeName and default scheduler", `"containers":[{"name":"c","image":"i","resources":{"limits":{"cpu":"1"}}}],"nodeName":"n1","schedulerName":"default-scheduler"`, false, ""},
+		{"pod without resources", `"containers":[{"name":"c","image":"i"}]`, false, ""},
+	} {
+		d := run(v, pods, "Pod", admission.Create, pod(c.spec), nil, "team-a", tenant)
+		check(d.denied == c.deny && !d.errored && strings.Contains(d.msg, c.msg), "scheduler-only: %s → denied=%v %q", c.name, d.denied, d.msg)
+	}
+
+	np := policies["bettercompute-nodedevices-own-node"]
+	check(np != nil, "policy bettercompute-nodedevices-own-node present")
+	v = compilePolicy(np)
+	agent := func(node string) user.Info {
+		u := &user.DefaultInfo{Name: "system:serviceaccount:better-compute-system:better-compute-agent", Groups: []string{"system:serviceaccounts"}}
+		if node != "" {
+			u.Extra = map[string][]string{"authentication.kubernetes.io/node-name": {node}}
+		}
+		return u
+	}
+	ndObj := func(name string) *unstructured.Unstructured {
+		return obj(`{"apiVersion":"bettercompute.io/v1alpha1","kind":"NodeDevices","metadata":{"name":"` + name + `"},"spec":{}}`)
+	}
+	for _, c := range []struct {
+		name   string
+		op     admission.Operation
+		u      user.Info
+		target string
+		deny   bool
+		msg    string
+	}{
+		{"agent A creates A", admission.Create, agent("node-a"), "node-a", false, ""},
+		{"agent A creates B", admission.Create, agent("node-a"), "node-b", true, "may write only NodeDevices node-a, not node-b"},
+		{"agent A updates B", admission.Update, agent("node-a"), "node-b", true, "not node-b"},
+		{"agent A updates A", admission.Update, agent("node-a"), "node-a", false, ""},
+		{"agent A deletes B", admission.Delete, agent("node-a"), "node-b", true, "not node-b"},
+		{"agent A deletes A", admission.Delete, agent("node-a"), "node-a", false, ""},
+		{"agent without node extra", admission.Create, agent(""), "node-a", true, "names no node"},
+		{"an admin writes B", admission.Create, &user.DefaultInfo{Name: "admin", Groups: []string{"system:masters"}}, "node-b", false, ""},
+		{"another service account writes B", admission.Create, &user.DefaultInfo{Name: "system:serviceaccount:x:better-compute-agent", Extra: map[string][]string{"authentication.kubernetes.io/node-name": {"node-a"}}}, "node-b", false, ""},
+	} {
+		var o, old runtime.Object
+		switch c.op {
+		case admission.Create:
+			o = ndObj(c.target)
+		case admission.Update:
+			o, old = ndObj(c.target), ndObj(c.target)
+		case admission.Delete:
+			old = ndObj(c.target)
+		}
+		d := run(v, nd, "NodeDevices", c.op, o, old, "", c.u)
+		check(d.denied == c.deny && !d.errored && strings.Contains(d.msg, c.msg), "nodedevices: %s → denied=%v %q", c.name, d.denied, d.msg)
+	}
+
+	check(webhook != nil && len(webhook.Webhooks) == 1, "one mutating webhook")
+	if webhook != nil {
+		w := webhook.Webhooks[0]
+		acc := make([]cel.ExpressionAccessor, len(w.MatchConditions))
+		for i := range w.MatchConditions {
+			acc[i] = (*matchconditions.MatchCondition)(&w.MatchConditions[i])
+		}
+		c := compiler()
+		m := matchconditions.NewMatcher(c.CompileCondition(acc, cel.OptionalVariableDeclarations{HasAuthorizer: true, StrictCost: true}, environment.StoredExpressions), w.FailurePolicy, "webhook", "admit", w.Name)
+		for _, x := range []struct {
+			name, spec string
+			match      bool
+		}{{"gpu", gpu, true}, {"reservation", rsv, true}, {"init gpu", initGpu, true}, {"plain", `"containers":[{"name":"c","image":"i","resources":{"limits":{"cpu":"1","nvidia.com/gpu":"1"}}}]`, false}, {"no resources", `"containers":[{"name":"c","image":"i"}]`, false}} {
+			p := pod(x.spec)
+			attr := admission.NewAttributesRecord(p, nil, schema.GroupVersionKind{Version: "v1", Kind: "Pod"}, "team-a", "p", pods, "", admission.Create, nil, false, tenant)
+			r := m.Match(context.Background(), &admission.VersionedAttributes{Attributes: attr, VersionedKind: attr.GetKind(), VersionedObject: p}, nil, nil)
+			check(r.Error == nil && r.Matches == x.match, "webhook matchConditions: %s → matches=%v err=%v", x.name, r.Matches, r.Error)
+		}
+	}
+	if failures > 0 {
+		fmt.Printf("%d failed\n", failures)
+		os.Exit(1)
+	}
+	fmt.Println("all passed")
+}
