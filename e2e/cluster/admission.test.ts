@@ -18,7 +18,7 @@ import { silentLogger } from '../../src/log.ts';
 import { makeNode, makePool, reservation as reservationInput } from '../../test/support/builders.ts';
 import { createTestDatabase, type TestDatabase } from '../../test/support/db.ts';
 import { installCrds } from './controller-support.ts';
-import { apply, clusterInfo, kubectl, kubectlJson, kubectlResult, uniqueName, waitFor, type List, type Pod } from './harness.ts';
+import { agentKubeconfig, apply, clusterInfo, kubectl, kubectlJson, kubectlResult, uniqueName, waitFor, type List, type Pod } from './harness.ts';
 
 // deploy/admission/ on the real API server (v1.34):
 // - the ValidatingAdmissionPolicies (CEL, compiled and run by the API server): a pod requesting our resources that
@@ -34,7 +34,6 @@ const id = uniqueName('adm');
 const nsA = `${id}-a`;
 const nsB = `${id}-b`;
 const TEST_LABEL = 'bettercompute.io/admission-test';
-const AGENT = 'system:serviceaccount:better-compute-system:better-compute-agent';
 const DIR = path.join(import.meta.dirname, '../../deploy/admission');
 const external = process.env.BC_EXTERNAL_CLUSTER === '1';
 
@@ -57,18 +56,6 @@ const gpuContainers = (n = '1') => [{ name: 'main', image: clusterInfo().busybox
 /** Server-side dry run of a create: admission runs in full, nothing is stored or scheduled. */
 async function tryCreate(obj: object, extraArgs: string[] = []) {
   return kubectlResult([...extraArgs, 'create', '--dry-run=server', '-f', '-'], { input: JSON.stringify(obj) });
-}
-
-/** A kubeconfig that impersonates the node agent of `node` (the extra its projected token would carry). */
-function agentKubeconfig(node: string | undefined): string {
-  const kc = YAML.parse(fs.readFileSync(clusterInfo().kubeconfig, 'utf8')) as Obj;
-  const ctx = kc.contexts.find((c: Obj) => c.name === kc['current-context']).context;
-  const u = kc.users.find((x: Obj) => x.name === ctx.user);
-  u.user = { ...u.user, as: AGENT, 'as-groups': ['system:serviceaccounts', 'system:serviceaccounts:better-compute-system', 'system:authenticated'] };
-  if (node) u.user['as-user-extra'] = { 'authentication.kubernetes.io/node-name': [node] };
-  const file = path.join(tmp, `agent-${node ?? 'none'}.kubeconfig`);
-  fs.writeFileSync(file, YAML.stringify(kc));
-  return file;
 }
 
 beforeAll(async () => {
@@ -116,7 +103,7 @@ describe('admission policies (CEL) on the API server', () => {
       intervalMs: 500,
     });
     await waitFor('the NodeDevices policy to refuse', async () => {
-      const r = await tryCreate({ apiVersion: 'bettercompute.io/v1alpha1', kind: 'NodeDevices', metadata: { name: `${id}-node-b` }, spec: { gpus: [] } }, ['--kubeconfig', agentKubeconfig(`${id}-node-a`)]);
+      const r = await tryCreate({ apiVersion: 'bettercompute.io/v1alpha1', kind: 'NodeDevices', metadata: { name: `${id}-node-b` }, spec: { gpus: [] } }, ['--kubeconfig', agentKubeconfig(tmp, `${id}-node-a`)]);
       return r.code !== 0 && r.stderr.includes('ValidatingAdmissionPolicy');
     }, { timeoutMs: 30_000, intervalMs: 500 });
   }, 120_000);
@@ -145,7 +132,7 @@ describe('admission policies (CEL) on the API server', () => {
     const a = `${id}-node-a`;
     const b = `${id}-node-b`;
     const nd = (name: string) => ({ apiVersion: 'bettercompute.io/v1alpha1', kind: 'NodeDevices', metadata: { name }, spec: { gpus: [] } });
-    const asA = ['--kubeconfig', agentKubeconfig(a)];
+    const asA = ['--kubeconfig', agentKubeconfig(tmp, a)];
     const refused = await kubectlResult([...asA, 'create', '-f', '-'], { input: JSON.stringify(nd(b)) });
     expect(refused.code).not.toBe(0);
     expect(refused.stderr).toContain(`the node agent of node ${a} may write only NodeDevices ${a}, not ${b}`);
@@ -161,7 +148,7 @@ describe('admission policies (CEL) on the API server', () => {
     expect(deleteB.code).not.toBe(0);
     expect((await kubectlResult([...asA, 'patch', 'nodedevices', a, '--type=merge', '-p', '{"metadata":{"labels":{"x":"y"}}}'])).code).toBe(0);
     expect((await kubectlResult([...asA, 'delete', 'nodedevices', a])).code).toBe(0);
-    const none = await tryCreate(nd(a), ['--kubeconfig', agentKubeconfig(undefined)]);
+    const none = await tryCreate(nd(a), ['--kubeconfig', agentKubeconfig(tmp, undefined)]);
     expect(none.code).not.toBe(0);
     expect(none.stderr).toContain('names no node');
   });

@@ -11,6 +11,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import YAML from 'yaml';
 
 export const CLUSTER_SCRIPTS_DIR = path.dirname(fileURLToPath(import.meta.url));
 const UP = path.join(CLUSTER_SCRIPTS_DIR, 'up.sh');
@@ -460,4 +461,24 @@ export async function clusterUp(): Promise<void> {
 export async function clusterDown(): Promise<void> {
   const r = await run('bash', [DOWN], { inheritStderr: true });
   if (r.code !== 0) throw new Error(`e2e/cluster/down.sh exited ${r.code}`);
+}
+
+/** The node agent's user (its ServiceAccount in the installed namespace). */
+export const AGENT_USER = 'system:serviceaccount:better-compute-system:better-compute-agent';
+
+/**
+ * A kubeconfig in `dir` that impersonates the node agent of `node`: its ServiceAccount with the extra its projected
+ * token carries (authentication.kubernetes.io/node-name), or without that extra when `node` is undefined. kubectl has
+ * no flag for user extras; a kubeconfig's `as-user-extra` does it.
+ */
+export function agentKubeconfig(dir: string, node: string | undefined): string {
+  type Obj = Record<string, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
+  const kc = YAML.parse(fs.readFileSync(clusterInfo().kubeconfig, 'utf8')) as Obj;
+  const ctx = (kc.contexts as Obj[]).find((c) => c.name === kc['current-context'])!.context as Obj;
+  const u = (kc.users as Obj[]).find((x) => x.name === ctx.user)!;
+  u.user = { ...u.user, as: AGENT_USER, 'as-groups': ['system:serviceaccounts', 'system:serviceaccounts:better-compute-system', 'system:authenticated'] };
+  if (node) u.user['as-user-extra'] = { 'authentication.kubernetes.io/node-name': [node] };
+  const file = path.join(dir, `agent-${node ?? 'none'}.kubeconfig`);
+  fs.writeFileSync(file, YAML.stringify(kc), { mode: 0o600 });
+  return file;
 }

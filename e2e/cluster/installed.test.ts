@@ -3,6 +3,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
+  agentKubeconfig,
   apply,
   clusterInfo,
   kubectl,
@@ -193,15 +194,16 @@ describe('installed from the image with deploy/', () => {
   });
 
   it("an agent's identity may write only its own node's NodeDevices", async () => {
-    const as = [`--as=system:serviceaccount:${SYSTEM_NS}:better-compute-agent`, '--as-user-extra=authentication.kubernetes.io/node-name=node-a'];
-    const other = { apiVersion: 'bettercompute.io/v1alpha1', kind: 'NodeDevices', metadata: { name: 'node-b' }, spec: { gpus: [], scalars: {} } };
-    const r = await kubectlResult([...as, 'create', '-f', '-'], { input: JSON.stringify(other) });
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'bc-agent-'));
+    const asNodeA = ['--kubeconfig', agentKubeconfig(dir, 'node-a')];
+    const nd = (name: string) => ({ apiVersion: 'bettercompute.io/v1alpha1', kind: 'NodeDevices', metadata: { name }, spec: { gpus: [], scalars: {} } });
+    const r = await kubectlResult([...asNodeA, 'create', '-f', '-'], { input: JSON.stringify(nd('node-b')) });
     expect(r.code).not.toBe(0);
     expect(r.stderr).toMatch(/denied|forbidden/i);
-    const own = { ...other, metadata: { name: 'node-a' } };
-    const ok = await kubectlResult([...as, 'create', '-f', '-'], { input: JSON.stringify(own) });
+    const ok = await kubectlResult([...asNodeA, 'create', '-f', '-'], { input: JSON.stringify(nd('node-a')) });
     expect(ok.code, ok.stderr).toBe(0);
     await kubectl(['delete', 'nodedevices', 'node-a']);
+    fs.rmSync(dir, { recursive: true, force: true });
   });
 
   it('a namespace labelled as one tenant cannot read another tenant by name (FORBIDDEN)', async () => {

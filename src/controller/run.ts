@@ -8,7 +8,7 @@ import os from 'node:os';
 import type { KubeConfig } from '@kubernetes/client-node';
 import type { Registry } from 'prom-client';
 import { createApp } from '../api/app.ts';
-import { AccessReviewer, KubernetesAuthorizer, TokenReviewer } from '../api/authz-kubernetes.ts';
+import { AccessReviewer, KubernetesAuthorizer, tenantNamespaces, TokenReviewer } from '../api/authz-kubernetes.ts';
 import { StaticTokenAuthorizer, type Authorizer } from '../api/authz.ts';
 import { CapacityService } from '../api/capacity-service.ts';
 import type { Config } from '../config.ts';
@@ -21,7 +21,6 @@ import { ClientNodeExtenderKube } from '../extender/kube.ts';
 import { stopOnSignal } from '../cli/signals.ts';
 import { startPodReleaser } from '../extender/releaser.ts';
 import { createExtenderRouter } from '../extender/router.ts';
-import { startNamespaceGrants } from './namespace-grants.ts';
 import { errorFields, type Logger } from '../log.ts';
 import { registerCapacityGauges } from '../metrics/capacity.ts';
 import { ledgerMetrics } from '../metrics/ledger.ts';
@@ -59,8 +58,11 @@ export interface RunningController {
   stop(): Promise<void>;
 }
 
-async function authorizerFor(config: Config, kc: ReturnType<typeof kubeConfigFrom>, log: Logger): Promise<Authorizer> {
-  if (config.auth === 'kubernetes') return new KubernetesAuthorizer({ kubeConfig: kc });
+async function authorizerFor(config: Config, kc: ReturnType<typeof kubeConfigFrom>, log: Logger, controllers: Controllers): Promise<Authorizer> {
+  if (config.auth === 'kubernetes') {
+    // A tenant's namespaces from the namespace informer's cache (tenants by label, ADR 0005).
+    return new KubernetesAuthorizer({ kubeConfig: kc, namespacesOfTenant: (t) => tenantNamespaces(t, controllers.ctx.informers.namespaces.list()) });
+  }
   if (!config.tokenFile) {
     log.warn('no token file (BETTER_COMPUTE_TOKEN_FILE): every capacity API request is refused');
     return StaticTokenAuthorizer.denyAll();
@@ -84,6 +86,8 @@ export interface ControllerServices {
   /** SubjectAccessReview with a short cache. */
   access: AccessReviewer;
   isLeader(): boolean;
+  /** The informers' caches (Reservations, Namespaces, ...), kept by every replica. */
+  informers: Controllers['ctx']['informers'];
 }
 
 export interface RunControllerOptions {
@@ -152,7 +156,7 @@ export async function runController(config: Config, log: Logger, opts: RunContro
     const previews = new Ledger(database.db, { metrics: placement });
     const api = createApp({
       service: new CapacityService({ db: database.db, previewer: previews, clock }),
-      authorizer: await authorizerFor(config, kc, log),
+      authorizer: await authorizerFor(config, kc, log, controllers),
       log,
       http: httpMetrics(registry),
       async ready() {
@@ -195,6 +199,7 @@ export async function runController(config: Config, log: Logger, opts: RunContro
         tokens,
         access,
         isLeader,
+        informers: controllers.ctx.informers,
       })) ?? []),
     );
     tls = tlsSourceFor(config, kc, log, isLeader);
@@ -250,7 +255,6 @@ export async function runController(config: Config, log: Logger, opts: RunContro
         leaderServices.push(
           await startPodReleaser({ db: database.db, ledger, kube: new ClientNodeExtenderKube(kc), kubeConfig: kc, log }),
         );
-        leaderServices.push(await startNamespaceGrants({ kubeConfig: kc, log }));
       })();
       started.catch((e: unknown) => log.error('leader services failed to start', errorFields(e)));
       leaderStarts = started.catch(() => undefined);

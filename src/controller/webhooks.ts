@@ -1,5 +1,6 @@
 // What the controller serves on its HTTPS webhook listener (WEBHOOK_PORT): the node agents' API (/agent/v1, their
 // ServiceAccount token bound to their node) and the pod admission webhook (/admission). docs/adr/0007.
+import { createPodAdmissionRouter, podAdmissionDeps } from '../admission/pods.ts';
 import { createAgentApiRouter, agentUsernameFor } from '../agentapi/router.ts';
 import { AGENT_API_PREFIX } from '../agentapi/wire.ts';
 import { ApiError } from '../api/errors.ts';
@@ -8,6 +9,12 @@ import type { WebhookMount } from './listeners.ts';
 
 export function productWebhookRouters(s: ControllerServices): WebhookMount[] {
   return [
+    {
+      path: '/admission',
+      router: createPodAdmissionRouter(
+        podAdmissionDeps({ reservations: s.informers.reservations, namespaces: s.informers.namespaces, db: s.db, log: s.log }),
+      ),
+    },
     {
       path: AGENT_API_PREFIX,
       router: createAgentApiRouter({
