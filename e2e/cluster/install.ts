@@ -103,6 +103,12 @@ export async function installProduct(opts: { gpus?: number } = {}): Promise<Inst
   if (r.code !== 0) throw new Error(`kubectl apply -k failed:\n${r.stderr}`);
   await kubectl(['-n', SYSTEM_NS, 'rollout', 'status', 'deployment/better-compute-controller', '--timeout=300s'], { timeoutMs: 310_000 });
   await kubectl(['-n', SYSTEM_NS, 'rollout', 'status', 'daemonset/better-compute-agent', '--timeout=180s'], { timeoutMs: 190_000 });
+  // kube-scheduler beside the controller schedules only once it holds its Lease.
+  await waitFor(
+    'Lease better-compute-scheduler held',
+    async () => (await kubectlJson<{ spec?: { holderIdentity?: string } }>(['-n', SYSTEM_NS, 'get', 'lease', 'better-compute-scheduler'])).spec?.holderIdentity,
+    { timeoutMs: 60_000, intervalMs: 500 },
+  );
   await waitFor(
     `${c.nodeName} advertising ${gpus} bettercompute.io/gpu`,
     async () => Number((await kubectlJson<Node>(['get', 'node', c.nodeName])).status?.allocatable?.['bettercompute.io/gpu'] ?? 0) === gpus,
