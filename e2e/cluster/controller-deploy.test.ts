@@ -1,6 +1,8 @@
+import { execFile } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parseAllDocuments } from 'yaml';
 import { createTestDatabase, type TestDatabase } from '../../test/support/db.ts';
@@ -9,6 +11,7 @@ import { clusterInfo, kubectl, kubectlResult, uniqueName } from './harness.ts';
 
 // deploy/: the kustomize overlays render, the API server accepts what they render (server-side dry run), RBAC has no
 // wildcards, and the Grafana dashboard and alert rules name only metrics that a running controller's /metrics has.
+const execFileP = promisify(execFile);
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
 const NS = 'better-compute-system';
 
@@ -57,12 +60,19 @@ afterAll(async () => {
 });
 
 describe('deploy/', () => {
-  it('renders both overlays: embedded is one replica with a data volume, external two with DATABASE_URL from a Secret', async () => {
-    const embedded = deploymentOf((await render('embedded')).objects);
+  it('renders both overlays: trial is one replica with its data on a PVC, external two with DATABASE_URL from a Secret', async () => {
+    const trial = await render('trial');
+    const embedded = deploymentOf(trial.objects);
     expect(embedded.spec!.replicas).toBe(1);
     const ec = embedded.spec!.template!.spec.containers[0]!;
     expect(ec.env!.find((e) => e.name === 'BETTER_COMPUTE_DATA_DIR')?.value).toBe('/var/lib/better-compute');
-    expect(embedded.spec!.template!.spec.volumes!.map((v) => v.name)).toEqual(expect.arrayContaining(['tmp', 'data']));
+    expect(embedded.spec!.template!.spec.volumes).toEqual(
+      expect.arrayContaining([{ name: 'data', persistentVolumeClaim: { claimName: 'better-compute-data' } }]),
+    );
+    expect(trial.objects.some((o) => o.kind === 'PersistentVolumeClaim' && o.metadata.name === 'better-compute-data')).toBe(true);
+    // kube-scheduler beside the controller; nothing in the pod or the agent holds database credentials but the controller.
+    expect(embedded.spec!.template!.spec.containers.map((c) => (c as { name?: string }).name)).toEqual(['controller', 'scheduler']);
+    expect(trial.text).not.toMatch(/better-compute-db\b/);
     const external = deploymentOf((await render('external')).objects);
     expect(external.spec!.replicas).toBe(2);
     const xc = external.spec!.template!.spec.containers[0]!;
@@ -84,22 +94,41 @@ describe('deploy/', () => {
     for (const role of roles) {
       for (const rule of role.rules ?? []) {
         for (const v of [...(rule.apiGroups ?? []), ...(rule.resources ?? []), ...(rule.verbs ?? [])]) expect(v).not.toContain('*');
+        // No cluster-wide writes to namespaces or secrets (tenants are namespace labels nobody of ours writes).
+        if ((rule.resources ?? []).includes('namespaces')) expect(rule.verbs).toEqual(['get', 'list', 'watch']);
       }
     }
   });
 
   it('the API server accepts the CRDs and the rendered manifests (server-side dry run)', async () => {
     await kubectl(['apply', '--dry-run=server', '-k', path.join(ROOT, 'crds')]);
-    for (const overlay of ['embedded', 'external']) {
+    for (const overlay of ['trial', 'external']) {
       const { objects } = await render(overlay);
-      // The Prometheus Operator's kinds need its CRDs, which this cluster does not have.
-      const core = objects.filter((o) => !o.apiVersion.startsWith('monitoring.coreos.com/'));
       const r = await kubectlResult(['apply', '--dry-run=server', '-f', '-'], {
-        input: JSON.stringify({ apiVersion: 'v1', kind: 'List', items: core }),
+        input: JSON.stringify({ apiVersion: 'v1', kind: 'List', items: objects }),
       });
       expect(r.code, r.stderr).toBe(0);
       expect(r.stderr).not.toMatch(/error|invalid|forbidden/i);
     }
+  });
+
+  it("deploy/monitoring matches the Prometheus Operator's real CRD schemas (ServiceMonitor, PrometheusRule)", async () => {
+    // The CRDs of a pinned release, fetched through the Go module proxy; applied for real (a dry run needs them).
+    const { stdout } = await execFileP('bash', [path.join(ROOT, 'e2e', 'cluster', 'prometheus-operator-crds.sh')], { timeout: 300_000 });
+    const dir = stdout.trim();
+    for (const crd of ['servicemonitors', 'prometheusrules']) {
+      await kubectl(['apply', '--server-side', '-f', path.join(dir, `monitoring.coreos.com_${crd}.yaml`)]);
+      await kubectl(['wait', '--for=condition=Established', `crd/${crd}.monitoring.coreos.com`, '--timeout=60s']);
+    }
+    const text = await kubectl(['kustomize', path.join(ROOT, 'deploy', 'monitoring')]);
+    const objects = parseAllDocuments(text).map((d) => d.toJSON() as Obj);
+    expect(objects.map((o) => o.kind).sort()).toEqual(['ClusterRole', 'ClusterRoleBinding', 'PrometheusRule', 'Secret', 'ServiceAccount', 'ServiceMonitor']);
+    // Strict field validation: an unknown or misspelt field is an error, not a warning.
+    const r = await kubectlResult(['apply', '--dry-run=server', '--validate=strict', '-f', '-'], {
+      input: JSON.stringify({ apiVersion: 'v1', kind: 'List', items: objects }),
+    });
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.stderr).not.toMatch(/error|invalid|unknown field/i);
   });
 
   it('the dashboard and the alert rules name only metrics that /metrics exposes', async () => {
@@ -131,7 +160,7 @@ describe('deploy/', () => {
       panels: { title: string; targets?: { expr: string }[] }[];
     };
     const exprs = dashboard.panels.flatMap((p) => (p.targets ?? []).map((t) => t.expr));
-    const rules = parseAllDocuments(fs.readFileSync(path.join(ROOT, 'deploy', 'base', 'prometheusrule.yaml'), 'utf8'))[0]!.toJSON() as {
+    const rules = parseAllDocuments(fs.readFileSync(path.join(ROOT, 'deploy', 'monitoring', 'prometheusrule.yaml'), 'utf8'))[0]!.toJSON() as {
       spec: { groups: { rules: { expr: string }[] }[] };
     };
     exprs.push(...rules.spec.groups.flatMap((g) => g.rules.map((r) => r.expr)));

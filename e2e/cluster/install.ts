@@ -10,6 +10,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
+import YAML from 'yaml';
 import { simulatedSpec } from '../../src/agent/discovery.ts';
 import { apply, clusterInfo, kubectl, kubectlJson, kubectlResult, waitFor, type Node } from './harness.ts';
 
@@ -130,11 +131,22 @@ export async function installProduct(opts: { gpus?: number } = {}): Promise<Inst
   };
 }
 
-/** Removes what installProduct made (the namespace, cluster-scoped objects of ours, the data volume). */
+/**
+ * Removes what installProduct made but the CRDs (deleting a CRD deletes every object of its kind, and the other suites
+ * on this cluster keep theirs): the namespace, our cluster-scoped objects, the data volume. Waits until they are gone.
+ */
 export async function uninstallProduct(): Promise<void> {
   const overlay = writeTestOverlay(1);
-  await kubectlResult(['delete', '-k', overlay, '--ignore-not-found', '--wait=true', '--timeout=120s'], { timeoutMs: 130_000 });
+  const rendered = await kubectl(['kustomize', overlay]);
   fs.rmSync(overlay, { recursive: true, force: true });
-  await kubectlResult(['delete', 'pv', PV_NAME, '--ignore-not-found']);
+  const items = YAML.parseAllDocuments(rendered)
+    .map((d) => d.toJSON() as { kind: string })
+    .filter((o) => o.kind !== 'CustomResourceDefinition');
+  await kubectlResult(['delete', '--ignore-not-found', '--wait=true', '--timeout=180s', '-f', '-'], {
+    input: JSON.stringify({ apiVersion: 'v1', kind: 'List', items }),
+    timeoutMs: 190_000,
+  });
+  await kubectlResult(['delete', 'pv', PV_NAME, '--ignore-not-found', '--wait=true', '--timeout=60s'], { timeoutMs: 70_000 });
   fs.rmSync(path.join(clusterInfo().dir, 'volumes', PV_NAME), { recursive: true, force: true });
+  await kubectlResult(['label', 'node', clusterInfo().nodeName, `${GPU_NODE_LABEL}-`]);
 }

@@ -111,8 +111,9 @@ beforeAll(async () => {
 }, 1_800_000);
 
 afterAll(async () => {
-  await kubectlResult(['delete', 'namespace', NS, IMPOSTOR_NS, '--wait=false']);
-  await kubectlResult(['delete', 'pool', POOL, '--wait=false']);
+  // While the controller still runs: it removes the Reservations' finalizers, so the namespaces can go.
+  await kubectlResult(['delete', 'namespace', NS, IMPOSTOR_NS, '--wait=true', '--timeout=120s'], { timeoutMs: 130_000 });
+  await kubectlResult(['delete', 'pool', POOL, '--wait=true', '--timeout=60s'], { timeoutMs: 70_000 });
   await kubectlResult(['label', 'node', c().nodeName, `${POOL_LABEL}-`]);
   if (process.env.BC_KEEP_INSTALLED !== '1') await uninstallProduct();
 }, 300_000);
