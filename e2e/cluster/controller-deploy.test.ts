@@ -6,7 +6,8 @@ import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parseAllDocuments } from 'yaml';
 import { createTestDatabase, type TestDatabase } from '../../test/support/db.ts';
-import { httpsGet, installCrds, metricsToken, startReplica, type Replica } from './controller-support.ts';
+import { request as httpsGet } from '../../test/support/http.ts';
+import { installCrds, metricsToken, startReplica, type Replica } from './controller-support.ts';
 import { clusterInfo, kubectl, kubectlResult, uniqueName } from './harness.ts';
 
 // deploy/: the kustomize overlays render, the API server accepts what they render (server-side dry run), RBAC has no

@@ -2,7 +2,6 @@
 // the controller suites (e2e/cluster/controller*.test.ts). Each replica's JSON log lines are kept for assertions.
 import { type ChildProcess, spawn } from 'node:child_process';
 import fs from 'node:fs';
-import https from 'node:https';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -207,18 +206,3 @@ export async function metricsToken(namespace: string, name: string, allowed: boo
   };
 }
 
-/** GET over HTTPS trusting only `ca`, with a bearer token. */
-export function httpsGet(url: string, o: { ca: string; token?: string; servername?: string }): Promise<{ status: number; text: string }> {
-  return new Promise((resolve, reject) => {
-    const req = https.get(
-      url,
-      { ca: o.ca, servername: o.servername ?? 'localhost', agent: false, headers: o.token ? { authorization: `Bearer ${o.token}` } : {} },
-      (res) => {
-        const chunks: Buffer[] = [];
-        res.on('data', (c: Buffer) => chunks.push(c));
-        res.on('end', () => resolve({ status: res.statusCode ?? 0, text: Buffer.concat(chunks).toString('utf8') }));
-      },
-    );
-    req.on('error', reject);
-  });
-}

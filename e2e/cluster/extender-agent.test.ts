@@ -1,5 +1,4 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { RESERVATION_MARKER } from '../../src/extender/resources.ts';
 import { type ExtenderEnv, type TestReservation, startExtenderEnv } from './extender-env.ts';
 import {
   type KubeEvent,
@@ -42,7 +41,7 @@ function pod(namespace: string, name: string, resources: Record<string, number>,
 }
 
 function reservationPod(r: TestReservation, name: string, count: number, command?: string) {
-  return pod(r.namespace, name, { [r.resource]: count, [RESERVATION_MARKER]: count }, command);
+  return pod(r.namespace, name, { [r.resource]: count }, command);
 }
 
 function atomsIn(text: string): string[] {

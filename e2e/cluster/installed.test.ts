@@ -14,6 +14,7 @@ import {
   waitForPodPhase,
   type Pod,
 } from './harness.ts';
+import { request } from '../../test/support/http.ts';
 import { installProduct, SYSTEM_NS, uninstallProduct, type Installed } from './install.ts';
 
 // The product as a platform team installs it: the image built offline, `kubectl apply -k deploy/overlays/trial`
@@ -39,28 +40,11 @@ async function token(namespace: string, sa = 'default'): Promise<string> {
   return (await kubectl(['-n', namespace, 'create', 'token', sa, '--duration=10m'])).trim();
 }
 
-async function httpsGet(url: string, bearer?: string): Promise<{ status: number; body: string }> {
-  // Node's fetch has no per-request CA option: use https with the controller's CA from ConfigMap better-compute-ca.
-  const https = await import('node:https');
-  return new Promise((resolve, reject) => {
-    const req = https.request(
-      url,
-      {
-        method: 'GET',
-        ca: fs.readFileSync(caFile),
-        servername: `better-compute-controller.${SYSTEM_NS}.svc`,
-        headers: bearer ? { authorization: `Bearer ${bearer}` } : {},
-        timeout: 10_000,
-      },
-      (res) => {
-        let body = '';
-        res.on('data', (d: Buffer) => (body += d.toString()));
-        res.on('end', () => resolve({ status: res.statusCode ?? 0, body }));
-      },
-    );
-    req.on('error', reject);
-    req.on('timeout', () => req.destroy(new Error('timeout')));
-    req.end();
+function httpsGet(url: string, bearer?: string) {
+  return request(url, {
+    ca: fs.readFileSync(caFile),
+    servername: `better-compute-controller.${SYSTEM_NS}.svc`,
+    ...(bearer ? { token: bearer } : {}),
   });
 }
 
@@ -162,7 +146,7 @@ describe('installed from the image with deploy/', () => {
     expect((await httpsGet(url)).status).toBe(401);
     const tenant = await httpsGet(url, await token(NS));
     expect(tenant.status).toBe(403);
-    expect(tenant.body).not.toContain('bettercompute_pool_');
+    expect(tenant.text).not.toContain('bettercompute_pool_');
     // A ServiceAccount bound to the metrics reader role (deploy/monitoring/rbac.yaml) reads it.
     const sa = uniqueName('prom');
     await kubectl(['-n', NS, 'create', 'serviceaccount', sa]);
@@ -179,7 +163,7 @@ describe('installed from the image with deploy/', () => {
         const r = await httpsGet(url, await token(NS, sa));
         return r.status === 200 ? r : undefined;
       }, { timeoutMs: 30_000, intervalMs: 1000 });
-      expect(prom.body).toContain('bettercompute_');
+      expect(prom.text).toContain('bettercompute_');
     } finally {
       await kubectlResult(['delete', 'clusterrolebinding,clusterrole', sa]);
     }

@@ -1,5 +1,4 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { RESERVATION_MARKER } from '../../src/extender/resources.ts';
 import { type ExtenderEnv, type TestReservation, startExtenderEnv } from './extender-env.ts';
 import { type Pod, apply, clusterInfo, deletePodsNow, kubectl, kubectlJson, kubectlResult, uniqueName, waitFor, waitForPodPhase } from './harness.ts';
 
@@ -23,7 +22,7 @@ function pod(name: string, resources: Record<string, number>, command: string) {
     },
   };
 }
-const rsvPod = (r: TestReservation, name: string, command: string) => pod(name, { [r.resource]: 1, [RESERVATION_MARKER]: 1 }, command);
+const rsvPod = (r: TestReservation, name: string, command: string) => pod(name, { [r.resource]: 1 }, command);
 
 async function uidOf(name: string): Promise<string> {
   return (await kubectlJson<Pod & { metadata: { uid: string } }>(['-n', ns, 'get', 'pod', name])).metadata.uid;

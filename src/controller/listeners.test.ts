@@ -2,12 +2,11 @@
 // and needs a token that TokenReview accepts and RBAC allows to get /metrics (the fake API server decides); the
 // webhook listener serves the routers passed in; a new certificate is served without a restart.
 import { createHash, X509Certificate } from 'node:crypto';
-import http from 'node:http';
-import https from 'node:https';
 import express from 'express';
 import { Registry, Counter } from 'prom-client';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { startFakeKubeApi, type FakeKubeApi } from '../../test/support/fake-kube-api.ts';
+import { request } from '../../test/support/http.ts';
 import { createApp } from '../api/app.ts';
 import { AccessReviewer, TokenReviewer } from '../api/authz-kubernetes.ts';
 import { StaticTokenAuthorizer } from '../api/authz.ts';
@@ -19,44 +18,7 @@ import { issueBundle, type TlsBundle } from './certs.ts';
 import { createExtenderApp, createWebhookApp, startListeners, type ControllerListeners } from './listeners.ts';
 import { createMetricsApp } from './metrics-endpoint.ts';
 
-interface Res {
-  status: number;
-  text: string;
-  json: unknown;
-  headers: http.IncomingHttpHeaders;
-  peer?: X509Certificate;
-}
 
-function request(url: string, o: { method?: string; token?: string; ca?: string; body?: string; servername?: string } = {}): Promise<Res> {
-  const u = new URL(url);
-  const lib = u.protocol === 'https:' ? https : http;
-  const headers: Record<string, string> = {};
-  if (o.token) headers.authorization = `Bearer ${o.token}`;
-  if (o.body !== undefined) headers['content-type'] = 'application/json';
-  return new Promise((resolve, reject) => {
-    const req = lib.request(
-      u,
-      { method: o.method ?? 'GET', headers, agent: false, ...(o.ca ? { ca: o.ca, servername: o.servername ?? 'localhost' } : {}) },
-      (res) => {
-        const chunks: Buffer[] = [];
-        res.on('data', (c: Buffer) => chunks.push(c));
-        res.on('end', () => {
-          const text = Buffer.concat(chunks).toString('utf8');
-          let json: unknown;
-          try {
-            json = JSON.parse(text);
-          } catch {
-            json = undefined;
-          }
-          const raw = 'getPeerX509Certificate' in res.socket ? (res.socket as import('node:tls').TLSSocket).getPeerX509Certificate() : undefined;
-          resolve({ status: res.statusCode ?? 0, text, json, headers: res.headers, ...(raw ? { peer: raw } : {}) });
-        });
-      },
-    );
-    req.on('error', reject);
-    req.end(o.body);
-  });
-}
 
 const USERS = {
   'prometheus-token': { username: 'system:serviceaccount:monitoring:prometheus', groups: ['system:serviceaccounts'] },

@@ -3,8 +3,6 @@
 // (informer lists and watches, the Lease) is 404, which the controller retries in the background — enough to see
 // what each listener serves, the generated certificate in the Secret, and routers mounted on the webhook listener.
 import fs from 'node:fs';
-import http from 'node:http';
-import https from 'node:https';
 import os from 'node:os';
 import path from 'node:path';
 import express from 'express';
@@ -15,6 +13,7 @@ import { runController, type ControllerServices, type RunningController } from '
 import { silentLogger } from '../../src/log.ts';
 import { startFakeKubeApi, type FakeKubeApi } from '../support/fake-kube-api.ts';
 import { useTestDatabase } from '../support/db.ts';
+import { request } from '../support/http.ts';
 
 const ctx = useTestDatabase();
 const NS = 'bc-listeners-test';
@@ -24,38 +23,6 @@ let dir: string;
 let controller: RunningController;
 let services: ControllerServices | undefined;
 
-function request(url: string, o: { method?: string; token?: string; ca?: string; body?: string; headers?: Record<string, string> } = {}) {
-  const u = new URL(url);
-  const lib = u.protocol === 'https:' ? https : http;
-  return new Promise<{ status: number; text: string; json: unknown }>((resolve, reject) => {
-    const req = lib.request(
-      u,
-      {
-        method: o.method ?? 'GET',
-        agent: false,
-        headers: { ...(o.token ? { authorization: `Bearer ${o.token}` } : {}), ...(o.body !== undefined ? { 'content-type': 'application/json' } : {}), ...o.headers },
-        ...(o.ca ? { ca: o.ca, servername: 'localhost' } : {}),
-      },
-      (res) => {
-        const chunks: Buffer[] = [];
-        res.on('data', (c: Buffer) => chunks.push(c));
-        res.on('end', () => {
-          const text = Buffer.concat(chunks).toString('utf8');
-          let json: unknown;
-          try {
-            json = JSON.parse(text);
-          } catch {
-            json = undefined;
-          }
-          resolve({ status: res.statusCode ?? 0, text, json });
-        });
-      },
-    );
-    req.on('error', reject);
-    if (o.headers?.['content-length']) req.write(Buffer.alloc(1024, 0x20));
-    else req.end(o.body);
-  });
-}
 
 beforeAll(async () => {
   fake = await startFakeKubeApi({

@@ -1,5 +1,9 @@
-// A small HTTP client for API tests: keep-alive on loopback, raw bodies allowed (malformed JSON, odd content types).
+// A small HTTP client for API tests: keep-alive on loopback, raw bodies allowed (malformed JSON, odd content types);
+// and one-off requests over HTTP or HTTPS (a CA to trust, the name to check it against) for the controller's listeners.
+import type { X509Certificate } from 'node:crypto';
 import http from 'node:http';
+import https from 'node:https';
+import type { TLSSocket } from 'node:tls';
 
 export interface HttpResponse {
   status: number;
@@ -7,6 +11,8 @@ export interface HttpResponse {
   text: string;
   /** The parsed body, or undefined when it is not JSON. */
   json: unknown;
+  /** HTTPS: the certificate the server presented. */
+  peer?: X509Certificate;
 }
 
 export interface HttpRequest {
@@ -38,21 +44,7 @@ export class HttpClient {
     if (token) headers.authorization = `Bearer ${token}`;
     Object.assign(headers, req.headers);
     return new Promise((resolve, reject) => {
-      const r = http.request(url, { method: req.method ?? 'POST', agent: this.agent, headers }, (res) => {
-        const chunks: Buffer[] = [];
-        res.on('data', (c: Buffer) => chunks.push(c));
-        res.on('error', reject);
-        res.on('end', () => {
-          const text = Buffer.concat(chunks).toString('utf8');
-          let json: unknown;
-          try {
-            json = JSON.parse(text);
-          } catch {
-            json = undefined;
-          }
-          resolve({ status: res.statusCode ?? 0, headers: res.headers, text, json });
-        });
-      });
+      const r = http.request(url, { method: req.method ?? 'POST', agent: this.agent, headers }, (res) => collect(res, resolve, reject));
       r.on('error', reject);
       if (raw !== undefined) r.end(raw);
       else r.end();
@@ -69,3 +61,54 @@ export class HttpClient {
   }
 }
 
+
+function collect(res: http.IncomingMessage, resolve: (r: HttpResponse) => void, reject: (e: Error) => void): void {
+  const chunks: Buffer[] = [];
+  res.on('data', (c: Buffer) => chunks.push(c));
+  res.on('error', reject);
+  res.on('end', () => {
+    const text = Buffer.concat(chunks).toString('utf8');
+    let json: unknown;
+    try {
+      json = JSON.parse(text);
+    } catch {
+      json = undefined;
+    }
+    const socket = res.socket as TLSSocket | null;
+    const peer = socket && 'getPeerX509Certificate' in socket ? socket.getPeerX509Certificate() : undefined;
+    resolve({ status: res.statusCode ?? 0, headers: res.headers, text, json, ...(peer ? { peer } : {}) });
+  });
+}
+
+export interface OneRequest {
+  method?: string;
+  token?: string;
+  /** A string is sent as is, with content-type application/json. */
+  body?: string;
+  headers?: Record<string, string>;
+  /** HTTPS: the CA to trust, and the name the certificate must carry (default localhost). */
+  ca?: string | Buffer;
+  servername?: string;
+  timeoutMs?: number;
+}
+
+/** One request on a fresh connection, over HTTP or HTTPS by the URL's scheme. */
+export function request(url: string, o: OneRequest = {}): Promise<HttpResponse> {
+  const u = new URL(url);
+  const lib = u.protocol === 'https:' ? https : http;
+  const headers: Record<string, string> = {
+    ...(o.token ? { authorization: `Bearer ${o.token}` } : {}),
+    ...(o.body !== undefined ? { 'content-type': 'application/json' } : {}),
+    ...o.headers,
+  };
+  return new Promise((resolve, reject) => {
+    const req = lib.request(
+      u,
+      { method: o.method ?? 'GET', headers, agent: false, ...(o.ca ? { ca: o.ca, servername: o.servername ?? 'localhost' } : {}) },
+      (res) => collect(res, resolve, reject),
+    );
+    req.on('error', reject);
+    req.setTimeout(o.timeoutMs ?? 10_000, () => req.destroy(new Error(`no answer from ${url} in ${o.timeoutMs ?? 10_000} ms`)));
+    req.end(o.body);
+  });
+}
