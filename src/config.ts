@@ -76,6 +76,8 @@ const ConfigSchema = z.object({
   controllerServerName: z.string().min(1),
   /** `agent`: its projected ServiceAccount token, read at every call (the kubelet rotates it). */
   agentTokenFile: z.string().min(1),
+  /** `agent`: touched each time the controller answers, removed when it does not (the readiness probe reads it). */
+  agentReadyFile: z.string().min(1).optional(),
 }).refine((c) => (c.tlsCertFile === undefined) === (c.tlsKeyFile === undefined), {
   message: 'TLS_CERT_FILE and TLS_KEY_FILE go together',
   path: ['tlsCertFile'],
@@ -163,6 +165,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       controllerServerName:
         env.BETTER_COMPUTE_CONTROLLER_SERVER_NAME || `better-compute-controller.${env.BETTER_COMPUTE_NAMESPACE || env.POD_NAMESPACE || 'better-compute-system'}.svc`,
       agentTokenFile: env.BETTER_COMPUTE_AGENT_TOKEN_FILE || '/var/run/secrets/kubernetes.io/serviceaccount/token',
+      agentReadyFile: env.BETTER_COMPUTE_AGENT_READY_FILE || undefined,
     }),
   );
 }

@@ -93,6 +93,7 @@ describe('Agent with a backend', () => {
       log: silentLogger,
       reconcileEveryMs: 3_600_000,
       discoverEveryMs: 3_600_000,
+      readyFile: path.join(dir, 'ready'),
     });
     await agent.start();
     return () => agent.stop();
@@ -113,6 +114,17 @@ describe('Agent with a backend', () => {
     // Atoms the pod was not booked are refused.
     backend.admission = { podUid: 'uid-2', namespace: 'ns', podName: 'q', atoms: [G1] };
     await expect(allocate('bettercompute.io/gpu', [G0])).rejects.toMatchObject({ code: grpc.status.FAILED_PRECONDITION });
+  });
+
+  it('the readiness file exists while the controller answers, and goes when it does not', async () => {
+    const ready = path.join(dir, 'ready');
+    expect(fs.existsSync(ready)).toBe(true);
+    backend.down = true;
+    await agent.reconcile();
+    expect(fs.existsSync(ready)).toBe(false);
+    backend.down = false;
+    await agent.reconcile();
+    expect(fs.existsSync(ready)).toBe(true);
   });
 
   it('the controller away: endpoints stay as last known, on-demand Allocate refuses, reservation atoms still serve', async () => {

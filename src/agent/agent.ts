@@ -45,6 +45,11 @@ export interface AgentOptions {
   discoverEveryMs?: number;
   reconcileEveryMs?: number;
   publish?: boolean;
+  /**
+   * A file touched each time the controller answered, removed when it does not: the DaemonSet's readiness probe checks
+   * its age, so an agent that cannot reach the controller (no CA yet, no route, no token) is not Ready.
+   */
+  readyFile?: string;
 }
 
 interface Served {
@@ -242,13 +247,29 @@ export class Agent {
     try {
       this.state = await this.o.backend.state();
       this.stateAt = performance.now();
+      this.markReady(true);
       if (this.backendDown) this.o.log.info('the controller answers again', { node: this.o.nodeName });
       this.backendDown = false;
     } catch (e) {
       if (!this.backendDown) this.o.log.warn('cannot read the node state from the controller; serving the last known state', errorFields(e));
       this.backendDown = true;
+      this.markReady(false);
     }
     this.atoms = new Map(atomsFromSpec(this.spec, this.state?.atoms).map((a) => [a.id, a]));
+  }
+
+  private markReady(ready: boolean): void {
+    const f = this.o.readyFile;
+    if (!f) return;
+    try {
+      if (ready) {
+        const now = new Date();
+        fs.closeSync(fs.openSync(f, 'a'));
+        fs.utimesSync(f, now, now);
+      } else fs.rmSync(f, { force: true });
+    } catch (e) {
+      this.o.log.warn('cannot write the readiness file', { file: f, ...errorFields(e) });
+    }
   }
 
   /** The node's admission in flight, asked now (never a cached answer): a new admission must be seen at once. */

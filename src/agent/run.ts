@@ -60,6 +60,7 @@ export async function agentCommand(argv: string[], config: Config, log: Logger):
     backend,
     log,
     kubeConfig: loadKubeConfig(config.kubeconfig),
+    ...(config.agentReadyFile ? { readyFile: config.agentReadyFile } : {}),
   });
   await agent.start();
   await new Promise<void>((resolve) => {
