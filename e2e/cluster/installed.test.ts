@@ -48,25 +48,24 @@ function httpsGet(url: string, bearer?: string) {
   });
 }
 
-function gpuPod(name: string, extra: { spec?: Record<string, unknown>; labels?: Record<string, string>; gpus?: number } = {}) {
+/** A pod spec asking for `gpus` of bettercompute.io/gpu that prints the atoms it was handed. */
+function gpuPodSpec(gpus: number, sleepSeconds: number) {
   return {
-    apiVersion: 'v1',
-    kind: 'Pod',
-    metadata: { name, namespace: NS, ...(extra.labels ? { labels: extra.labels } : {}) },
-    spec: {
-      restartPolicy: 'Never',
-      terminationGracePeriodSeconds: 1,
-      containers: [
-        {
-          name: 'main',
-          image: c().busyboxImage,
-          command: ['sh', '-c', 'echo "ATOMS=$BETTERCOMPUTE_ATOMS"; sleep 2'],
-          resources: { limits: { 'bettercompute.io/gpu': String(extra.gpus ?? 1) } },
-        },
-      ],
-      ...extra.spec,
-    },
+    restartPolicy: 'Never',
+    terminationGracePeriodSeconds: 1,
+    containers: [
+      {
+        name: 'main',
+        image: c().busyboxImage,
+        command: ['sh', '-c', `echo "ATOMS=$BETTERCOMPUTE_ATOMS"; sleep ${sleepSeconds}`],
+        resources: { limits: { 'bettercompute.io/gpu': String(gpus) } },
+      },
+    ],
   };
+}
+
+function gpuPod(name: string, extra: { spec?: Record<string, unknown>; gpus?: number } = {}) {
+  return { apiVersion: 'v1', kind: 'Pod', metadata: { name, namespace: NS }, spec: { ...gpuPodSpec(extra.gpus ?? 1, 2), ...extra.spec } };
 }
 
 beforeAll(async () => {
@@ -267,18 +266,7 @@ describe('installed from the image with deploy/', () => {
         backoffLimit: 0,
         template: {
           metadata: { labels: { 'bettercompute.io/reservation': rsv } },
-          spec: {
-            restartPolicy: 'Never',
-            terminationGracePeriodSeconds: 1,
-            containers: [
-              {
-                name: 'main',
-                image: c().busyboxImage,
-                command: ['sh', '-c', 'echo "ATOMS=$BETTERCOMPUTE_ATOMS"; sleep 3'],
-                resources: { limits: { 'bettercompute.io/gpu': '1' } },
-              },
-            ],
-          },
+          spec: gpuPodSpec(1, 3),
         },
       },
     });

@@ -5,6 +5,7 @@
 import express, { type NextFunction, type Request, type RequestHandler, type Response, type Router } from 'express';
 import { bearerToken } from '../api/authz.ts';
 import { forbidden, invalidInput, notFound, toErrorResponse, unauthenticated } from '../api/errors.ts';
+import type { Principal } from '../api/authz.ts';
 import type { Clock } from '../db/clock.ts';
 import type { Db } from '../db/pool.ts';
 import { errorFields, type Logger } from '../log.ts';
@@ -21,8 +22,11 @@ export interface AgentApiDeps {
   db: Db;
   clock: Clock;
   log: Logger;
-  /** Bearer token → the user the API server says it is (TokenReview), or undefined when it is not accepted. */
-  authenticate: (token: string) => Promise<{ username: string; extra?: Readonly<Record<string, readonly string[]>> } | undefined>;
+  /**
+   * Bearer token → the user the API server says it is: TokenReviewer.authenticate (src/api/authz-kubernetes.ts), which
+   * throws ApiError UNAUTHENTICATED for a token it does not accept.
+   */
+  authenticate: (token: string) => Promise<Principal>;
   /** The agent's ServiceAccount user: system:serviceaccount:<namespace>:better-compute-agent. */
   agentUsername: string;
   /** How long a node's atoms and reservations are reused, in milliseconds (0: never). Default 250. */
@@ -43,8 +47,8 @@ export function createAgentApiRouter(deps: AgentApiDeps): Router {
   const authorizeNode: RequestHandler = async (req, res, next) => {
     const token = bearerToken(req.get('authorization'));
     if (token === undefined) throw unauthenticated('a bearer token is required');
-    const user = await deps.authenticate(token);
-    if (!user) throw unauthenticated('the bearer token is not valid');
+    const principal = await deps.authenticate(token);
+    const user = { username: principal.subject, extra: principal.extra };
     const node = req.params.node;
     const tokenNode = user.extra?.[NODE_NAME_CLAIM]?.[0];
     if (user.username !== deps.agentUsername || tokenNode === undefined || tokenNode !== node) {

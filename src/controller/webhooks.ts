@@ -3,7 +3,6 @@
 import { createPodAdmissionRouter, podAdmissionDeps } from '../admission/pods.ts';
 import { createAgentApiRouter, agentUsernameFor } from '../agentapi/router.ts';
 import { AGENT_API_PREFIX } from '../agentapi/wire.ts';
-import { ApiError } from '../api/errors.ts';
 import type { ControllerServices } from './run.ts';
 import type { WebhookMount } from './listeners.ts';
 
@@ -22,17 +21,7 @@ export function productWebhookRouters(s: ControllerServices): WebhookMount[] {
         clock: s.clock,
         log: s.log,
         agentUsername: agentUsernameFor(s.config.controllerNamespace),
-        // A token the API server does not accept is no user (401); any other failure (the API server unreachable) is
-        // an error, not a refusal.
-        authenticate: async (token) => {
-          try {
-            const p = await s.tokens.authenticate(token);
-            return { username: p.subject, ...(p.extra ? { extra: p.extra } : {}) };
-          } catch (e) {
-            if (e instanceof ApiError && e.code === 'UNAUTHENTICATED') return undefined;
-            throw e;
-          }
-        },
+        authenticate: (token) => s.tokens.authenticate(token),
       }),
     },
   ];

@@ -11,6 +11,7 @@ import { Ledger } from '../../src/db/ledger.ts';
 import { createPool, type Db } from '../../src/db/pool.ts';
 import { reservationResourceName } from '../../src/extender/resources.ts';
 import { setAdmissionAtoms, takeAdmission } from '../../src/extender/queries.ts';
+import { unauthenticated } from '../../src/api/errors.ts';
 import { silentLogger } from '../../src/log.ts';
 import { makeNode, makePool, reservation } from '../support/builders.ts';
 import { useTestDatabase } from '../support/db.ts';
@@ -20,13 +21,13 @@ const AGENT = agentUsernameFor('better-compute-system');
 
 /** Token `agent:<node>` is the agent of <node>; `sa:<user>:<node>` another user with a node claim; `agent-nonode`. */
 const authenticate: AgentApiDeps['authenticate'] = async (token) => {
-  if (token.startsWith('agent:')) return { username: AGENT, extra: { [NODE_NAME_CLAIM]: [token.slice(6)] } };
+  if (token.startsWith('agent:')) return { subject: AGENT, extra: { [NODE_NAME_CLAIM]: [token.slice(6)] } };
   if (token.startsWith('sa:')) {
     const [, user, node] = token.split(':');
-    return { username: `system:serviceaccount:default:${user}`, extra: { [NODE_NAME_CLAIM]: [node!] } };
+    return { subject: `system:serviceaccount:default:${user}`, extra: { [NODE_NAME_CLAIM]: [node!] } };
   }
-  if (token === 'agent-nonode') return { username: AGENT };
-  return undefined;
+  if (token === 'agent-nonode') return { subject: AGENT };
+  throw unauthenticated('the bearer token is not valid');
 };
 
 async function serve(db: Db): Promise<{ url: string; close(): Promise<void> }> {
