@@ -85,6 +85,8 @@ async function reserve(o: { tenant?: string; startInMs?: number; seconds?: numbe
     now,
   );
   if (!out.ok) throw new Error(`${out.code}: ${out.message}`);
+  // The ledger starts a reservation at the database's now, which the sampled clock may trail by its round trip.
+  await ctx.clock.sync();
   const id = out.reservation.id;
   const resource = reservationResourceName(id);
   kube.allocatable = { [resource]: '2', 'bettercompute.io/gpu': '8' };
