@@ -59,6 +59,8 @@ describe('activeReservations', () => {
 describe('Agent with a backend', () => {
   let dir: string;
   let podResources: grpc.Server;
+  /** What the fake PodResources API says live containers hold. */
+  let held: { namespace: string; name: string; resource: string; ids: string[] }[] = [];
   let backend: FakeBackend;
   let agent: Agent;
   const socketOf = (resource: string) => path.join(dir, `bettercompute-${resource.replace(/^.*\//, '')}.sock`);
@@ -74,7 +76,16 @@ describe('Agent with a backend', () => {
   beforeAll(async () => {
     dir = fs.mkdtempSync(path.join(os.tmpdir(), 'bc-agent-'));
     podResources = new grpc.Server();
-    podResources.addService(podResourcesService(), { List: (_c: unknown, cb: grpc.sendUnaryData<unknown>) => cb(null, { pod_resources: [] }) });
+    podResources.addService(podResourcesService(), {
+      List: (_c: unknown, cb: grpc.sendUnaryData<unknown>) =>
+        cb(null, {
+          pod_resources: held.map((h) => ({
+            name: h.name,
+            namespace: h.namespace,
+            containers: [{ name: 'main', devices: [{ resource_name: h.resource, device_ids: h.ids }] }],
+          })),
+        }),
+    });
     await bindUnix(podResources, path.join(dir, 'pod-resources.sock'));
   });
   afterAll(async () => {
@@ -82,6 +93,7 @@ describe('Agent with a backend', () => {
     fs.rmSync(dir, { recursive: true, force: true });
   });
   beforeEach(async () => {
+    held = [];
     backend = new FakeBackend();
     const source: DeviceSource = { kind: 'file', discover: async () => spec };
     agent = new Agent({
@@ -145,5 +157,56 @@ describe('Agent with a backend', () => {
     backend.now += HOUR + 1;
     await agent.reconcile();
     expect(Object.keys(agent.status()).sort()).toEqual(['bettercompute.io/gpu', reservationResourceName(RSV_LATER)]);
+  });
+
+  describe('guard 6: an atom, its GPU, or a part of it that a live container holds is refused, with the holder named', () => {
+    const RSV_RESOURCE = reservationResourceName(RSV);
+    const mig = (gpu: string, gi: number) => `${gpu}/gi${gi}/ci0`;
+
+    it('the same atom, held through a reservation resource', async () => {
+      held = [{ namespace: 'team-a', name: 'trainer', resource: RSV_RESOURCE, ids: [G2] }];
+      const e = await allocate(RSV_RESOURCE, [G2]).catch((x: unknown) => x as grpc.ServiceError);
+      expect(e).toMatchObject({ code: grpc.status.FAILED_PRECONDITION });
+      expect((e as grpc.ServiceError).details).toContain(`atom ${G2} is held by team-a/trainer (container main, ${RSV_RESOURCE})`);
+    });
+
+    it('the same atom, booked on demand but held by another pod', async () => {
+      held = [{ namespace: 'team-b', name: 'stale', resource: 'bettercompute.io/gpu', ids: [G0] }];
+      backend.admission = { podUid: 'uid-1', namespace: 'ns', podName: 'p', atoms: [G0] };
+      const e = await allocate('bettercompute.io/gpu', [G0]).catch((x: unknown) => x as grpc.ServiceError);
+      expect((e as grpc.ServiceError).details).toContain(`atom ${G0} is held by team-b/stale`);
+      expect(backend.done).toEqual([]);
+    });
+
+    it('a whole GPU while a MIG instance of it is held, and a MIG instance while its whole GPU is held', async () => {
+      held = [{ namespace: 'team-b', name: 'notebook', resource: 'bettercompute.io/gpu.mig', ids: [mig(G2, 1)] }];
+      const whole = await allocate(RSV_RESOURCE, [G2]).catch((x: unknown) => x as grpc.ServiceError);
+      expect((whole as grpc.ServiceError).details).toContain(`atom ${G2} overlaps ${mig(G2, 1)}, held by team-b/notebook`);
+      // The reservation now holds a MIG instance of G2 (a layout change), and a container still holds all of G2.
+      held = [{ namespace: 'team-b', name: 'big', resource: 'bettercompute.io/gpu', ids: [G2] }];
+      backend.reservations = [{ ...backend.reservations[0]!, atoms: [mig(G2, 1)] }];
+      await agent.reconcile();
+      const part = await allocate(RSV_RESOURCE, [mig(G2, 1)]).catch((x: unknown) => x as grpc.ServiceError);
+      expect((part as grpc.ServiceError).details).toContain(`atom ${mig(G2, 1)} overlaps ${G2}, held by team-b/big`);
+    });
+
+    it('what no live container holds, and containers of other resources, do not block', async () => {
+      held = [
+        { namespace: 'team-b', name: 'other-gpu', resource: 'bettercompute.io/gpu', ids: [G0] },
+        { namespace: 'team-b', name: 'nvidia', resource: 'nvidia.com/gpu', ids: [G2] },
+      ];
+      const r = await allocate(RSV_RESOURCE, [G2]);
+      expect(r.container_responses[0]!.envs).toMatchObject({ BETTERCOMPUTE_ATOMS: G2 });
+    });
+
+    it('without an answer from the PodResources API nothing is handed out', async () => {
+      podResources.forceShutdown();
+      try {
+        const e = await allocate(RSV_RESOURCE, [G2]).catch((x: unknown) => x as grpc.ServiceError);
+        expect((e as grpc.ServiceError).details).toMatch(/cannot check which atoms live containers hold/);
+      } finally {
+        podResources = new grpc.Server();
+      }
+    });
   });
 });
