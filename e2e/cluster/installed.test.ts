@@ -14,6 +14,7 @@ import {
   waitForPodPhase,
   type Pod,
 } from './harness.ts';
+import { devicePluginClient, grpc, unary } from '../../src/agent/grpc.ts';
 import { request } from '../../test/support/http.ts';
 import { installProduct, SYSTEM_NS, uninstallProduct, type Installed } from './install.ts';
 
@@ -280,5 +281,46 @@ describe('installed from the image with deploy/', () => {
       seen.push(a);
     }
     expect(seen.sort()).toEqual(atoms);
+  });
+
+  it("guard 6 on the real kubelet: Allocate for an atom a running container holds is refused, naming the holder", async () => {
+    const rsv = uniqueName('g6');
+    await apply({
+      apiVersion: 'bettercompute.io/v1alpha1',
+      kind: 'Reservation',
+      metadata: { name: rsv, namespace: NS },
+      spec: { pool: POOL, devices: [{ class: 'gpu', count: 2 }], duration: '1h' },
+    });
+    const booked = await waitFor('Reservation Reserved', async () => {
+      const r = await kubectlJson<RsvObject>(['-n', NS, 'get', 'reservation', rsv]);
+      return r.status?.phase === 'Reserved' ? r.status : undefined;
+    }, { timeoutMs: 120_000, intervalMs: 1000 });
+    const name = uniqueName('holder');
+    await apply({
+      apiVersion: 'v1',
+      kind: 'Pod',
+      metadata: { name, namespace: NS, labels: { 'bettercompute.io/reservation': rsv } },
+      spec: gpuPodSpec(1, 300),
+    });
+    await waitForPodPhase(NS, name, ['Running'], 120_000);
+    const held = await waitFor('the holder prints its atom', async () => /ATOMS=(\S+)/.exec(await kubectl(['-n', NS, 'logs', name]))?.[1], {
+      timeoutMs: 30_000,
+      intervalMs: 500,
+    });
+    const free = booked.allocations!.flatMap((a) => a.atoms).find((a) => a !== held)!;
+    // The agent's endpoint for this reservation, on the host, as the kubelet dials it.
+    const socket = path.join(c().devicePluginDir, `bettercompute-${booked.resourceName!.replace(/^.*\//, '')}.sock`);
+    const client = devicePluginClient(socket);
+    const allocate = (ids: string[]) => unary<object, { container_responses: { envs: Record<string, string> }[] }>(client, 'Allocate', { container_requests: [{ devices_ids: ids }] });
+    try {
+      const e = await allocate([held]).then(() => undefined, (x: unknown) => x as grpc.ServiceError);
+      expect(e?.code).toBe(grpc.status.FAILED_PRECONDITION);
+      expect(e?.details).toContain(`atom ${held} is held by ${NS}/${name} (container main, ${booked.resourceName})`);
+      // The reservation's other atom, which no container holds, is handed out: the refusal is the holder's.
+      expect((await allocate([free])).container_responses[0]!.envs).toMatchObject({ BETTERCOMPUTE_ATOMS: free });
+    } finally {
+      client.close();
+      await kubectlResult(['-n', NS, 'delete', 'pod', name, '--wait=false']);
+    }
   });
 });
