@@ -1,0 +1,28 @@
+// `npm run soak -- --minutes N [--seed S]`: the soak of e2e/soak/soak.ts on the test cluster (brought up, and taken
+// down again, unless another run has it up). Exits 1 when an invariant did not hold.
+import { parseArgs } from 'node:util';
+import { acquireCluster, releaseCluster } from '../cluster/harness.ts';
+import { formatReport, runSoak } from './soak.ts';
+
+const { values } = parseArgs({
+  options: { minutes: { type: 'string', default: '3' }, seed: { type: 'string' }, 'checkpoint-every': { type: 'string', default: '60' } },
+});
+const minutes = Number(values.minutes);
+if (!(minutes > 0)) {
+  process.stderr.write('usage: npm run soak -- --minutes N [--seed S] [--checkpoint-every SECONDS]\n');
+  process.exit(2);
+}
+await acquireCluster();
+let code = 1;
+try {
+  const report = await runSoak({
+    minutes,
+    checkpointEveryMs: Number(values['checkpoint-every']) * 1000,
+    ...(values.seed ? { seed: Number(values.seed) } : {}),
+  });
+  process.stdout.write(`${formatReport(report)}\n`);
+  code = report.violations.length ? 1 : 0;
+} finally {
+  await releaseCluster();
+}
+process.exit(code);

@@ -1,0 +1,478 @@
+// The soak (issue 11): the product on the test cluster — two `better-compute controller` replicas (child processes of
+// the real CLI) on a real PostgreSQL, kube-scheduler with the extender, the agent serving the real kubelet — while
+// Reservations, pods and nodes churn and faults are injected: the API server stalls, resets and refuses the
+// controllers' connections (a TCP proxy in front of it), PostgreSQL is killed and restarted, the leader is killed,
+// the kubelet restarts, and nodes are deleted while no leader runs. At checkpoints (churn and faults paused, the
+// system given time to settle) and at the end, it checks what must never happen:
+// - two live bookings of one atom overlap, or a quota counter differs from a rebuild (test/support/invariants.ts);
+// - a pod that is bound and not ended has lost its booking (released without evidence);
+// - a running GPU container's atoms differ from its booking;
+// - after a drift reconcile, the ledger still holds an orphan: a live booking of a pod that is gone, a live
+//   reservation whose Reservation is gone, or a node that is gone still in its pool or schedulable.
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import YAML from 'yaml';
+import { Agent } from '../../src/agent/agent.ts';
+import { fileSource, simulatedSpec } from '../../src/agent/discovery.ts';
+import { inProcessBackend } from '../../src/agentapi/state.ts';
+import { DbClock } from '../../src/db/clock.ts';
+import { startEmbedded, type EmbeddedServer } from '../../src/db/embedded.ts';
+import { migrate } from '../../src/db/migrate.ts';
+import { createPool, type Db } from '../../src/db/pool.ts';
+import { loadKubeConfig } from '../../src/extender/kube.ts';
+import { createLogger } from '../../src/log.ts';
+import { checkInvariants, CLEAN, rng } from '../../test/support/invariants.ts';
+import { gpus as simulatedGpus, installCrds, startReplica, type Replica } from '../cluster/controller-support.ts';
+import { schedulerConfigWithExtender } from '../cluster/extender-env.ts';
+import {
+  addSimulatedNodes,
+  apply,
+  clusterInfo,
+  defaultSchedulerConfig,
+  deletePodsNow,
+  kubectl,
+  kubectlJson,
+  kubectlResult,
+  removeSimulatedNodes,
+  restartKubelet,
+  restartScheduler,
+  SIMULATED_TOLERATION,
+  uniqueName,
+  waitFor,
+  type List,
+  type Pod,
+} from '../cluster/harness.ts';
+import { TcpProxy } from './tcp-proxy.ts';
+
+export interface SoakOptions {
+  minutes: number;
+  seed?: number;
+  /** Time between checkpoints (default 60 s). */
+  checkpointEveryMs?: number;
+  /** Progress lines. */
+  log?: (line: string) => void;
+}
+
+export interface Checkpoint {
+  atSeconds: number;
+  violations: string[];
+  livePods: number;
+  runningChecked: number;
+  liveBookings: number;
+}
+
+export interface SoakReport {
+  seed: number;
+  minutes: number;
+  ops: Record<string, number>;
+  faults: Record<string, number>;
+  checkpoints: Checkpoint[];
+  violations: string[];
+  leaderChanges: number;
+}
+
+const SIM_NODES = 3;
+const GPUS_PER_NODE = 8;
+const POOL_LABEL = 'bettercompute.io/soak-pool';
+const OUR_GPU = 'bettercompute.io/gpu';
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+interface SimNode {
+  name: string;
+  gpus: ReturnType<typeof simulatedGpus>;
+}
+
+interface PodView {
+  metadata: { name: string; namespace: string; uid: string; deletionTimestamp?: string; annotations?: Record<string, string> };
+  spec: { nodeName?: string; containers: { resources?: { limits?: Record<string, string> } }[] };
+  status?: { phase?: string };
+}
+
+export async function runSoak(o: SoakOptions): Promise<SoakReport> {
+  const seed = o.seed ?? Date.now() % 1_000_000;
+  const random = rng(seed);
+  const pick = <T>(xs: readonly T[]): T | undefined => (xs.length ? xs[Math.floor(random() * xs.length)] : undefined);
+  const say = o.log ?? ((line: string) => process.stderr.write(`[soak] ${line}\n`));
+  const c = clusterInfo();
+  const report: SoakReport = { seed, minutes: o.minutes, ops: {}, faults: {}, checkpoints: [], violations: [], leaderChanges: 0 };
+  const count = (bag: Record<string, number>, k: string) => (bag[k] = (bag[k] ?? 0) + 1);
+  const t0 = Date.now();
+  const elapsed = () => Math.round((Date.now() - t0) / 1000);
+
+  const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'bc-soak-'));
+  fs.chmodSync(tmp, 0o755);
+  const pgDir = path.join(tmp, 'pg');
+  const pgPort = 20000 + Math.floor(Math.random() * 20000);
+  let pg: EmbeddedServer = await startEmbedded({ dataDir: pgDir, port: pgPort, fast: true });
+  const db: Db = createPool(pg.url, 8);
+  {
+    const client = await db.connect();
+    await migrate(client);
+    client.release();
+  }
+  const ctrlNs = uniqueName('soak-ctrl');
+  const tenant = uniqueName('soak');
+  const poolName = uniqueName('soak-pool');
+  await installCrds();
+  await apply([
+    { apiVersion: 'v1', kind: 'Namespace', metadata: { name: ctrlNs } },
+    { apiVersion: 'v1', kind: 'Namespace', metadata: { name: tenant, labels: { 'bettercompute.io/tenant': tenant } } },
+  ]);
+
+  // The controllers reach the API server through the fault proxy; everything the soak itself does goes direct.
+  const kubeconfig = YAML.parse(fs.readFileSync(c.kubeconfig, 'utf8')) as { clusters: { cluster: { server: string } }[] };
+  const server = new URL(kubeconfig.clusters[0]!.cluster.server);
+  const apiProxy = new TcpProxy(() => [{ host: server.hostname, port: Number(server.port || 443) }]);
+  await apiProxy.listen();
+  for (const cl of kubeconfig.clusters) cl.cluster.server = `https://${server.hostname}:${apiProxy.port}`;
+  const proxiedKubeconfig = path.join(tmp, 'controller.kubeconfig');
+  fs.writeFileSync(proxiedKubeconfig, YAML.stringify(kubeconfig), { mode: 0o600 });
+
+  const replicaEnv = {
+    KUBECONFIG: proxiedKubeconfig,
+    LOG_LEVEL: 'info',
+    BETTER_COMPUTE_DRIFT_EVERY: '20s',
+  };
+  const replicas = new Map<string, Replica>();
+  const startNamed = async (name: string) => {
+    const r = await startReplica({ name, databaseUrl: pg.url, namespace: ctrlNs, env: replicaEnv });
+    replicas.set(name, r);
+    return r;
+  };
+  await Promise.all([startNamed('soak-a'), startNamed('soak-b')]);
+  // kube-scheduler calls whichever replica's extender is alive.
+  const extenderProxy = new TcpProxy(() =>
+    [...replicas.values()]
+      .filter((r) => r.child.exitCode === null && r.child.signalCode === null && r.extenderUrl)
+      .map((r) => {
+        const u = new URL(r.extenderUrl!);
+        return { host: u.hostname, port: Number(u.port) };
+      }),
+  );
+  await extenderProxy.listen();
+  await restartScheduler(schedulerConfigWithExtender(`http://127.0.0.1:${extenderProxy.port}/scheduler`));
+
+  // The agent on the real node: it reads the node's state by the function the controller's agent API serves.
+  const agentDb = createPool(pg.url, 4);
+  const clock = await DbClock.create(agentDb);
+  const devicesFile = path.join(tmp, 'devices.json');
+  fs.writeFileSync(devicesFile, JSON.stringify(simulatedSpec(c.nodeName, GPUS_PER_NODE)));
+  const agent = new Agent({
+    nodeName: c.nodeName,
+    devicePluginDir: c.devicePluginDir,
+    podResourcesSocket: c.podResourcesSocket,
+    source: fileSource(devicesFile),
+    backend: inProcessBackend(agentDb, clock, c.nodeName),
+    log: createLogger({ level: 'error' }),
+    kubeConfig: loadKubeConfig(c.kubeconfig),
+    reconcileEveryMs: 500,
+    discoverEveryMs: 5000,
+  });
+  await agent.start();
+
+  const simNodes: SimNode[] = [];
+  const addSimNodes = async (n: number) => {
+    const names = await addSimulatedNodes(n, { [POOL_LABEL]: poolName }, {}, { prefix: 'soak' });
+    const added = names.map((name) => ({ name, gpus: simulatedGpus(name, GPUS_PER_NODE) }));
+    await apply(added.map((s) => ({ apiVersion: 'bettercompute.io/v1alpha1', kind: 'NodeDevices', metadata: { name: s.name }, spec: { gpus: s.gpus, scalars: { vcpu: 64, memoryGiB: 512 } } })));
+    simNodes.push(...added);
+  };
+  await kubectl(['label', 'node', c.nodeName, `${POOL_LABEL}=${poolName}`, '--overwrite']);
+  await addSimNodes(SIM_NODES);
+  await apply({
+    apiVersion: 'bettercompute.io/v1alpha1',
+    kind: 'Pool',
+    metadata: { name: poolName },
+    spec: { nodeSelector: { [POOL_LABEL]: poolName }, ownerTenant: 'platform', gpuModel: 'H100', sharing: 'exclusive', offerings: [{ tenant, quota: { gpu: 64 } }] },
+  });
+  const totalGpus = (SIM_NODES + 1) * GPUS_PER_NODE;
+  await waitFor(`pool ${poolName} with ${totalGpus} GPUs`, async () => {
+    const p = await kubectlJson<{ status?: { capacity?: { resource: string; total: number }[] } }>(['get', 'pool', poolName]);
+    return p.status?.capacity?.find((r) => r.resource === 'gpu')?.total === totalGpus;
+  }, { timeoutMs: 120_000, intervalMs: 1000 });
+  say(`set up in ${elapsed()}s: 2 replicas, ${SIM_NODES} simulated nodes and ${c.nodeName}, ${totalGpus} GPUs; seed ${seed}`);
+
+  // --- churn -------------------------------------------------------------------------------------------------------
+  const reservations: string[] = [];
+  const pods: { name: string; kind: 'ondemand' | 'reservation' }[] = [];
+  const podSpec = (limits: Record<string, string>, seconds: number, tolerate: boolean) => ({
+    restartPolicy: 'Never',
+    terminationGracePeriodSeconds: 1,
+    ...(tolerate ? { tolerations: [SIMULATED_TOLERATION] } : {}),
+    containers: [{ name: 'main', image: c.busyboxImage, command: ['sh', '-c', `echo "ATOMS=$BETTERCOMPUTE_ATOMS"; sleep ${seconds}`], resources: { limits } }],
+  });
+  const churnOps: [number, string, () => Promise<void>][] = [
+    [3, 'reserve', async () => {
+      const name = uniqueName('r');
+      await apply({
+        apiVersion: 'bettercompute.io/v1alpha1',
+        kind: 'Reservation',
+        metadata: { name, namespace: tenant },
+        spec: { pool: poolName, devices: [{ class: 'gpu', count: 1 + Math.floor(random() * 2) }], duration: `${5 + Math.floor(random() * 10)}m` },
+      });
+      reservations.push(name);
+    }],
+    [2, 'release', async () => {
+      const name = pick(reservations);
+      if (!name) return;
+      reservations.splice(reservations.indexOf(name), 1);
+      await kubectl(['-n', tenant, 'delete', 'reservation', name, '--wait=false', '--ignore-not-found']);
+    }],
+    [4, 'pod-ondemand', async () => {
+      const name = uniqueName('od');
+      await apply({ apiVersion: 'v1', kind: 'Pod', metadata: { name, namespace: tenant }, spec: podSpec({ [OUR_GPU]: '1' }, 15 + Math.floor(random() * 45), false) });
+      pods.push({ name, kind: 'ondemand' });
+    }],
+    [3, 'pod-reservation', async () => {
+      const name = pick(reservations);
+      if (!name) return;
+      const r = await kubectlJson<{ status?: { phase?: string; resourceName?: string } }>(['-n', tenant, 'get', 'reservation', name]).catch(() => undefined);
+      if (r?.status?.phase !== 'Reserved' || !r.status.resourceName) return;
+      const pod = uniqueName('rp');
+      await apply({ apiVersion: 'v1', kind: 'Pod', metadata: { name: pod, namespace: tenant }, spec: podSpec({ [r.status.resourceName]: '1' }, 20 + Math.floor(random() * 60), true) });
+      pods.push({ name: pod, kind: 'reservation' });
+    }],
+    [3, 'pod-delete', async () => {
+      const p = pick(pods);
+      if (!p) return;
+      pods.splice(pods.indexOf(p), 1);
+      // Pods on simulated nodes have no kubelet to confirm a graceful deletion.
+      await deletePodsNow(tenant, [p.name]);
+    }],
+    [1, 'cordon', async () => {
+      const n = pick(simNodes);
+      if (n) await kubectl([random() < 0.5 ? 'cordon' : 'uncordon', n.name]);
+    }],
+    [2, 'health-flip', async () => {
+      const n = pick(simNodes);
+      if (!n) return;
+      const g = pick(n.gpus)!;
+      g.healthy = !g.healthy;
+      await kubectl(['patch', 'nodedevices', n.name, '--type=merge', '-p', JSON.stringify({ spec: { gpus: n.gpus } })]);
+    }],
+    [1, 'layout-change', async () => {
+      const n = pick(simNodes);
+      if (!n) return;
+      const g = pick(n.gpus)! as (typeof n.gpus)[number] & { mig?: { gi: number; ci: number; profile: string }[] };
+      if (g.mig) delete g.mig;
+      else g.mig = [{ gi: 1, ci: 0, profile: '3g.40gb' }, { gi: 2, ci: 0, profile: '3g.40gb' }];
+      await kubectl(['patch', 'nodedevices', n.name, '--type=merge', '-p', JSON.stringify({ spec: { gpus: n.gpus } })]);
+    }],
+    [1, 'node-delete', async () => {
+      const n = pick(simNodes);
+      if (!n) return;
+      await deleteSimNode(n);
+      await addSimNodes(1);
+    }],
+  ];
+  const deleteSimNode = async (n: SimNode) => {
+    simNodes.splice(simNodes.indexOf(n), 1);
+    await removeSimulatedNodes([n.name]);
+    await kubectl(['delete', 'nodedevices', n.name, '--ignore-not-found', '--wait=false']);
+    goneNodes.add(n.name);
+  };
+  const goneNodes = new Set<string>();
+  const weightSum = churnOps.reduce((s, [w]) => s + w, 0);
+
+  // --- faults ------------------------------------------------------------------------------------------------------
+  const leader = () => [...replicas.values()].find((r) => r.isLeader());
+  const restartReplica = async (name: string) => {
+    await startNamed(name);
+  };
+  const killPg = async () => {
+    // A crash, not a shutdown: SIGKILL the postmaster, then start the server again on its data.
+    const pid = Number(fs.readFileSync(path.join(pgDir, 'postmaster.pid'), 'utf8').split('\n')[0]);
+    process.kill(pid, 'SIGKILL');
+    await waitFor('postmaster gone', async () => {
+      try {
+        process.kill(pid, 0);
+        return false;
+      } catch {
+        return true;
+      }
+    }, { timeoutMs: 10_000, intervalMs: 100 });
+    await sleep(1000 + random() * 3000);
+    pg = await startEmbedded({ dataDir: pgDir, port: pgPort, fast: true });
+  };
+  const faultOps: [number, string, () => Promise<void>][] = [
+    [2, 'api-stall', () => apiProxy.stall(3000 + random() * 7000)],
+    [2, 'api-reset', async () => void apiProxy.reset()],
+    [1, 'api-refuse', () => apiProxy.refuse(2000 + random() * 4000)],
+    [2, 'postgres-kill', killPg],
+    [2, 'leader-kill', async () => {
+      const l = leader();
+      if (!l) return;
+      await l.kill();
+      await sleep(1000 + random() * 4000);
+      await restartReplica(l.name);
+    }],
+    [1, 'kubelet-restart', () => restartKubelet()],
+    [1, 'node-delete-during-failover', async () => {
+      const l = leader();
+      const n = pick(simNodes);
+      if (!l || !n) return;
+      // Every replica down: nobody sees the delete events.
+      const all = [...replicas.values()];
+      await Promise.all(all.map((r) => r.kill()));
+      await deleteSimNode(n);
+      await sleep(1000);
+      await Promise.all(all.map((r) => restartReplica(r.name)));
+      await addSimNodes(1);
+    }],
+  ];
+  const faultSum = faultOps.reduce((s, [w]) => s + w, 0);
+  const choose = <T>(ops: [number, string, T][], sum: number): [number, string, T] => {
+    let x = random() * sum;
+    for (const op of ops) if ((x -= op[0]) < 0) return op;
+    return ops[ops.length - 1]!;
+  };
+
+  let paused = false;
+  let stopping = false;
+  const deadline = t0 + o.minutes * 60_000;
+  const errors: Record<string, number> = {};
+  const loop = async (name: string, every: () => number, ops: [number, string, () => Promise<void>][], sum: number, bag: Record<string, number>) => {
+    while (!stopping) {
+      await sleep(every());
+      if (paused || stopping) continue;
+      const [, op, fn] = choose(ops, sum);
+      try {
+        await fn();
+        count(bag, op);
+      } catch (e) {
+        count(errors, `${name}:${op}`);
+        say(`${op} failed (${(e as Error).message.split('\n')[0]}); going on`);
+      }
+    }
+  };
+
+  // --- checkpoints -------------------------------------------------------------------------------------------------
+  const checkpoint = async (): Promise<Checkpoint> => {
+    const violations: string[] = [];
+    // Settle: every replica up, a leader, the releaser and a drift reconcile given time to run.
+    for (const r of [...replicas.values()]) if (r.child.exitCode !== null || r.child.signalCode !== null) await restartReplica(r.name);
+    await waitFor('a leader', async () => leader(), { timeoutMs: 60_000, intervalMs: 500 });
+    const since = Date.now();
+    const driftDone = await waitFor('a drift reconcile after the pause', async () =>
+      [...replicas.values()].some((r) => r.logs.some((l) => l.msg === 'drift reconcile complete' && Date.parse(String(l.time)) > since)),
+    { timeoutMs: Number(process.env.BC_SOAK_DRIFT_WAIT_MS ?? 90_000), intervalMs: 1000 }).catch(() => false);
+    if (!driftDone) violations.push('no drift reconcile completed within 90 s of the pause');
+    await sleep(5000);
+
+    const inv = await checkInvariants(db);
+    for (const [k, v] of Object.entries(inv)) {
+      const clean = (CLEAN as unknown as Record<string, unknown>)[k];
+      if (JSON.stringify(v) !== JSON.stringify(clean)) violations.push(`invariant ${k}: ${JSON.stringify(v).slice(0, 400)}`);
+    }
+    // The ledger first, then the cluster: a pod that is still there after its holding was released lost it
+    // without evidence.
+    const { rows: holdings } = await db.query<{ pod_uid: string; live: boolean; reservation_over: boolean; atoms: string[] | null }>(`
+      SELECT a.pod_uid, bool_or(a.released_at IS NULL AND upper(a.during) > compute_now()) AS live, false AS reservation_over,
+             array_agg(b.device_id ORDER BY b.device_id) FILTER (WHERE b.during @> compute_now()) AS atoms
+        FROM allocations a LEFT JOIN device_bookings b ON b.allocation_id = a.id
+       WHERE a.kind = 'pod' GROUP BY a.pod_uid
+      UNION ALL
+      SELECT p.pod_uid, bool_or(p.released_at IS NULL), bool_and(r.state NOT IN ('held', 'confirmed') OR r.ends_at <= compute_now()), NULL
+        FROM reservation_pod_assignments p JOIN reservations r ON r.id = p.reservation_id GROUP BY p.pod_uid`);
+    const byUid = new Map<string, (typeof holdings)[number]>();
+    for (const h of holdings) {
+      const prev = byUid.get(h.pod_uid);
+      byUid.set(h.pod_uid, prev ? { ...prev, live: prev.live || h.live, reservation_over: prev.reservation_over || h.reservation_over, atoms: prev.atoms ?? h.atoms } : h);
+    }
+    const listed = (await kubectlJson<List<PodView>>(['-n', tenant, 'get', 'pods'])).items;
+    const alive = listed.filter((p) => p.spec.nodeName && !p.metadata.deletionTimestamp && !['Succeeded', 'Failed'].includes(p.status?.phase ?? ''));
+    for (const p of alive) {
+      const h = byUid.get(p.metadata.uid);
+      if (h && !h.live && !h.reservation_over) violations.push(`pod ${p.metadata.name} (${p.status?.phase} on ${p.spec.nodeName}) lost its booking`);
+    }
+    let runningChecked = 0;
+    for (const p of alive.filter((x) => x.status?.phase === 'Running' && x.spec.nodeName === c.nodeName)) {
+      const log = await kubectlResult(['-n', tenant, 'logs', p.metadata.name]);
+      const atoms = /ATOMS=(\S*)/.exec(log.stdout)?.[1]?.split(',').filter(Boolean).sort() ?? [];
+      const h = byUid.get(p.metadata.uid);
+      const onDemand = p.spec.containers.some((ct) => ct.resources?.limits?.[OUR_GPU]);
+      if (onDemand && JSON.stringify(atoms) !== JSON.stringify(h?.atoms ?? [])) {
+        violations.push(`pod ${p.metadata.name} runs on ${atoms.join(',')} but is booked ${(h?.atoms ?? []).join(',')}`);
+      }
+      if (!onDemand && atoms.length !== 1) violations.push(`pod ${p.metadata.name} of a reservation runs on ${atoms.length} atoms, not 1`);
+      runningChecked++;
+    }
+    // Orphans after the reconcile: holdings of pods that are gone, reservations whose Reservation is gone, nodes that
+    // are gone but still in a pool.
+    const everyPod = new Set((await kubectlJson<List<Pod>>(['get', 'pods', '-A'])).items.map((p) => (p.metadata as { uid?: string }).uid));
+    const orphanPods = [...byUid.values()].filter((h) => h.live && !everyPod.has(h.pod_uid));
+    if (orphanPods.length) violations.push(`live holdings of ${orphanPods.length} pods that are gone: ${orphanPods.map((h) => h.pod_uid).slice(0, 5).join(',')}`);
+    const crs = (await kubectlJson<List<{ metadata: { uid: string } }>>(['get', 'reservations', '-A'])).items.map((r) => r.metadata.uid);
+    const { rows: orphanRsv } = await db.query<{ id: string }>(
+      `SELECT id FROM reservations WHERE state IN ('held', 'confirmed') AND ends_at > compute_now() AND NOT (idempotency_key = ANY($1))`,
+      [crs],
+    );
+    if (orphanRsv.length) violations.push(`${orphanRsv.length} live reservations whose Reservation is gone: ${orphanRsv.map((r) => r.id).join(',')}`);
+    const { rows: goneInPool } = await db.query<{ id: string }>(
+      `SELECT id FROM nodes WHERE id = ANY($1) AND (pool_id IS NOT NULL OR schedulable)`,
+      [[...goneNodes]],
+    );
+    if (goneInPool.length) violations.push(`deleted nodes still in a pool or schedulable: ${goneInPool.map((n) => n.id).join(',')}`);
+    const { rows: live } = await db.query<{ n: number }>(`SELECT count(*)::int AS n FROM device_bookings WHERE during @> compute_now()`);
+    return { atSeconds: elapsed(), violations, livePods: alive.length, runningChecked, liveBookings: live[0]!.n };
+  };
+
+  const churn = loop('churn', () => 300 + random() * 900, churnOps, weightSum, report.ops);
+  const faults = loop('fault', () => 8000 + random() * 12000, faultOps, faultSum, report.faults);
+  const every = o.checkpointEveryMs ?? 60_000;
+  try {
+    while (Date.now() < deadline) {
+      await sleep(Math.min(every, Math.max(0, deadline - Date.now())));
+      paused = true;
+      await sleep(2000); // an operation in flight finishes
+      const last = Date.now() >= deadline;
+      const cp = await checkpoint();
+      report.checkpoints.push(cp);
+      report.violations.push(...cp.violations.map((v) => `[${cp.atSeconds}s] ${v}`));
+      say(
+        `checkpoint at ${cp.atSeconds}s: ${cp.violations.length ? `${cp.violations.length} VIOLATIONS` : 'clean'}; ${cp.livePods} live pods ` +
+          `(${cp.runningChecked} running on ${c.nodeName} checked), ${cp.liveBookings} live atom bookings; ops ${JSON.stringify(report.ops)}; faults ${JSON.stringify(report.faults)}`,
+      );
+      for (const v of cp.violations) say(`  ${v}`);
+      if (last) break;
+      paused = false;
+    }
+  } finally {
+    stopping = true;
+    await Promise.all([churn, faults]);
+    report.leaderChanges = [...replicas.values()].reduce((n, r) => n + r.logs.filter((l) => l.msg === 'took the ledger fence').length, 0);
+    if (Object.keys(errors).length) say(`operations that failed (and were let go): ${JSON.stringify(errors)}`);
+    // Clean up: what the soak made, and the scheduler's default configuration.
+    await kubectlResult(['delete', 'namespace', tenant, '--wait=false']);
+    await kubectlResult(['-n', tenant, 'delete', 'reservations', '--all', '--wait=true', '--timeout=60s'], { timeoutMs: 70_000 });
+    await removeSimulatedNodes(simNodes.map((n) => n.name)).catch(() => undefined);
+    await kubectlResult(['delete', 'nodedevices', ...simNodes.map((n) => n.name), '--ignore-not-found']);
+    await kubectlResult(['delete', 'pool', poolName, '--wait=true', '--timeout=60s'], { timeoutMs: 70_000 });
+    await kubectlResult(['label', 'node', c.nodeName, `${POOL_LABEL}-`]);
+    await restartScheduler(defaultSchedulerConfig()).catch(() => undefined);
+    await Promise.all([...replicas.values()].map((r) => r.stop()));
+    await agent.stop();
+    await kubectlResult(['delete', 'namespace', ctrlNs, '--wait=false']);
+    await apiProxy.close();
+    await extenderProxy.close();
+    await agentDb.end();
+    await db.end();
+    await pg.stop();
+    fs.rmSync(tmp, { recursive: true, force: true });
+  }
+  return report;
+}
+
+/** The report as a few lines of text (README, CI log). */
+export function formatReport(r: SoakReport): string {
+  const lines = [
+    `soak: ${r.minutes} min, seed ${r.seed}, ${r.checkpoints.length} checkpoints, ${r.leaderChanges} leaderships taken`,
+    `operations: ${Object.entries(r.ops).map(([k, v]) => `${k} ${v}`).join(', ')}`,
+    `faults:     ${Object.entries(r.faults).map(([k, v]) => `${k} ${v}`).join(', ')}`,
+    `invariants: ${r.violations.length ? `${r.violations.length} VIOLATIONS` : 'all held at every checkpoint'}`,
+    ...r.violations.map((v) => `  ${v}`),
+  ];
+  return lines.join('\n');
+}
