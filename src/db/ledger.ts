@@ -233,8 +233,9 @@ export class Ledger {
       if (pool && this.pools.has(pool.pool_id)) await this.reloadNodes(pool.pool_id, [existing.nodeId]);
     }
     if (!outcome.ok) {
+      // A concurrent bind of the same pod on this node may have booked it meanwhile.
       const again = await this.podBooking(p.podUid);
-      if (again) return { ok: true, ...again, existing: true };
+      if (again?.nodeId === p.nodeId) return { ok: true, ...again, existing: true };
       return outcome;
     }
     const a = outcome.reservation.allocations[0]!;

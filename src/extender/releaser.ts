@@ -98,7 +98,9 @@ export async function startPodReleaser(deps: ReleaserDeps): Promise<Releaser> {
         log.warn('release fenced: another replica leads', { podUid: uid });
         return false;
       }
-      const n = (retries.get(uid)?.attempt ?? 0) + 1;
+      const prev = retries.get(uid);
+      if (prev) clearTimeout(prev.timer);
+      const n = (prev?.attempt ?? 0) + 1;
       const delayMs = Math.min(retryMaxMs, retryMinMs * 2 ** (n - 1));
       log.error('release failed; retrying', { podUid: uid, why, attempt: n, delayMs, ...errorFields(e) });
       const timer = setTimeout(() => void release(uid, why), delayMs);

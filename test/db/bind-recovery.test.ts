@@ -48,7 +48,7 @@ class FakeKube implements ExtenderKube {
   async nodeAllocatable() {
     return this.allocatable;
   }
-  async namespaceLabels(name: string) {
+  async namespaceLabels(name: string): Promise<Record<string, string>> {
     return name === 'acme-train' ? { [TENANT_LABEL]: 'acme' } : {};
   }
   async annotatePod() {}
