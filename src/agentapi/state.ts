@@ -2,7 +2,8 @@
 // atoms there now, and its on-demand admission in flight. Used by the agent API's router and by in-process agents.
 import type { Clock } from '../db/clock.ts';
 import type { Db } from '../db/pool.ts';
-import { activeReservationsOnNode, currentAdmission, dropAdmission, nodeAtoms } from '../extender/queries.ts';
+import { dropAdmission } from '../db/handoff.ts';
+import { activeReservationsOnNode, currentAdmission, nodeAtoms } from '../extender/queries.ts';
 import { RESOURCE_OF_CLASS, reservationResourceName } from '../extender/resources.ts';
 import type { AgentBackend, NodeAtom, NodeState } from './wire.ts';
 

@@ -9,6 +9,7 @@ import type { Candidate, NodeSnap, PlacementRequest, PlanResult, PoolSnap } from
 import { newAllocationId, newReservationId } from '../ids.ts';
 import type pg from 'pg';
 import { isRetryable, sqlState } from './errors.ts';
+import * as handoff from './handoff.ts';
 import { withRetriedTransaction, withTransaction, type Db } from './pool.ts';
 import { getPool, isPoolVisible, loadNodes, type PoolInfo } from './snapshot.ts';
 
@@ -117,6 +118,14 @@ export class Ledger {
     });
   }
 
+  /** A transaction, fenced when this ledger belongs to a leader, run again when PostgreSQL aborts it for a deadlock. */
+  private tx<T>(fn: (c: pg.PoolClient) => Promise<T>): Promise<T> {
+    return withRetriedTransaction(this.db, async (c) => {
+      await this.checkFence(c, this.opts.fence?.());
+      return fn(c);
+    });
+  }
+
   private async checkFence(c: pg.ClientBase, fence: Fence | undefined): Promise<void> {
     if (!fence) return;
     try {
@@ -186,7 +195,9 @@ export class Ledger {
   /**
    * Books atoms on one node for an on-demand pod (no reservation), from now for `durationSeconds`, or open-ended when
    * null — open-ended only on atoms with no booking ahead, so it never overlaps a future booking. Quota and every guard
-   * apply. Idempotent per pod: a pod that holds a live booking gets it back.
+   * apply. Idempotent per pod: a pod that holds a live booking on this node gets it back. One on another node (left by a
+   * bind that stopped before its Binding; the caller checked that the pod is not bound) is moved: released in the same
+   * transaction that books the new one, and kept when the new one does not commit.
    */
   async bookPod(
     p: {
@@ -200,7 +211,7 @@ export class Ledger {
     now: number,
   ): Promise<PodBookingOutcome> {
     const existing = await this.podBooking(p.podUid);
-    if (existing) return { ok: true, ...existing, existing: true };
+    if (existing?.nodeId === p.nodeId) return { ok: true, ...existing, existing: true };
     const input: ReservationCreateInput = {
       tenantId: p.tenantId,
       poolId: p.poolId,
@@ -210,11 +221,21 @@ export class Ledger {
       idempotencyKey: p.podUid,
     };
     const started = performance.now();
-    const outcome = await this.reserveOnce(input, now, { podUid: p.podUid, nodeId: p.nodeId, openEnded: p.durationSeconds === null });
+    const outcome = await this.reserveOnce(input, now, {
+      podUid: p.podUid,
+      nodeId: p.nodeId,
+      openEnded: p.durationSeconds === null,
+      ...(existing ? { replacing: existing.allocationId } : {}),
+    });
     this.opts.metrics?.onPlacement?.((performance.now() - started) / 1000, outcome.ok ? 'pod' : outcome.code);
+    if (existing && outcome.ok) {
+      const pool = (await this.db.query<{ pool_id: string }>('SELECT pool_id FROM allocations WHERE id = $1', [existing.allocationId])).rows[0];
+      if (pool && this.pools.has(pool.pool_id)) await this.reloadNodes(pool.pool_id, [existing.nodeId]);
+    }
     if (!outcome.ok) {
+      // A concurrent bind of the same pod on this node may have booked it meanwhile.
       const again = await this.podBooking(p.podUid);
-      if (again) return { ok: true, ...again, existing: true };
+      if (again?.nodeId === p.nodeId) return { ok: true, ...again, existing: true };
       return outcome;
     }
     const a = outcome.reservation.allocations[0]!;
@@ -233,25 +254,40 @@ export class Ledger {
     return r ? { allocationId: r.id, nodeId: r.node_id, atoms: r.atoms } : undefined;
   }
 
-  /** Ends a pod's on-demand booking now (truncated, counters given back). Returns whether there was one. */
+  /**
+   * Gives back everything a pod holds, in one transaction: its reservation assignment freed, its on-demand booking
+   * truncated (counters given back), its admission lease dropped. Idempotent. Returns whether it held an assignment or
+   * a booking.
+   */
   async releasePod(podUid: string): Promise<boolean> {
-    const rows = await withRetriedTransaction(this.db, async (c) => {
-      await this.checkFence(c, this.opts.fence?.());
-      const { rows } = await c.query<{ id: string; node_id: string; pool_id: string }>(
-        `SELECT id, node_id, pool_id FROM allocations WHERE pod_uid = $1 AND kind = 'pod' AND released_at IS NULL`,
-        [podUid],
-      );
-      if (rows.length) await c.query('SELECT bc_release_allocations($1)', [rows.map((r) => r.id)]);
-      return rows;
-    });
-    for (const r of rows) if (this.pools.has(r.pool_id)) await this.reloadNodes(r.pool_id, [r.node_id]);
-    return rows.length > 0;
+    const r = await this.tx((c) => handoff.releasePodHoldings(c, podUid));
+    for (const b of r.bookings) if (this.pools.has(b.pool_id)) await this.reloadNodes(b.pool_id, [b.node_id]);
+    return r.assignment || r.bookings.length > 0;
+  }
+
+  /** Assigns a reservation's pod to atoms of its reservation on a node (handoff.assignPod), in one transaction. */
+  assignPod(a: handoff.AssignmentRequest): Promise<handoff.AssignOutcome> {
+    return this.tx((c) => handoff.assignPod(c, a));
+  }
+
+  /** Takes a node's on-demand admission lease for a pod; false while another pod's is in flight there. */
+  takeAdmission(a: { nodeId: string; podUid: string; namespace: string; podName: string; ttlSeconds: number }): Promise<boolean> {
+    return this.tx((c) => handoff.takeAdmission(c, a));
+  }
+
+  setAdmissionAtoms(nodeId: string, podUid: string, atoms: string[]): Promise<void> {
+    return this.tx((c) => handoff.setAdmissionAtoms(c, nodeId, podUid, atoms));
+  }
+
+  /** Drops a pod's admission lease (on one node, or anywhere when null). */
+  dropAdmission(nodeId: string | null, podUid: string): Promise<boolean> {
+    return this.tx((c) => handoff.dropAdmission(c, nodeId, podUid));
   }
 
   private async reserveOnce(
     input: ReservationCreateInput,
     now: number,
-    pod?: { podUid: string; nodeId: string; openEnded: boolean },
+    pod?: { podUid: string; nodeId: string; openEnded: boolean; replacing?: string },
   ): Promise<ReserveOutcome> {
     const notFound = { ok: false, code: 'NOT_FOUND', message: `pool ${input.poolId} not found`, replans: 0 } as const;
     let c = await this.cached(input.poolId).catch(() => undefined);
@@ -295,7 +331,7 @@ export class Ledger {
       const undoAssume = assume(c, chosen, req.window);
       let r: PlaceResult;
       try {
-        const { rows } = await this.write<{ r: PlaceResult }>('SELECT bc_place($1) AS r', [
+        r = await this.place(
           {
             tenantId: input.tenantId,
             poolId: input.poolId,
@@ -305,8 +341,8 @@ export class Ledger {
             podUid: pod?.podUid ?? null,
             allocations,
           },
-        ]);
-        r = rows[0]!.r;
+          pod?.replacing,
+        );
       } catch (e) {
         undoAssume();
         if (!isRetryable(e) || replans >= this.maxReplans) throw e;
@@ -375,6 +411,31 @@ export class Ledger {
       this.opts.metrics?.onReplan?.();
       await this.reloadNodes(input.poolId, r.nodeId ? [r.nodeId] : chosen.map((x) => x.nodeId));
     }
+  }
+
+  /** bc_place; when `replacing` (a pod's allocation elsewhere), that one is released in the same transaction first. */
+  private async place(arg: unknown, replacing?: string): Promise<PlaceResult> {
+    if (!replacing) return (await this.write<{ r: PlaceResult }>('SELECT bc_place($1) AS r', [arg])).rows[0]!.r;
+    const notPlaced = new Error('not placed');
+    let result: PlaceResult | undefined;
+    try {
+      await withTransaction(this.db, async (c) => {
+        await this.checkFence(c, this.opts.fence?.());
+        const { rows } = await c.query<{ node_id: string; pod_uid: string }>(
+          'SELECT node_id, pod_uid FROM allocations WHERE id = $1 AND released_at IS NULL',
+          [replacing],
+        );
+        if (rows[0]) {
+          await c.query('SELECT bc_release_allocations($1)', [[replacing]]);
+          await handoff.dropAdmission(c, rows[0].node_id, rows[0].pod_uid);
+        }
+        result = (await c.query<{ r: PlaceResult }>('SELECT bc_place($1) AS r', [arg])).rows[0]!.r;
+        if (!result.ok) throw notPlaced; // rolled back: the old booking stays
+      });
+    } catch (e) {
+      if (e !== notPlaced) throw e;
+    }
+    return result!;
   }
 
   private async existingOutcome(

@@ -1,4 +1,5 @@
-// SQL for pod assignments and on-demand admission leases (migrations/0005_pod_assignments.sql): one statement each.
+// Reads for the hand-off to pods (migrations/0005_pod_assignments.sql): one statement each. The writes are the ledger
+// gateway's (src/db/handoff.ts, through Ledger).
 import type { Db } from '../db/pool.ts';
 
 interface Queryable {
@@ -46,71 +47,6 @@ export async function reservationAtoms(db: Queryable, reservationId: string): Pr
   };
 }
 
-/**
- * Records a pod's assignment to `count` of its reservation's atoms on a node, if they are not all assigned already.
- * Checked here, under the reservation's row lock, with the database's clock: that the reservation is the pod's
- * tenant's (`tenantId`, of the pod's namespace), held or confirmed, and that now is inside its window. So concurrent
- * binds of one reservation count one after another, and a bind cannot land outside the window it was filtered in.
- * Idempotent per pod. Returns 'ok', 'existing' or the reason it does not fit.
- */
-export async function assignPod(
-  c: Queryable,
-  a: { podUid: string; reservationId: string; tenantId: string; nodeId: string; namespace: string; podName: string; count: number },
-): Promise<{ ok: true; existing: boolean } | { ok: false; reason: string }> {
-  const { rows } = await c.query(
-    `WITH r AS (SELECT id, state, tenant_id, starts_at <= compute_now() AS started, compute_now() < ends_at AS open,
-                       (extract(epoch FROM starts_at) * 1000)::float8 AS start_ms, (extract(epoch FROM ends_at) * 1000)::float8 AS end_ms
-                FROM reservations WHERE id = $2 FOR UPDATE),
-     existing AS (SELECT node_id FROM reservation_pod_assignments WHERE pod_uid = $1 AND released_at IS NULL),
-     held AS (SELECT count(*)::int AS n FROM allocations al JOIN device_bookings b ON b.allocation_id = al.id
-              WHERE al.reservation_id = $2 AND al.node_id = $3 AND al.released_at IS NULL AND NOT isempty(b.during)
-                AND upper(b.during) > compute_now()),
-     used AS (SELECT coalesce(sum(count), 0)::int AS n FROM reservation_pod_assignments
-              WHERE reservation_id = $2 AND node_id = $3 AND released_at IS NULL)
-     SELECT (SELECT state FROM r) AS state, (SELECT tenant_id FROM r) AS tenant_id,
-            (SELECT started FROM r) AS started, (SELECT open FROM r) AS open,
-            (SELECT start_ms FROM r) AS start_ms, (SELECT end_ms FROM r) AS end_ms,
-            (SELECT node_id FROM existing) AS existing, held.n AS held, used.n AS used
-     FROM held, used`,
-    [a.podUid, a.reservationId, a.nodeId],
-  );
-  const r = rows[0]!;
-  if (!r.state) return { ok: false, reason: `reservation ${a.reservationId} not found` };
-  // Neither the other tenant's name nor the window is told: the reason ends up in the pod's events.
-  if (r.tenant_id !== a.tenantId) return { ok: false, reason: `reservation ${a.reservationId} belongs to another tenant than ${a.tenantId} (namespace ${a.namespace})` };
-  if (r.state !== 'held' && r.state !== 'confirmed') return { ok: false, reason: `reservation ${a.reservationId} is ${r.state}` };
-  if (!r.started) return { ok: false, reason: `reservation ${a.reservationId} starts at ${new Date(r.start_ms as number).toISOString()}` };
-  if (!r.open) return { ok: false, reason: `reservation ${a.reservationId} ended at ${new Date(r.end_ms as number).toISOString()}` };
-  if (r.existing) return r.existing === a.nodeId ? { ok: true, existing: true } : { ok: false, reason: `pod is assigned to ${r.existing}` };
-  if (r.used + a.count > r.held) {
-    return { ok: false, reason: `reservation ${a.reservationId} holds ${r.held} atoms on ${a.nodeId}, ${r.used} assigned; pod asks ${a.count}` };
-  }
-  await c.query(
-    `INSERT INTO reservation_pod_assignments (pod_uid, reservation_id, node_id, namespace, pod_name, count)
-     VALUES ($1, $2, $3, $4, $5, $6)`,
-    [a.podUid, a.reservationId, a.nodeId, a.namespace, a.podName, a.count],
-  );
-  return { ok: true, existing: false };
-}
-
-/** Frees a pod's live assignment. Returns whether there was one. */
-export async function releaseAssignment(c: Queryable, podUid: string): Promise<boolean> {
-  const { rowCount } = await c.query(
-    `UPDATE reservation_pod_assignments SET released_at = compute_now() WHERE pod_uid = $1 AND released_at IS NULL`,
-    [podUid],
-  );
-  return (rowCount ?? 0) > 0;
-}
-
-/** Live assignments of a reservation (for eviction when it ends). */
-export async function assignmentsOf(c: Queryable, reservationId: string): Promise<{ podUid: string; namespace: string; podName: string }[]> {
-  const { rows } = await c.query(
-    `SELECT pod_uid, namespace, pod_name FROM reservation_pod_assignments WHERE reservation_id = $1 AND released_at IS NULL`,
-    [reservationId],
-  );
-  return rows.map((r) => ({ podUid: r.pod_uid, namespace: r.namespace, podName: r.pod_name }));
-}
-
 export interface Admission {
   nodeId: string;
   podUid: string;
@@ -120,36 +56,35 @@ export interface Admission {
 }
 
 /**
- * Takes the node's on-demand admission lease for a pod: free, expired, or already this pod's. Returns false when
- * another pod's admission is in flight there.
+ * Where a pod holds atoms already (a bind that stopped between its booking and its Binding leaves this): the node of
+ * its live on-demand booking or reservation assignment, if any.
  */
-export async function takeAdmission(
-  c: Queryable,
-  a: { nodeId: string; podUid: string; namespace: string; podName: string; ttlSeconds: number },
-): Promise<boolean> {
-  const { rowCount } = await c.query(
-    `INSERT INTO ondemand_admissions (node_id, pod_uid, namespace, pod_name, expires_at)
-     VALUES ($1, $2, $3, $4, compute_now() + make_interval(secs => $5))
-     ON CONFLICT (node_id) DO UPDATE SET pod_uid = EXCLUDED.pod_uid, namespace = EXCLUDED.namespace,
-       pod_name = EXCLUDED.pod_name, atoms = CASE WHEN ondemand_admissions.pod_uid = EXCLUDED.pod_uid THEN ondemand_admissions.atoms ELSE '{}' END,
-       taken_at = compute_now(), expires_at = EXCLUDED.expires_at
-     WHERE ondemand_admissions.pod_uid = EXCLUDED.pod_uid OR ondemand_admissions.expires_at <= compute_now()`,
-    [a.nodeId, a.podUid, a.namespace, a.podName, a.ttlSeconds],
+export async function podHolding(c: Queryable, podUid: string): Promise<string | undefined> {
+  const { rows } = await c.query<{ node_id: string }>(
+    `SELECT node_id FROM allocations WHERE pod_uid = $1 AND kind = 'pod' AND released_at IS NULL
+     UNION ALL SELECT node_id FROM reservation_pod_assignments WHERE pod_uid = $1 AND released_at IS NULL LIMIT 1`,
+    [podUid],
   );
-  return (rowCount ?? 0) > 0;
+  return rows[0]?.node_id;
 }
 
-export async function setAdmissionAtoms(c: Queryable, nodeId: string, podUid: string, atoms: string[]): Promise<void> {
-  await c.query(`UPDATE ondemand_admissions SET atoms = $3 WHERE node_id = $1 AND pod_uid = $2`, [nodeId, podUid, atoms]);
+/** The pods that hold anything in the ledger: a live assignment, a live on-demand booking, or an admission lease. */
+export async function podsHolding(c: Queryable): Promise<string[]> {
+  const { rows } = await c.query<{ uid: string }>(
+    `SELECT pod_uid AS uid FROM reservation_pod_assignments WHERE released_at IS NULL
+     UNION SELECT pod_uid FROM allocations WHERE kind = 'pod' AND released_at IS NULL
+     UNION SELECT pod_uid FROM ondemand_admissions`,
+  );
+  return rows.map((r) => r.uid);
 }
 
-/** Ends an admission (the agent allocated, the bind failed, or the pod went). Only the holder's lease is dropped. */
-export async function dropAdmission(c: Queryable, nodeId: string | null, podUid: string): Promise<boolean> {
-  const { rowCount } = await c.query(
-    `DELETE FROM ondemand_admissions WHERE pod_uid = $2 AND ($1::text IS NULL OR node_id = $1)`,
-    [nodeId, podUid],
+/** Live assignments of reservations that ended (released, expired, or past their window): their pods are evicted. */
+export async function assignmentsOfEndedReservations(c: Queryable): Promise<{ podUid: string; namespace: string; podName: string }[]> {
+  const { rows } = await c.query(
+    `SELECT a.pod_uid, a.namespace, a.pod_name FROM reservation_pod_assignments a JOIN reservations r ON r.id = a.reservation_id
+     WHERE a.released_at IS NULL AND (r.state IN ('released', 'expired') OR r.ends_at <= compute_now())`,
   );
-  return (rowCount ?? 0) > 0;
+  return rows.map((r) => ({ podUid: r.pod_uid, namespace: r.namespace, podName: r.pod_name }));
 }
 
 /** The node's live admission, if any. */

@@ -1,12 +1,22 @@
-// Release: a pod that ends (Succeeded, Failed, deleted) gives its atoms back — its reservation assignment is freed, or
-// its on-demand booking truncated — and its admission lease, if any, dropped. Pods of a reservation that has ended are
-// evicted with a grace period. Started by the controller (every replica may run it: each step is idempotent).
+// Release: a pod that ends gives its atoms back — its reservation assignment freed, its on-demand booking truncated,
+// its admission lease dropped, in one transaction (Ledger.releasePod) — and pods of a reservation that has ended are
+// evicted with a grace period. Started by the leader (each step is idempotent, so a second replica doing it is harmless).
+//
+// Only on evidence that the pod is gone (docs: DESIGN.md "Faults"):
+// - a watch event: the pod terminated (Succeeded, Failed) or was deleted; a pod the cache held and that a complete,
+//   successful relist lacks, or whose name now belongs to another uid, was deleted too (uids are never reused);
+// - the orphan sweep, for pods that went while nobody watched: a pod that holds atoms and is missing from a complete,
+//   successful pod LIST is released only when a second such LIST, started at least `orphanGraceMs` after the first
+//   completed, still lacks it. A failed, partial or not yet made list proves nothing, and an empty cache is never read
+//   as "no pods".
+// A release that fails (database down) is retried with backoff until it commits; only the pending retries are kept.
 import * as k8s from '@kubernetes/client-node';
-import type { Ledger } from '../db/ledger.ts';
+import { Informer } from '../controller/informer.ts';
+import { FencedError, type Ledger } from '../db/ledger.ts';
 import type { Db } from '../db/pool.ts';
 import { errorFields, type Logger } from '../log.ts';
 import { httpStatus, type ExtenderKube } from './kube.ts';
-import { dropAdmission, releaseAssignment } from './queries.ts';
+import { assignmentsOfEndedReservations, podsHolding } from './queries.ts';
 
 export interface ReleaserDeps {
   db: Db;
@@ -18,107 +28,233 @@ export interface ReleaserDeps {
   evictionGraceSeconds?: number;
   /** How often ended reservations are looked for (ms). */
   sweepEveryMs?: number;
+  /**
+   * How long a pod that holds atoms must stay missing from successful pod lists before it is released (default 30 s):
+   * two lists this far apart both lack it. Covers a pod that is bound while a list is in flight.
+   */
+  orphanGraceMs?: number;
+  /** How often the orphan sweep lists pods (default 60 s; it also runs at start). */
+  orphanSweepEveryMs?: number;
+  /** Backoff of a failed release: from this, doubling (default 500 ms) ... */
+  retryMinMs?: number;
+  /** ... up to this (default 30 s). */
+  retryMaxMs?: number;
+  /** The pod watch's server-side timeout and liveness (the Informer's defaults when unset). */
+  watchTimeoutSeconds?: number;
+  watchLivenessMs?: number;
 }
 
 export interface Releaser {
-  /** Releases what one pod holds (exposed for tests and for callers that know a pod ended). */
-  release(podUid: string): Promise<void>;
+  /**
+   * Releases what one pod holds (for callers that know the pod is gone). Resolves true once committed; false when it
+   * failed and a retry is scheduled (or the write was fenced: another replica leads and releases it).
+   */
+  release(podUid: string): Promise<boolean>;
   /** One pass over ended reservations: evicts their pods. Returns the pods evicted. */
   sweep(): Promise<string[]>;
+  /**
+   * One orphan pass: lists every pod (all pages) and releases the holdings of pods missing from this list and from one
+   * at least `orphanGraceMs` before it. Rejects, releasing nothing, when the list fails. For the drift reconcile too.
+   */
+  sweepOrphans(): Promise<{ released: string[] }>;
+  /** Pods whose release failed and waits for a retry. */
+  pendingRetries(): string[];
   stop(): Promise<void>;
 }
 
 const TERMINAL = new Set(['Succeeded', 'Failed']);
 
-export async function releasePodHoldings(db: Db, ledger: Ledger, podUid: string): Promise<boolean> {
-  // A pod holds either an assignment (reservation) or a booking (on demand); each release is one transaction.
-  const a = await releaseAssignment(db, podUid);
-  const b = await ledger.releasePod(podUid);
-  await dropAdmission(db, null, podUid);
-  return a || b;
+interface PodLite {
+  metadata: { name: string; namespace?: string; uid?: string; resourceVersion?: string };
+  status?: { phase?: string };
 }
 
 export async function startPodReleaser(deps: ReleaserDeps): Promise<Releaser> {
   const grace = deps.evictionGraceSeconds ?? 30;
+  const orphanGraceMs = deps.orphanGraceMs ?? 30_000;
+  const retryMinMs = deps.retryMinMs ?? 500;
+  const retryMaxMs = deps.retryMaxMs ?? 30_000;
   const core = deps.kubeConfig.makeApiClient(k8s.CoreV1Api);
-  const released = new Set<string>();
-  const evicted = new Set<string>();
+  const log = deps.log;
   let stopped = false;
 
-  const release = async (uid: string) => {
-    if (released.has(uid)) return;
+  // ---- releases, retried until they commit ---------------------------------------------------------------------
+  const retries = new Map<string, { attempt: number; timer: NodeJS.Timeout }>();
+  const inflight = new Map<string, Promise<boolean>>();
+
+  const attempt = async (uid: string, why: string): Promise<boolean> => {
     try {
-      if (await releasePodHoldings(deps.db, deps.ledger, uid)) deps.log.info('released pod holdings', { podUid: uid });
-      released.add(uid);
+      const held = await deps.ledger.releasePod(uid);
+      const r = retries.get(uid);
+      if (r) clearTimeout(r.timer);
+      retries.delete(uid);
+      if (held || r) log.info('released pod holdings', { podUid: uid, why, ...(r ? { attempts: r.attempt + 1 } : {}) });
+      return true;
     } catch (e) {
-      deps.log.error('release failed', { podUid: uid, ...errorFields(e) });
+      if (stopped) return false;
+      if (e instanceof FencedError) {
+        // Another replica leads now; its releaser finds the pod gone as well.
+        retries.delete(uid);
+        log.warn('release fenced: another replica leads', { podUid: uid });
+        return false;
+      }
+      const prev = retries.get(uid);
+      if (prev) clearTimeout(prev.timer);
+      const n = (prev?.attempt ?? 0) + 1;
+      const delayMs = Math.min(retryMaxMs, retryMinMs * 2 ** (n - 1));
+      log.error('release failed; retrying', { podUid: uid, why, attempt: n, delayMs, ...errorFields(e) });
+      const timer = setTimeout(() => void release(uid, why), delayMs);
+      timer.unref?.();
+      retries.set(uid, { attempt: n, timer });
+      return false;
     }
   };
 
-  const onPod = (pod: k8s.V1Pod, deleted: boolean) => {
-    const uid = pod.metadata?.uid;
-    if (!uid) return;
-    if (deleted || TERMINAL.has(pod.status?.phase ?? '')) void release(uid);
+  const release = (uid: string, why: string): Promise<boolean> => {
+    if (stopped) return Promise.resolve(false);
+    const running = inflight.get(uid);
+    if (running) return running;
+    const p = attempt(uid, why).finally(() => inflight.delete(uid));
+    inflight.set(uid, p);
+    return p;
   };
 
-  const informer = k8s.makeInformer(deps.kubeConfig, '/api/v1/pods', () => core.listPodForAllNamespaces());
-  informer.on('add', (p) => onPod(p, false));
-  informer.on('update', (p) => onPod(p, false));
-  informer.on('delete', (p) => onPod(p, true));
-  informer.on('error', () => {
-    if (stopped) return;
-    setTimeout(() => {
-      if (!stopped) void informer.start().catch((e: unknown) => deps.log.warn('pod informer restart failed', errorFields(e)));
-    }, 1000);
+  // ---- watch events ------------------------------------------------------------------------------------------
+  const uidOf = (p: PodLite) => p.metadata.uid;
+  const informer = new Informer<PodLite & { metadata: { name: string } }>({
+    name: 'pods-releaser',
+    kc: deps.kubeConfig,
+    path: '/api/v1/pods',
+    list: async () => {
+      const list = await core.listPodForAllNamespaces();
+      // Only what release needs is kept in the cache.
+      return {
+        metadata: { resourceVersion: list.metadata?.resourceVersion ?? '' },
+        items: list.items.map((p) => ({
+          metadata: { name: p.metadata?.name ?? '', namespace: p.metadata?.namespace, uid: p.metadata?.uid, resourceVersion: p.metadata?.resourceVersion },
+          status: { phase: p.status?.phase },
+        })),
+      };
+    },
+    log,
+    ...(deps.watchTimeoutSeconds ? { watchTimeoutSeconds: deps.watchTimeoutSeconds } : {}),
+    ...(deps.watchLivenessMs ? { livenessMs: deps.watchLivenessMs } : {}),
   });
-  await informer.start();
+  const ended = (p: PodLite) => TERMINAL.has(p.status?.phase ?? '');
+  informer.on({
+    add: (p) => {
+      const uid = uidOf(p);
+      if (uid && ended(p)) void release(uid, `pod ${p.status?.phase}`);
+    },
+    update: (old, p) => {
+      const uid = uidOf(p);
+      const oldUid = uidOf(old);
+      if (oldUid && oldUid !== uid) void release(oldUid, 'pod replaced by another of its name');
+      if (uid && ended(p)) void release(uid, `pod ${p.status?.phase}`);
+    },
+    delete: (p) => {
+      const uid = uidOf(p);
+      if (uid) void release(uid, 'pod deleted');
+    },
+  });
+  informer.start();
 
-  // Holdings of pods that went while nobody watched.
-  const orphans = async () => {
-    const live = new Set(informer.list().map((p) => p.metadata?.uid));
-    const { rows } = await deps.db.query<{ uid: string }>(
-      `SELECT pod_uid AS uid FROM reservation_pod_assignments WHERE released_at IS NULL
-       UNION SELECT pod_uid FROM allocations WHERE kind = 'pod' AND released_at IS NULL
-       UNION SELECT pod_uid FROM ondemand_admissions`,
-    );
-    for (const r of rows) if (!live.has(r.uid)) await release(r.uid);
+  // ---- orphans -----------------------------------------------------------------------------------------------
+  // uid → when (performance.now) the first successful list lacking it completed. Only holders are kept.
+  const missingSince = new Map<string, number>();
+
+  const listPodUids = async (): Promise<Set<string>> => {
+    const uids = new Set<string>();
+    let cont: string | undefined;
+    do {
+      const page = await core.listPodForAllNamespaces({ limit: 500, ...(cont ? { _continue: cont } : {}) });
+      for (const p of page.items) if (p.metadata?.uid) uids.add(p.metadata.uid);
+      cont = page.metadata?._continue || undefined;
+    } while (cont);
+    return uids;
   };
 
+  const orphanPass = async (): Promise<{ released: string[] }> => {
+    // The holders are read before the list: a pod exists before anything is booked for it, so a holder that a
+    // complete list made afterwards lacks is gone (or was not there when listed: hence the second list).
+    const holders = await podsHolding(deps.db);
+    const startedAt = performance.now();
+    const live = await listPodUids();
+    const doneAt = performance.now();
+    const holding = new Set(holders);
+    for (const uid of [...missingSince.keys()]) if (!holding.has(uid) || live.has(uid)) missingSince.delete(uid);
+    const released: string[] = [];
+    for (const uid of holders) {
+      if (live.has(uid)) continue;
+      const since = missingSince.get(uid);
+      if (since === undefined) {
+        missingSince.set(uid, doneAt);
+        continue;
+      }
+      if (startedAt - since < orphanGraceMs) continue;
+      missingSince.delete(uid);
+      if (await release(uid, 'missing from two pod lists')) released.push(uid);
+    }
+    return { released };
+  };
+
+  // One pass at a time: callers (the timer, the drift reconcile) queue behind a running one.
+  let orphanChain: Promise<unknown> = Promise.resolve();
+  const sweepOrphans = (): Promise<{ released: string[] }> => {
+    const p = orphanChain.then(orphanPass, orphanPass);
+    orphanChain = p.catch(() => undefined);
+    return p;
+  };
+  const orphansQuietly = () => {
+    if (stopped) return;
+    sweepOrphans().catch((e: unknown) => log.warn('orphan sweep failed; nothing released', errorFields(e)));
+  };
+
+  // ---- pods of ended reservations ------------------------------------------------------------------------------
+  // uid → evicted; only pods whose assignment is still live are kept (a released one leaves the query).
+  const evicted = new Set<string>();
   const sweep = async (): Promise<string[]> => {
-    const { rows } = await deps.db.query<{ pod_uid: string; namespace: string; pod_name: string }>(
-      `SELECT a.pod_uid, a.namespace, a.pod_name FROM reservation_pod_assignments a JOIN reservations r ON r.id = a.reservation_id
-       WHERE a.released_at IS NULL AND (r.state IN ('released', 'expired') OR r.ends_at <= compute_now())`,
-    );
+    const rows = await assignmentsOfEndedReservations(deps.db);
+    const current = new Set(rows.map((r) => r.podUid));
+    for (const uid of evicted) if (!current.has(uid)) evicted.delete(uid);
     const out: string[] = [];
     for (const r of rows) {
-      if (evicted.has(r.pod_uid)) continue;
+      if (evicted.has(r.podUid)) continue;
+      const pod = `${r.namespace}/${r.podName}`;
       try {
-        await deps.kube.evictPod(r.namespace, r.pod_name, grace);
-        deps.log.info('evicted pod of an ended reservation', { pod: `${r.namespace}/${r.pod_name}`, graceSeconds: grace });
+        await deps.kube.evictPod(r.namespace, r.podName, grace);
+        log.info('evicted pod of an ended reservation', { pod, graceSeconds: grace });
       } catch (e) {
         if (httpStatus(e) !== 404) {
-          deps.log.warn('eviction failed', { pod: `${r.namespace}/${r.pod_name}`, ...errorFields(e) });
+          log.warn('eviction failed', { pod, ...errorFields(e) });
           continue;
         }
       }
-      evicted.add(r.pod_uid);
-      out.push(`${r.namespace}/${r.pod_name}`);
+      evicted.add(r.podUid);
+      out.push(pod);
     }
     return out;
   };
 
-  await orphans().catch((e: unknown) => deps.log.warn('orphan release failed', errorFields(e)));
-  const timer = setInterval(() => {
-    void sweep().catch((e: unknown) => deps.log.warn('reservation sweep failed', errorFields(e)));
-  }, deps.sweepEveryMs ?? 5000);
-  timer.unref();
+  orphansQuietly();
+  const timers = [
+    setInterval(orphansQuietly, deps.orphanSweepEveryMs ?? 60_000),
+    setInterval(() => {
+      void sweep().catch((e: unknown) => log.warn('reservation sweep failed', errorFields(e)));
+    }, deps.sweepEveryMs ?? 5000),
+  ];
+  for (const t of timers) t.unref();
 
   return {
-    release,
+    release: (uid) => release(uid, 'asked'),
     sweep,
+    sweepOrphans,
+    pendingRetries: () => [...retries.keys()],
     async stop() {
       stopped = true;
-      clearInterval(timer);
+      for (const t of timers) clearInterval(t);
+      for (const r of retries.values()) clearTimeout(r.timer);
+      retries.clear();
       await informer.stop();
     },
   };

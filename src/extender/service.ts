@@ -1,5 +1,8 @@
 // The extender's decisions: filter and prioritize read the ledger (no writes); bind writes first (assignment or
-// booking, and the node's on-demand admission lease), then creates the Binding, and undoes its writes if that fails.
+// booking, and the node's on-demand admission lease, through the ledger gateway), then creates the Binding, and undoes
+// its writes if that fails. A bind that stopped between its booking and its Binding (the Binding failed and so did the
+// undo, or the process died) leaves the pod holding atoms: filter and bind recognise them by the pod's uid and honour
+// them, so the pod is never wedged and never holds two.
 // Only pods that request one of our resources are filtered in and bound; a reservation's pod is bound only for a
 // namespace of the reservation's tenant and inside the reservation's window (checked again at bind, in the database).
 // Every call is logged with its pod, node(s), outcome and time.
@@ -7,20 +10,11 @@ import { judgeNodes, summarizeNode } from '../core/planner.ts';
 import type { DeviceClass, NodeSnap, PoolSnap } from '../core/types.ts';
 import type { Clock } from '../db/clock.ts';
 import { toPlacementRequest, type Ledger } from '../db/ledger.ts';
-import { withTransaction, type Db } from '../db/pool.ts';
+import type { Db } from '../db/pool.ts';
 import { getPool, isPoolVisible, loadNodes, type PoolInfo } from '../db/snapshot.ts';
 import { errorFields, type Logger } from '../log.ts';
 import type { ExtenderKube } from './kube.ts';
-import {
-  assignPod,
-  dropAdmission,
-  nodePools,
-  quotaHeadroom,
-  releaseAssignment,
-  reservationAtoms,
-  setAdmissionAtoms,
-  takeAdmission,
-} from './queries.ts';
+import { nodePools, podHolding, quotaHeadroom, reservationAtoms } from './queries.ts';
 import { ALLOCATION_ANNOTATION, ATOMS_ANNOTATION, podDemand, RESOURCE_OF_CLASS, TENANT_LABEL, type PodDemand } from './resources.ts';
 import {
   nodeNamesOf,
@@ -52,6 +46,8 @@ export interface ExtenderDeps {
   admissionWaitMs?: number;
   /** How long filter/prioritize reuse a pool's snapshot (bind is the arbiter; a stale read only costs a retry). */
   snapshotTtlMs?: number;
+  /** How long a bind retries the undo of its writes after a failed Binding before it answers (default 5 s). */
+  undoRetryMs?: number;
 }
 
 interface Verdict {
@@ -81,6 +77,7 @@ export class ExtenderService {
   private readonly ttlSeconds: number;
   private readonly waitMs: number;
   private readonly snapshotTtlMs: number;
+  private readonly undoRetryMs: number;
   private readonly snaps = new Map<string, Promise<CachedSnap>>();
   private pools?: { at: number; map: Promise<Map<string, string | null>> };
 
@@ -89,6 +86,7 @@ export class ExtenderService {
     this.ttlSeconds = d.admissionTtlSeconds ?? 60;
     this.waitMs = d.admissionWaitMs ?? 20_000;
     this.snapshotTtlMs = d.snapshotTtlMs ?? 1000;
+    this.undoRetryMs = d.undoRetryMs ?? 5000;
   }
 
   /** One structured log line per call. */
@@ -149,6 +147,7 @@ export class ExtenderService {
       if (!raw) throw new BindError(`pod ${args.PodNamespace}/${args.PodName} not found`);
       const pod = PodSchema.parse(raw);
       if (pod.metadata.uid !== args.PodUID) throw new BindError(`pod ${args.PodNamespace}/${args.PodName} has another UID`);
+      if (pod.spec.nodeName) throw new BindError(`pod ${args.PodNamespace}/${args.PodName} is bound to ${pod.spec.nodeName} already`);
       const demand = podDemand(pod.spec);
       if (demand.invalid) throw new BindError(demand.invalid);
       if (demand.reservation) await this.bindReservation(pod, demand.reservation, args.Node);
@@ -177,9 +176,23 @@ export class ExtenderService {
       for (const n of names) v.unresolvable[n] = demand.invalid;
       return v;
     }
+    if (!demand.reservation && !demand.devices.length) {
+      for (const n of names) v.unresolvable[n] = notOurPod(pod.metadata.namespace, pod.metadata.name);
+      return v;
+    }
+    // The pod holds atoms already (a bind stopped between its booking and its Binding): only that node passes, with
+    // the top score. Its atoms are the pod's, and bind there honours them; letting another node pass would make the
+    // scheduler free them and book others for nothing (and judging that node again would count the pod's own booking
+    // against it). Only when the scheduler does not offer that node (cordoned, tainted, gone) are the others judged,
+    // and bind on one of them moves the pod's holding in one transaction.
+    const holding = await podHolding(this.d.db, pod.metadata.uid);
+    if (holding && names.includes(holding)) {
+      v.pass.set(holding, this.maxPriority);
+      for (const n of names) if (n !== holding) v.failed[n] = `the pod holds atoms on node ${holding} already (a bind stopped before its Binding)`;
+      return v;
+    }
     if (demand.reservation) await this.judgeReservation(pod, demand.reservation, names, v);
-    else if (demand.devices.length) await this.judgeOnDemand(pod, demand.devices, names, v);
-    else for (const n of names) v.unresolvable[n] = notOurPod(pod.metadata.namespace, pod.metadata.name);
+    else await this.judgeOnDemand(pod, demand.devices, names, v);
     return v;
   }
 
@@ -328,15 +341,51 @@ export class ExtenderService {
     const { namespace, name, uid } = pod.metadata;
     // Filter checked tenant and window already; bind checks both again, in the same transaction as the assignment.
     const tenantId = await this.tenantOf(namespace);
-    const assigned = await withTransaction(this.d.db, (c) =>
-      assignPod(c, { podUid: uid, reservationId: want.id, tenantId, nodeId: node, namespace, podName: name, count: want.count }),
-    );
+    const assigned = await this.d.ledger.assignPod({
+      podUid: uid,
+      reservationId: want.id,
+      tenantId,
+      nodeId: node,
+      namespace,
+      podName: name,
+      count: want.count,
+    });
     if (!assigned.ok) throw new BindError(assigned.reason);
+    if (assigned.movedFrom) this.d.log.info('moved a pod’s assignment left by a bind that stopped', { pod: `${namespace}/${name}`, uid, from: assigned.movedFrom, to: node });
     try {
       await this.d.kube.bindPod(namespace, name, uid, node);
     } catch (e) {
-      if (!assigned.existing) await releaseAssignment(this.d.db, uid);
+      if (!assigned.existing) await this.undo(pod, node, () => this.d.ledger.releasePod(uid));
       throw e;
+    }
+  }
+
+  /**
+   * Undoes a failed bind's writes (a release), retried with backoff while this call lasts: the scheduler binds this
+   * pod again only after we answer, so no later bind can be honouring what is undone. Every failure is an error in the
+   * log. Should it still fail, what the pod holds stays the pod's: filter and bind honour it, and the releaser frees it
+   * when the pod goes; retrying after we answered could free atoms a new bind of the pod has just been handed.
+   */
+  private async undo(pod: Pod, node: string, fn: () => Promise<unknown>): Promise<void> {
+    const { namespace, name, uid } = pod.metadata;
+    const deadline = performance.now() + this.undoRetryMs;
+    for (let delay = 50, attempt = 1; ; delay = Math.min(delay * 2, 1000), attempt++) {
+      try {
+        await fn();
+        if (attempt > 1) this.d.log.info('undo of a failed bind committed', { pod: `${namespace}/${name}`, uid, node, attempt });
+        return;
+      } catch (e) {
+        const giveUp = performance.now() + delay > deadline;
+        this.d.log.error(giveUp ? 'undo of a failed bind failed; the pod keeps what it holds (its next bind honours it, the releaser frees it when the pod goes)' : 'undo of a failed bind failed; retrying', {
+          pod: `${namespace}/${name}`,
+          uid,
+          node,
+          attempt,
+          ...errorFields(e),
+        });
+        if (giveUp) return;
+        await new Promise((r) => setTimeout(r, delay));
+      }
     }
   }
 
@@ -344,7 +393,7 @@ export class ExtenderService {
     const { namespace, name, uid } = pod.metadata;
     const deadline = performance.now() + this.waitMs;
     for (let delay = 20; ; delay = Math.min(delay * 2, 250)) {
-      if (await takeAdmission(this.d.db, { nodeId: node, podUid: uid, namespace, podName: name, ttlSeconds: this.ttlSeconds })) return;
+      if (await this.d.ledger.takeAdmission({ nodeId: node, podUid: uid, namespace, podName: name, ttlSeconds: this.ttlSeconds })) return;
       if (performance.now() > deadline) throw new BindError(`another on-demand admission is in flight on node ${node}; retry`);
       await new Promise((r) => setTimeout(r, delay));
     }
@@ -366,7 +415,7 @@ export class ExtenderService {
       if (!out.ok) throw new BindError(out.code === 'QUOTA_EXCEEDED' ? `QuotaExceeded: ${out.message}` : `${out.code}: ${out.message}`);
       if (out.nodeId !== node) throw new BindError(`pod already holds a booking on ${out.nodeId}`);
       booked = out;
-      await setAdmissionAtoms(this.d.db, node, uid, out.atoms);
+      await this.d.ledger.setAdmissionAtoms(node, uid, out.atoms);
       await this.d.kube.annotatePod(namespace, name, {
         [ATOMS_ANNOTATION]: out.atoms.join(','),
         [ALLOCATION_ANNOTATION]: out.allocationId,
@@ -375,8 +424,9 @@ export class ExtenderService {
       this.invalidate(poolId);
       this.d.log.info('bound on-demand pod', { pod: `${namespace}/${name}`, uid, node, atoms: out.atoms, allocation: out.allocationId });
     } catch (e) {
-      if (booked && !booked.existing) await this.d.ledger.releasePod(uid).catch(() => undefined);
-      await dropAdmission(this.d.db, node, uid).catch(() => undefined);
+      // A new booking is released with the admission (one transaction); an existing one stays the pod's.
+      if (booked && !booked.existing) await this.undo(pod, node, () => this.d.ledger.releasePod(uid));
+      else await this.undo(pod, node, () => this.d.ledger.dropAdmission(node, uid));
       this.invalidate(poolId);
       throw e;
     }

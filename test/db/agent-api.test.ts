@@ -10,7 +10,7 @@ import { AGENT_API_PREFIX, NodeStateSchema, type NodeState } from '../../src/age
 import { Ledger } from '../../src/db/ledger.ts';
 import { createPool, type Db } from '../../src/db/pool.ts';
 import { reservationResourceName } from '../../src/extender/resources.ts';
-import { setAdmissionAtoms, takeAdmission } from '../../src/extender/queries.ts';
+import { setAdmissionAtoms, takeAdmission } from '../../src/db/handoff.ts';
 import { unauthenticated } from '../../src/api/errors.ts';
 import { silentLogger } from '../../src/log.ts';
 import { makeNode, makePool, reservation } from '../support/builders.ts';

@@ -1,0 +1,134 @@
+// Writes of the hand-off to pods (migrations/0005_pod_assignments.sql): a reservation's pod assignments, the nodes'
+// on-demand admission leases, and the release of everything a pod holds. Part of the ledger gateway: callers outside
+// src/db/ reach these through Ledger (src/db/ledger.ts), which adds the leader's fence and its cache upkeep; the
+// agent API drops admissions with dropAdmission directly (it holds no booking).
+import type pg from 'pg';
+
+interface Queryable {
+  query: pg.ClientBase['query'];
+}
+
+export interface AssignmentRequest {
+  podUid: string;
+  reservationId: string;
+  tenantId: string;
+  nodeId: string;
+  namespace: string;
+  podName: string;
+  count: number;
+}
+
+export type AssignOutcome = { ok: true; existing: boolean; movedFrom?: string } | { ok: false; reason: string };
+
+/**
+ * Records a pod's assignment to `count` of its reservation's atoms on a node, if they are not all assigned already.
+ * Run inside a transaction. Checked here, under the reservation's row lock, with the database's clock: that the
+ * reservation is the pod's tenant's (`tenantId`, of the pod's namespace), held or confirmed, and that now is inside
+ * its window. So concurrent binds of one reservation count one after another, and a bind cannot land outside the
+ * window it was filtered in. Idempotent per pod: the pod's live assignment on this node is honoured ('existing'); one
+ * on another node (a bind that stopped before its Binding) is moved here in the same transaction.
+ */
+export async function assignPod(c: Queryable, a: AssignmentRequest): Promise<AssignOutcome> {
+  const { rows } = await c.query(
+    `WITH r AS (SELECT id, state, tenant_id, starts_at <= compute_now() AS started, compute_now() < ends_at AS open,
+                       (extract(epoch FROM starts_at) * 1000)::float8 AS start_ms, (extract(epoch FROM ends_at) * 1000)::float8 AS end_ms
+                FROM reservations WHERE id = $2 FOR UPDATE),
+     existing AS (SELECT node_id, reservation_id FROM reservation_pod_assignments WHERE pod_uid = $1 AND released_at IS NULL),
+     held AS (SELECT count(*)::int AS n FROM allocations al JOIN device_bookings b ON b.allocation_id = al.id
+              WHERE al.reservation_id = $2 AND al.node_id = $3 AND al.released_at IS NULL AND NOT isempty(b.during)
+                AND upper(b.during) > compute_now()),
+     used AS (SELECT coalesce(sum(count), 0)::int AS n FROM reservation_pod_assignments
+              WHERE reservation_id = $2 AND node_id = $3 AND released_at IS NULL)
+     SELECT (SELECT state FROM r) AS state, (SELECT tenant_id FROM r) AS tenant_id,
+            (SELECT started FROM r) AS started, (SELECT open FROM r) AS open,
+            (SELECT start_ms FROM r) AS start_ms, (SELECT end_ms FROM r) AS end_ms,
+            (SELECT node_id FROM existing) AS existing, (SELECT reservation_id FROM existing) AS existing_reservation,
+            held.n AS held, used.n AS used
+     FROM held, used`,
+    [a.podUid, a.reservationId, a.nodeId],
+  );
+  const r = rows[0]!;
+  if (!r.state) return { ok: false, reason: `reservation ${a.reservationId} not found` };
+  // Neither the other tenant's name nor the window is told: the reason ends up in the pod's events.
+  if (r.tenant_id !== a.tenantId) return { ok: false, reason: `reservation ${a.reservationId} belongs to another tenant than ${a.tenantId} (namespace ${a.namespace})` };
+  if (r.state !== 'held' && r.state !== 'confirmed') return { ok: false, reason: `reservation ${a.reservationId} is ${r.state}` };
+  if (!r.started) return { ok: false, reason: `reservation ${a.reservationId} starts at ${new Date(r.start_ms as number).toISOString()}` };
+  if (!r.open) return { ok: false, reason: `reservation ${a.reservationId} ended at ${new Date(r.end_ms as number).toISOString()}` };
+  if (r.existing === a.nodeId && r.existing_reservation === a.reservationId) return { ok: true, existing: true };
+  if (r.used + a.count > r.held) {
+    return { ok: false, reason: `reservation ${a.reservationId} holds ${r.held} atoms on ${a.nodeId}, ${r.used} assigned; pod asks ${a.count}` };
+  }
+  // The pod's assignment elsewhere is left over from a bind that stopped before its Binding (the pod is not bound:
+  // the caller checked): freed in this transaction, so the pod never holds two and never loses one to a failed move.
+  if (r.existing) await releaseAssignment(c, a.podUid);
+  await c.query(
+    `INSERT INTO reservation_pod_assignments (pod_uid, reservation_id, node_id, namespace, pod_name, count)
+     VALUES ($1, $2, $3, $4, $5, $6)`,
+    [a.podUid, a.reservationId, a.nodeId, a.namespace, a.podName, a.count],
+  );
+  return { ok: true, existing: false, ...(r.existing ? { movedFrom: r.existing as string } : {}) };
+}
+
+/** Frees a pod's live assignment. Returns whether there was one. */
+export async function releaseAssignment(c: Queryable, podUid: string): Promise<boolean> {
+  const { rowCount } = await c.query(
+    `UPDATE reservation_pod_assignments SET released_at = compute_now() WHERE pod_uid = $1 AND released_at IS NULL`,
+    [podUid],
+  );
+  return (rowCount ?? 0) > 0;
+}
+
+/**
+ * Takes the node's on-demand admission lease for a pod: free, expired, or already this pod's. Returns false when
+ * another pod's admission is in flight there.
+ */
+export async function takeAdmission(
+  c: Queryable,
+  a: { nodeId: string; podUid: string; namespace: string; podName: string; ttlSeconds: number },
+): Promise<boolean> {
+  const { rowCount } = await c.query(
+    `INSERT INTO ondemand_admissions (node_id, pod_uid, namespace, pod_name, expires_at)
+     VALUES ($1, $2, $3, $4, compute_now() + make_interval(secs => $5))
+     ON CONFLICT (node_id) DO UPDATE SET pod_uid = EXCLUDED.pod_uid, namespace = EXCLUDED.namespace,
+       pod_name = EXCLUDED.pod_name, atoms = CASE WHEN ondemand_admissions.pod_uid = EXCLUDED.pod_uid THEN ondemand_admissions.atoms ELSE '{}' END,
+       taken_at = compute_now(), expires_at = EXCLUDED.expires_at
+     WHERE ondemand_admissions.pod_uid = EXCLUDED.pod_uid OR ondemand_admissions.expires_at <= compute_now()`,
+    [a.nodeId, a.podUid, a.namespace, a.podName, a.ttlSeconds],
+  );
+  return (rowCount ?? 0) > 0;
+}
+
+export async function setAdmissionAtoms(c: Queryable, nodeId: string, podUid: string, atoms: string[]): Promise<void> {
+  await c.query(`UPDATE ondemand_admissions SET atoms = $3 WHERE node_id = $1 AND pod_uid = $2`, [nodeId, podUid, atoms]);
+}
+
+/** Ends an admission (the agent allocated, the bind failed, or the pod went). Only the holder's lease is dropped. */
+export async function dropAdmission(c: Queryable, nodeId: string | null, podUid: string): Promise<boolean> {
+  const { rowCount } = await c.query(
+    `DELETE FROM ondemand_admissions WHERE pod_uid = $2 AND ($1::text IS NULL OR node_id = $1)`,
+    [nodeId, podUid],
+  );
+  return (rowCount ?? 0) > 0;
+}
+
+export interface PodRelease {
+  assignment: boolean;
+  /** The pod's on-demand allocations released (their nodes and pools, for cache upkeep). */
+  bookings: { node_id: string; pool_id: string }[];
+  admission: boolean;
+}
+
+/**
+ * Everything a pod holds, given back in the caller's transaction: its reservation assignment freed, its on-demand
+ * booking truncated (counters and rollup with it, bc_release_allocations), its admission lease dropped. Idempotent.
+ */
+export async function releasePodHoldings(c: Queryable, podUid: string): Promise<PodRelease> {
+  const assignment = await releaseAssignment(c, podUid);
+  const { rows } = await c.query<{ id: string; node_id: string; pool_id: string }>(
+    `SELECT id, node_id, pool_id FROM allocations WHERE pod_uid = $1 AND kind = 'pod' AND released_at IS NULL`,
+    [podUid],
+  );
+  if (rows.length) await c.query('SELECT bc_release_allocations($1)', [rows.map((r) => r.id)]);
+  const admission = await dropAdmission(c, null, podUid);
+  return { assignment, bookings: rows.map((r) => ({ node_id: r.node_id, pool_id: r.pool_id })), admission };
+}
