@@ -60,3 +60,31 @@ export function extenderMetrics(registry: Registry): { onCall(verb: string, seco
   });
   return { onCall: (verb, seconds, outcome) => h.observe({ verb, outcome }, seconds) };
 }
+
+/** The drift reconcile's counts (drift.ts): what it found and fixed, and when it last completed. */
+export interface DriftMetrics {
+  found(kind: string, action: string, n?: number): void;
+  /** A run that saw a complete view and applied every fix, at `seconds` since the epoch. */
+  completed(seconds: number): void;
+}
+
+export function driftMetrics(registry: Registry, series: readonly { kind: string; action: string }[]): DriftMetrics {
+  const found = new Counter({
+    name: 'bettercompute_drift_total',
+    help: 'Drift the leader found between the ledger and the cluster and fixed, by kind (node, nodedevices, pool, reservation, pod, quota) and action.',
+    labelNames: ['kind', 'action'] as const,
+    registers: [registry],
+  });
+  // Every series from the start at 0: increase() over a series that first appears at 1 would see no increase.
+  for (const s of series) found.inc(s, 0);
+  const last = new Gauge({
+    name: 'bettercompute_drift_last_complete_timestamp_seconds',
+    help: 'When this replica last completed a drift reconcile (a complete cluster view, every fix applied); 0: never. Only the leader runs it.',
+    registers: [registry],
+  });
+  last.set(0);
+  return {
+    found: (kind, action, n = 1) => found.inc({ kind, action }, n),
+    completed: (seconds) => last.set(seconds),
+  };
+}

@@ -2,8 +2,8 @@
 // the scheduler extender on loopback, /metrics over HTTPS, the webhooks over HTTPS with the routers the caller mounts)
 // and keeps informer caches warm; the replica holding the Lease
 // `better-compute-controller` takes the ledger fence and runs the reconcilers and the periodic jobs (rollup fold and
-// rebuild, lease expiry, resync). Losing the Lease stops the leader work at once. SIGTERM: stop leading and release
-// the Lease, stop the informers, drain HTTP, close the database.
+// rebuild, lease expiry, resync, drift reconcile). Losing the Lease stops the leader work at once. SIGTERM: stop
+// leading and release the Lease, stop the informers, drain HTTP, close the database.
 import os from 'node:os';
 import type { KubeConfig } from '@kubernetes/client-node';
 import type { Registry } from 'prom-client';
@@ -32,7 +32,9 @@ import { createMetricsApp } from './metrics-endpoint.ts';
 import { ClientNodeTlsKube, FileTlsSource, SecretTlsSource, type TlsSource } from './tls.ts';
 import { KubeClient, kubeConfigFrom } from './kube.ts';
 import { LeaderElector } from './leader.ts';
-import { controllerMetrics, extenderMetrics } from './metrics.ts';
+import { DRIFT_SERIES } from './drift-plan.ts';
+import { startDriftReconcile } from './drift.ts';
+import { controllerMetrics, driftMetrics, extenderMetrics } from './metrics.ts';
 import { productWebhookRouters } from './webhooks.ts';
 import { setupControllers, type Controllers } from './setup.ts';
 
@@ -130,6 +132,7 @@ export async function runController(config: Config, log: Logger, opts: RunContro
     registerCapacityGauges(registry, database.db);
     const placement = ledgerMetrics(registry);
     const metrics = controllerMetrics(registry);
+    const drift = driftMetrics(registry, DRIFT_SERIES);
     const fence = new FenceHolder(LEASE_NAME);
     const ledger = new Ledger(database.db, { fence: fence.fence, metrics: placement });
     const clock = await DbClock.create(database.db);
@@ -249,6 +252,21 @@ export async function runController(config: Config, log: Logger, opts: RunContro
         }
       });
       every(config.resyncEveryMs, 'resync', async () => controllers.resync());
+      // Deletions no leader saw (the informers have synced: startLeading waited for them), now and every driftEvery.
+      leaderServices.push(
+        startDriftReconcile({
+          db: database.db,
+          ledger,
+          fence: fence.fence,
+          log,
+          metrics: drift,
+          everyMs: config.driftEveryMs,
+          cluster: () => controllers.clusterView(),
+          setReservationFinalizers: (ns, name, finalizers, rv) => kube.setReservationFinalizers(ns, name, finalizers, rv),
+          onFixed: (fix) => controllers.afterDriftFix(fix),
+          // sweepPods: the pod releaser's orphan sweep, once it has one (src/extender/releaser.ts).
+        }),
+      );
       // Pods that end give their atoms back; pods of ended reservations are evicted; namespaces get the labels the
       // admission policy checks (deploy/admission/).
       const started = (async () => {

@@ -7,6 +7,7 @@ import { FencedError, type Fence, type Ledger } from '../db/ledger.ts';
 import type { Db } from '../db/pool.ts';
 import { errorFields, type Logger } from '../log.ts';
 import type { ControllerContext, ControllerTuning } from './context.ts';
+import type { ClusterView, DriftFix } from './drift-plan.ts';
 import { Informer } from './informer.ts';
 import { KubeClient, PLURALS } from './kube.ts';
 import type { ControllerMetrics } from './metrics.ts';
@@ -43,6 +44,10 @@ export interface Controllers {
   stopLeading(): Promise<void>;
   /** Queues every known object again (the leader's periodic resync: nothing missed stays missed). */
   resync(): void;
+  /** The drift reconcile's cluster view: the caches of Nodes, NodeDevices, Pools and Reservations, once each has synced. */
+  clusterView(): ClusterView | undefined;
+  /** After a drift fix: forget what the reconcilers remembered of the object, and look at it again if it is back. */
+  afterDriftFix(fix: DriftFix): void;
   /** Queues the Reservations whose booking has one of these ledger ids (e.g. leases that expired). */
   wakeReservations(ids: readonly string[]): void;
   /** Stops everything. */
@@ -213,6 +218,31 @@ export function setupControllers(o: SetupOptions): Controllers {
       for (const n of informers.nodes.list()) queues.nodes.add(keyOf(n));
       for (const d of informers.nodeDevices.list()) queues.nodeDevices.add(keyOf(d));
       for (const r of informers.reservations.list()) queues.reservations.add(keyOf(r));
+    },
+    clusterView() {
+      const { nodes, nodeDevices, pools, reservations } = informers;
+      if (![nodes, nodeDevices, pools, reservations].every((i) => i.hasSynced)) return undefined;
+      return { nodes: nodes.list(), nodeDevices: nodeDevices.list(), pools: pools.list(), reservations: reservations.list() };
+    },
+    afterDriftFix(fix) {
+      switch (fix.kind) {
+        case 'node':
+        case 'nodedevices':
+          if (fix.kind === 'node') ctx.nodeWritten.delete(fix.node);
+          ctx.inventoryApplied.delete(fix.node);
+          if (informers.nodes.get(fix.node)) queues.nodes.add(fix.node);
+          if (informers.nodeDevices.get(fix.node)) queues.nodeDevices.add(fix.node);
+          break;
+        case 'pool':
+          ctx.poolIds.delete(fix.pool);
+          if (informers.pools.get(fix.pool)) queues.pools.add(fix.pool);
+          // Its nodes map again (to another Pool, or to none), as after a Pool delete event.
+          for (const n of informers.nodes.list()) queues.nodes.add(keyOf(n));
+          break;
+        case 'reservation':
+          if (fix.action === 'released') ctx.wakePending(ctx.poolNameOf(fix.poolId));
+          break;
+      }
     },
     wakeReservations(ids) {
       const set = new Set(ids);

@@ -5,6 +5,7 @@ import { setNodeState, upsertNode } from '../../db/inventory.ts';
 import type { ControllerContext } from '../context.ts';
 import { poolIdOf } from '../context.ts';
 import { fenced } from '../fence.ts';
+import { nodeGone } from '../gone.ts';
 import type { ReconcileResult } from '../queue.ts';
 import { nodeRowOf, nodeStateOf, poolOfNode } from './state.ts';
 
@@ -18,10 +19,7 @@ export class NodeReconciler {
     if (!node) {
       // Gone from Kubernetes: out of its pool and unreachable; the row stays for history.
       if (prev) {
-        await fenced(ctx.db, ctx.fence(), async (tx) => {
-          await upsertNode(tx, { id: name, poolId: null });
-          await setNodeState(tx, name, { connectivity: 'unreachable' });
-        });
+        await nodeGone(ctx.db, ctx.fence(), name);
         ctx.nodeWritten.delete(name);
         if (prev.poolId) ctx.ledger.invalidate(prev.poolId);
       }

@@ -4,6 +4,7 @@ import { applyInventory, LayoutBusyError, type InventoryReport } from '../../db/
 import { FencedError } from '../../db/ledger.ts';
 import type { ControllerContext } from '../context.ts';
 import { fenced } from '../fence.ts';
+import { inventoryGone } from '../gone.ts';
 import type { ReconcileResult } from '../queue.ts';
 import { findCondition, setCondition, type Condition, type NodeDevicesCR } from '../types.ts';
 
@@ -27,7 +28,7 @@ export class NodeDevicesReconciler {
     if (!nd) {
       // The report is gone: the node's devices are no longer present (rows stay for history).
       if (ctx.inventoryApplied.has(name) && ctx.nodeWritten.has(name)) {
-        await fenced(ctx.db, ctx.fence(), (tx) => applyInventory(tx, name, { gpus: [] }));
+        await inventoryGone(ctx.db, ctx.fence(), name);
         const poolId = ctx.nodeWritten.get(name)?.poolId;
         if (poolId) ctx.ledger.invalidate(poolId);
       }

@@ -5,6 +5,7 @@ import { upsertPool, type PoolSpec } from '../../db/inventory.ts';
 import { FencedError } from '../../db/ledger.ts';
 import type { ControllerContext } from '../context.ts';
 import { fenced } from '../fence.ts';
+import { poolGone } from '../gone.ts';
 import type { ReconcileResult } from '../queue.ts';
 import { findCondition, sameJson, setCondition, type PoolCR } from '../types.ts';
 
@@ -25,8 +26,6 @@ export function toPoolSpec(p: PoolCR): PoolSpec {
 }
 
 export class PoolReconciler {
-  /** The last spec seen per Pool name, to archive a Pool deleted while we watched. */
-  private readonly lastSpec = new Map<string, PoolSpec>();
   /** `${generation}` last upserted per Pool name by this leader. */
   private readonly upserted = new Map<string, number>();
 
@@ -36,13 +35,12 @@ export class PoolReconciler {
     const ctx = this.ctx;
     const pool = ctx.informers.pools.get(name);
     if (!pool) {
-      const last = this.lastSpec.get(name);
-      if (last) {
-        await fenced(ctx.db, ctx.fence(), (tx) => upsertPool(tx, { ...last, archived: true }));
-        this.lastSpec.delete(name);
-        this.upserted.delete(name);
-        const id = ctx.poolIds.get(name);
-        if (id) ctx.ledger.invalidate(id);
+      // From the ledger row, not from memory: a Pool this leader never saw is archived the same way.
+      const id = await poolGone(ctx.db, ctx.fence(), name);
+      this.upserted.delete(name);
+      ctx.poolIds.delete(name);
+      if (id) {
+        ctx.ledger.invalidate(id);
         ctx.log.info('pool deleted; archived in the ledger', { pool: name, poolId: id });
       }
       for (const n of ctx.informers.nodes.list()) ctx.queues.nodes.add(n.metadata.name);
@@ -61,7 +59,6 @@ export class PoolReconciler {
       }
       const moved = ctx.poolIds.get(name) !== poolId;
       ctx.poolIds.set(name, poolId);
-      this.lastSpec.set(name, spec);
       this.upserted.set(name, generation);
       ctx.ledger.invalidate(poolId);
       ctx.log.info('pool synced', { pool: name, poolId, generation });
