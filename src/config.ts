@@ -64,6 +64,8 @@ const ConfigSchema = z.object({
   pendingMaxBackoffMs: durationMs('BETTER_COMPUTE_PENDING_MAX_BACKOFF'),
   /** `controller` leader job: the drift reconcile of the ledger against the cluster (also at each leadership start). */
   driftEveryMs: durationMs('BETTER_COMPUTE_DRIFT_EVERY'),
+  /** `controller` leader: a pod that holds atoms is released once two complete pod LISTs this far apart lack it. */
+  orphanGraceMs: durationMs('BETTER_COMPUTE_ORPHAN_GRACE'),
   /** `agent`: this node's name (the downward API's spec.nodeName), and where its devices come from. */
   nodeName: z.string().min(1).optional(),
   /** `agent`: a JSON file with a NodeDevices spec (simulated GPUs); without one, nvidia-smi is run. */
@@ -159,6 +161,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       resyncEveryMs: env.BETTER_COMPUTE_RESYNC_EVERY || '5m',
       pendingMaxBackoffMs: env.BETTER_COMPUTE_PENDING_MAX_BACKOFF || '30s',
       driftEveryMs: env.BETTER_COMPUTE_DRIFT_EVERY || '5m',
+      orphanGraceMs: env.BETTER_COMPUTE_ORPHAN_GRACE || '30s',
       nodeName: env.NODE_NAME || undefined,
       devicesFile: env.BETTER_COMPUTE_DEVICES_FILE || undefined,
       devicePluginDir: env.BETTER_COMPUTE_DEVICE_PLUGIN_DIR || '/var/lib/kubelet/device-plugins',

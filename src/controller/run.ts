@@ -252,26 +252,32 @@ export async function runController(config: Config, log: Logger, opts: RunContro
         }
       });
       every(config.resyncEveryMs, 'resync', async () => controllers.resync());
-      // Deletions no leader saw (the informers have synced: startLeading waited for them), now and every driftEvery.
-      leaderServices.push(
-        startDriftReconcile({
+      // Pods that end give their atoms back; pods of ended reservations are evicted. Then deletions no leader saw
+      // (the informers have synced: startLeading waited for them), now and every driftEvery, the releaser's orphan
+      // sweep among them.
+      const started = (async () => {
+        const releaser = await startPodReleaser({
           db: database.db,
           ledger,
-          fence: fence.fence,
+          kube: new ClientNodeExtenderKube(kc),
+          kubeConfig: kc,
           log,
-          metrics: drift,
-          everyMs: config.driftEveryMs,
-          cluster: () => controllers.clusterView(),
-          setReservationFinalizers: (ns, name, finalizers, rv) => kube.setReservationFinalizers(ns, name, finalizers, rv),
-          onFixed: (fix) => controllers.afterDriftFix(fix),
-          // sweepPods: the pod releaser's orphan sweep, once it has one (src/extender/releaser.ts).
-        }),
-      );
-      // Pods that end give their atoms back; pods of ended reservations are evicted; namespaces get the labels the
-      // admission policy checks (deploy/admission/).
-      const started = (async () => {
+          orphanGraceMs: config.orphanGraceMs,
+        });
+        leaderServices.push(releaser);
         leaderServices.push(
-          await startPodReleaser({ db: database.db, ledger, kube: new ClientNodeExtenderKube(kc), kubeConfig: kc, log }),
+          startDriftReconcile({
+            db: database.db,
+            ledger,
+            fence: fence.fence,
+            log,
+            metrics: drift,
+            everyMs: config.driftEveryMs,
+            cluster: () => controllers.clusterView(),
+            setReservationFinalizers: (ns, name, finalizers, rv) => kube.setReservationFinalizers(ns, name, finalizers, rv),
+            onFixed: (fix) => controllers.afterDriftFix(fix),
+            sweepPods: async () => (await releaser.sweepOrphans()).released.length,
+          }),
         );
       })();
       started.catch((e: unknown) => log.error('leader services failed to start', errorFields(e)));
