@@ -35,8 +35,8 @@ const MigInstanceSchema = z.object({
   healthy: z.boolean().optional(),
 });
 
-/** A whole number of units (the ledger's counters are integers; 1.5 vCPU is not a count). */
-const Count = z.number().int('must be a whole number').min(0);
+/** A whole number of units (the ledger's counters are integers; 1.5 vCPU is not a count), as the CRD bounds it. */
+const Count = (max: number) => z.number().int('must be a whole number').min(0).max(max);
 
 /**
  * A NodeDevices spec as the ledger can take it: the CRD's constraints (crds/nodedevices.yaml) and what the API server
@@ -75,7 +75,7 @@ export const InventoryReportSchema = z.object({
         seen.add(g.uuid);
       });
     }),
-  scalars: z.strictObject({ vcpu: Count.optional(), memoryGiB: Count.optional(), hugepages1Gi: Count.optional() }).default({}),
+  scalars: z.strictObject({ vcpu: Count(1e6).optional(), memoryGiB: Count(1e9).optional(), hugepages1Gi: Count(1e9).optional() }).default({}),
 });
 
 /** Why a report is refused, one line: `gpus[1].mig[2]: MIG instance gi1/ci0 of GPU … is listed twice; …`. */
