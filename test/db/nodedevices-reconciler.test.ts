@@ -5,8 +5,9 @@ import { beforeAll, describe, expect, it } from 'vitest';
 import { NodeReconciler } from '../../src/controller/node/reconciler.ts';
 import { NodeDevicesReconciler } from '../../src/controller/nodedevices/reconciler.ts';
 import { findCondition, type NodeDevicesCR } from '../../src/controller/types.ts';
+import { advanceClock } from '../../src/db/clock.ts';
 import type { InventoryReport } from '../../src/core/inventory.ts';
-import { makePool } from '../support/builders.ts';
+import { makePool, reservation } from '../support/builders.ts';
 import { fakeController, type FakeController } from '../support/controller-context.ts';
 import { useTestDatabase } from '../support/db.ts';
 
@@ -78,5 +79,18 @@ describe('NodeDevices reconciler: inputs refused with a reason', () => {
     expect(condition('Accepted')).toMatchObject({ status: 'True', reason: 'Valid' });
     expect(condition('Applied')).toMatchObject({ status: 'True' });
     expect(await devices()).toEqual([GPU, `${GPU}/gi1/ci0`, `${GPU}/gi2/ci0`]);
+  });
+
+  it('a scalar below what is booked now is not an input error: said in status and tried again later', async () => {
+    const poolId = f.ctx.poolIds.get('nd')!;
+    // Past the layout window of the change above (every atom of the GPU is booked by it for 300 s).
+    await advanceClock(t.db, 301_000);
+    await t.clock.sync();
+    const booked = await f.ctx.ledger.reserve(reservation(poolId, { devices: [{ class: 'gpu.mig', count: 1 }], resources: { vcpu: 48 } }), t.clock.now());
+    expect(booked).toMatchObject({ ok: true });
+    put({ gpus: [{ uuid: GPU, mig: [{ gi: 1, ci: 0 }, { gi: 2, ci: 0 }] }], scalars: { vcpu: 16 } });
+    expect(await reconciler.reconcile(NODE)).toEqual({ requeueAfterMs: 30_000 });
+    expect(condition('Applied')).toMatchObject({ status: 'False', reason: 'ScalarsInUse' });
+    expect(condition('Accepted')).toMatchObject({ status: 'True' });
   });
 });
