@@ -8,7 +8,8 @@ import type { AgentBackend, NodeState } from '../agentapi/wire.ts';
 import { reservationResourceName } from '../extender/resources.ts';
 import { silentLogger } from '../log.ts';
 import { activeReservations, Agent } from './agent.ts';
-import { simulatedSpec, type DeviceSource } from './discovery.ts';
+import { startFakeKubeApi, type FakeKubeApi } from '../../test/support/fake-kube-api.ts';
+import { DISCOVERY_STALE_ANNOTATION, simulatedSpec, type DeviceSource, type NodeDevicesSpec } from './discovery.ts';
 import { bindUnix, devicePluginClient, grpc, podResourcesService, unary } from './grpc.ts';
 
 const NODE = 'node-a';
@@ -208,5 +209,70 @@ describe('Agent with a backend', () => {
         podResources = new grpc.Server();
       }
     });
+  });
+});
+
+describe('Agent discovery failures', () => {
+  const MIG_GPU = 'GPU-5d5ba0d6-d33d-2b2c-524d-9e3d8d2b8a77';
+  const good: NodeDevicesSpec = {
+    gpus: [{ uuid: MIG_GPU, model: 'A100', healthy: true, mig: [{ gi: 1, ci: 0, profile: '3g.20gb', healthy: true }, { gi: 5, ci: 0, profile: '2g.10gb', healthy: true }] }],
+    scalars: {},
+  };
+  let kube: FakeKubeApi;
+  let dir: string;
+  afterAll(() => kube?.close());
+
+  it('keeps the last good layout, marked stale; after 3 failures in a row its GPUs are unhealthy; a success clears both', async () => {
+    kube = await startFakeKubeApi({ users: {}, allowed: () => false });
+    dir = fs.mkdtempSync(path.join(os.tmpdir(), 'bc-agent-disc-'));
+    let failing = false;
+    const source: DeviceSource = {
+      kind: 'nvidia-smi',
+      discover: async () => {
+        if (failing) throw new Error('nvidia-smi -L failed: Command failed (Unable to determine the device handle)');
+        return good;
+      },
+    };
+    const agent = new Agent({
+      nodeName: NODE,
+      devicePluginDir: dir,
+      podResourcesSocket: path.join(dir, 'pod-resources.sock'),
+      source,
+      backend: new FakeBackend(),
+      log: silentLogger,
+      kubeConfig: kube.kubeConfig(),
+      reconcileEveryMs: 3_600_000,
+      discoverEveryMs: 3_600_000,
+    });
+    // The fake API server keeps no NodeDevices (404): every discovery patches again, so each one's report is seen.
+    const published = () => {
+      const patches = kube.seen.filter((r) => r.method === 'PATCH' && r.path.includes('/nodedevices/'));
+      const last = patches[patches.length - 1]!.body;
+      return { spec: last.spec as NodeDevicesSpec, stale: last.metadata?.annotations?.[DISCOVERY_STALE_ANNOTATION] as string | null | undefined };
+    };
+    const layout = (s: NodeDevicesSpec) => s.gpus.flatMap((g) => [g.uuid, ...(g.mig ?? []).map((m) => `${g.uuid}/gi${m.gi}/ci${m.ci}`)]);
+    const unhealthy = (s: NodeDevicesSpec) => s.gpus.flatMap((g) => [g.healthy, ...(g.mig ?? []).map((m) => m.healthy)]).filter((h) => h === false).length;
+    await agent.start();
+    try {
+      expect(published()).toMatchObject({ spec: good, stale: null });
+      failing = true;
+      for (const n of [1, 2]) {
+        await agent.discoverNow();
+        const p = published();
+        expect(layout(p.spec), `failure ${n}`).toEqual(layout(good));
+        expect(unhealthy(p.spec), `failure ${n}`).toBe(0);
+        expect(p.stale).toMatch(/^since \S+: nvidia-smi -L failed/);
+      }
+      await agent.discoverNow();
+      expect(layout(published().spec)).toEqual(layout(good));
+      expect(unhealthy(published().spec)).toBe(3);
+      expect(published().stale).toMatch(/nvidia-smi -L failed/);
+      failing = false;
+      await agent.discoverNow();
+      expect(published()).toMatchObject({ spec: good, stale: null });
+    } finally {
+      await agent.stop();
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
   });
 });

@@ -12,7 +12,7 @@ import type { AgentBackend, NodeAtom, NodeState } from '../agentapi/wire.ts';
 import type { DeviceClass } from '../core/types.ts';
 import { GENERIC_RESOURCES, RESERVATION_GROUP, RESOURCE_OF_CLASS, reservationIdOfResource } from '../extender/resources.ts';
 import { errorFields, type Logger } from '../log.ts';
-import type { DeviceSource, NodeDevicesSpec } from './discovery.ts';
+import { DISCOVERY_STALE_ANNOTATION, DiscoveryHistory, type DeviceSource, type NodeDevicesSpec } from './discovery.ts';
 import { DevicePluginEndpoint, RefusedError, type EndpointHandler, type PluginDevice } from './plugin.ts';
 import { podResourcesReader, type PodResourcesReader } from './podresources.ts';
 
@@ -50,6 +50,8 @@ export interface AgentOptions {
    * its age, so an agent that cannot reach the controller (no CA yet, no route, no token) is not Ready.
    */
   readyFile?: string;
+  /** Failed discoveries in a row after which the last good report's GPUs are reported unhealthy (default 3). */
+  unhealthyAfterFailures?: number;
 }
 
 interface Served {
@@ -116,6 +118,7 @@ const OUR_RESOURCE = (name: string) => name.startsWith('bettercompute.io/') || n
 
 export class Agent {
   private spec: NodeDevicesSpec = { gpus: [], scalars: {} };
+  private readonly history: DiscoveryHistory;
   private atoms = new Map<string, AtomInfo>();
   private readonly served = new Map<string, Served>();
   private readonly podResources: PodResourcesReader;
@@ -136,6 +139,7 @@ export class Agent {
 
   constructor(private readonly o: AgentOptions) {
     this.podResources = podResourcesReader(o.podResourcesSocket);
+    this.history = new DiscoveryHistory(o.unhealthyAfterFailures);
     this.kubeletSocket = path.join(o.devicePluginDir, 'kubelet.sock');
   }
 
@@ -146,7 +150,7 @@ export class Agent {
       if (file === 'kubelet.sock') this.onKubeletSocket();
     });
     await this.reconcile();
-    this.timers.push(setInterval(() => void this.discover().then(() => this.reconcile()).catch(() => undefined), this.o.discoverEveryMs ?? 30_000));
+    this.timers.push(setInterval(() => void this.discoverNow().catch(() => undefined), this.o.discoverEveryMs ?? 30_000));
     this.timers.push(setInterval(() => void this.reconcile(), this.o.reconcileEveryMs ?? 2000));
     this.o.log.info('agent started', { node: this.o.nodeName, source: this.o.source.kind, resources: [...this.served.keys()] });
   }
@@ -160,6 +164,12 @@ export class Agent {
     this.served.clear();
     this.podResources.close();
     this.o.log.info('agent stopped', { node: this.o.nodeName });
+  }
+
+  /** Discovers the devices again (publishing NodeDevices) and serves what that changed; what the timer runs. */
+  async discoverNow(): Promise<void> {
+    await this.discover();
+    await this.reconcile();
   }
 
   /** The resources served now (resource name → registered). */
@@ -199,14 +209,26 @@ export class Agent {
 
   // ---- inventory -----------------------------------------------------------------------------------------------
 
+  /**
+   * A failed discovery keeps the last good report, marked stale, and after a few failures in a row reports its GPUs
+   * unhealthy (same atoms): never a different layout (docs/adr/0008-discovery-failures.md).
+   */
   private async discover(): Promise<void> {
+    let stale: string | undefined;
     try {
-      this.spec = await this.o.source.discover();
+      this.spec = this.history.succeeded(await this.o.source.discover());
     } catch (e) {
-      this.o.log.error('device discovery failed', errorFields(e));
-      return;
+      const f = this.history.failed((e as Error).message ?? String(e), new Date().toISOString());
+      const fields = { node: this.o.nodeName, failures: f.failures, unhealthy: f.unhealthy, ...errorFields(e) };
+      if (!f.spec) {
+        this.o.log.error('device discovery failed; nothing to report before a first good discovery', fields);
+        return;
+      }
+      this.o.log.error(f.unhealthy ? 'device discovery keeps failing; reporting the last good layout unhealthy' : 'device discovery failed; keeping the last good report', fields);
+      this.spec = f.spec;
+      stale = f.stale;
     }
-    if (this.o.kubeConfig && this.o.publish !== false) await this.publish(this.o.kubeConfig).catch((e: unknown) => this.o.log.warn('publishing NodeDevices failed', errorFields(e)));
+    if (this.o.kubeConfig && this.o.publish !== false) await this.publish(this.o.kubeConfig, stale).catch((e: unknown) => this.o.log.warn('publishing NodeDevices failed', errorFields(e)));
   }
 
   /** The NodeDevices spec without agent-local fields (driver index, PCI bus id, MIG UUIDs). */
@@ -220,26 +242,31 @@ export class Agent {
     };
   }
 
-  private async publish(kc: k8s.KubeConfig): Promise<void> {
+  private async publish(kc: k8s.KubeConfig, stale: string | undefined): Promise<void> {
     const spec = this.publicSpec();
-    const text = JSON.stringify(spec);
+    const text = JSON.stringify({ spec, stale });
     if (text === this.published) return;
     const api = kc.makeApiClient(k8s.CustomObjectsApi);
     const base = { group: API_GROUP, version: API_VERSION, plural: 'nodedevices' };
     try {
       await api.patchClusterCustomObject(
-        { ...base, name: this.o.nodeName, body: { spec } },
+        { ...base, name: this.o.nodeName, body: { metadata: { annotations: { [DISCOVERY_STALE_ANNOTATION]: stale ?? null } }, spec } },
         k8s.setHeaderOptions('Content-Type', k8s.PatchStrategy.MergePatch),
       );
     } catch (e) {
       if ((e as { code?: number }).code !== 404) throw e;
       await api.createClusterCustomObject({
         ...base,
-        body: { apiVersion: `${API_GROUP}/${API_VERSION}`, kind: 'NodeDevices', metadata: { name: this.o.nodeName }, spec },
+        body: {
+          apiVersion: `${API_GROUP}/${API_VERSION}`,
+          kind: 'NodeDevices',
+          metadata: { name: this.o.nodeName, ...(stale ? { annotations: { [DISCOVERY_STALE_ANNOTATION]: stale } } : {}) },
+          spec,
+        },
       });
     }
     this.published = text;
-    this.o.log.info('published NodeDevices', { node: this.o.nodeName, gpus: spec.gpus.length, unhealthy: spec.gpus.filter((g) => g.healthy === false).length });
+    this.o.log.info('published NodeDevices', { node: this.o.nodeName, gpus: spec.gpus.length, unhealthy: spec.gpus.filter((g) => g.healthy === false).length, stale: stale !== undefined });
   }
 
   /** Asks the backend for the node's state; when it cannot answer, the last known state stays (endpoints keep serving). */

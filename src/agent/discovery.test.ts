@@ -1,7 +1,8 @@
 import fs from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { mergeDiscovery, modelOf, parseList, parseMigTable, parseQueryGpu, parseTopology } from './discovery.ts';
+import { DiscoveryHistory, mergeDiscovery, modelOf, nvidiaSmiSource, parseList, parseMigTable, parseQueryGpu, parseTopology } from './discovery.ts';
 
 const fixture = (name: string) => fs.readFileSync(path.join(import.meta.dirname, '../../test/fixtures/nvidia-smi', name), 'utf8');
 
@@ -53,5 +54,112 @@ describe('nvidia-smi parsers', () => {
     expect(modelOf('Tesla V100-PCIE-16GB')).toBe('V100');
     expect(modelOf('NVIDIA L40S')).toBe('L40S');
     expect(modelOf('NVIDIA H200')).toBe('H200');
+  });
+});
+
+/**
+ * A stand-in nvidia-smi: prints the fixture of each call, or fails the calls named in `fail` (exit 255, as the real one
+ * does when NVML cannot answer), or prints `garbage` for them.
+ */
+function fakeSmi(fixtures: string, o: { fail?: string[]; garbage?: Record<string, string> } = {}): string {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'bc-smi-'));
+  const out = (call: string, file: string) => {
+    if (o.fail?.includes(call)) return `echo "Unable to determine the device handle for GPU0000:07:00.0: Unknown Error" >&2; exit 255`;
+    if (o.garbage?.[call] !== undefined) {
+      fs.writeFileSync(path.join(dir, `${call}.garbage`), o.garbage[call]!);
+      return `cat '${path.join(dir, `${call}.garbage`)}'`;
+    }
+    return `cat '${path.join(import.meta.dirname, '../../test/fixtures/nvidia-smi', `${fixtures}.${file}`)}'`;
+  };
+  const bin = path.join(dir, 'nvidia-smi');
+  fs.writeFileSync(
+    bin,
+    [
+      '#!/bin/sh',
+      'case "$*" in',
+      `  --query-gpu=*) ${out('query', 'query-gpu.csv')} ;;`,
+      `  -L) ${out('L', 'L.txt')} ;;`,
+      `  "topo -m") ${out('topo', 'topo-m.txt')} ;;`,
+      `  "") ${out('plain', 'smi.txt')} ;;`,
+      '  *) exit 2 ;;',
+      'esac',
+      '',
+    ].join('\n'),
+    { mode: 0o755 },
+  );
+  return bin;
+}
+
+describe('nvidia-smi failures are failed discoveries, never another layout', () => {
+  it('all calls answer: the MIG layout of the fixtures', async () => {
+    const spec = await nvidiaSmiSource('n1', fakeSmi('a100-mig')).discover();
+    expect(spec.gpus[0]!.mig!.map((m) => `gi${m.gi}/ci${m.ci}`)).toEqual(['gi1/ci0', 'gi5/ci0', 'gi13/ci0']);
+  });
+
+  it('a failed -L on a MIG GPU fails the discovery (it made the GPU a whole bookable GPU)', async () => {
+    await expect(nvidiaSmiSource('n1', fakeSmi('a100-mig', { fail: ['L'] })).discover()).rejects.toThrow(/nvidia-smi -L/);
+  });
+
+  it('a failed plain call fails the discovery (it renamed the MIG atoms gi<device>/ci0)', async () => {
+    await expect(nvidiaSmiSource('n1', fakeSmi('a100-mig', { fail: ['plain'] })).discover()).rejects.toThrow(/nvidia-smi\b.*failed/);
+  });
+
+  it('a failed topo -m or --query-gpu fails the discovery', async () => {
+    await expect(nvidiaSmiSource('n1', fakeSmi('a100-mig', { fail: ['topo'] })).discover()).rejects.toThrow(/topo -m/);
+    await expect(nvidiaSmiSource('n1', fakeSmi('a100-mig', { fail: ['query'] })).discover()).rejects.toThrow(/--query-gpu/);
+  });
+
+  it('without MIG devices the plain call is not made; a GPU that needs a reset is unhealthy, not gone', async () => {
+    const spec = await nvidiaSmiSource('n1', fakeSmi('h100x8', { fail: ['plain'] })).discover();
+    expect(spec.gpus).toHaveLength(8);
+    expect(spec.gpus.map((g) => g.healthy)).toEqual([true, true, true, true, true, true, true, false]);
+    expect(spec.gpus.every((g) => g.mig === undefined)).toBe(true);
+  });
+
+  it('a MIG GPU whose mode nvidia-smi cannot read keeps its last good layout, unhealthy', async () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'bc-smi-q-'));
+    const query = path.join(dir, 'query.csv');
+    fs.writeFileSync(query, fixture('a100-mig.query-gpu.csv'));
+    const bin = fakeSmi('a100-mig');
+    fs.writeFileSync(bin, fs.readFileSync(bin, 'utf8').replace(/--query-gpu=\*\) cat '[^']*'/, `--query-gpu=*) cat '${query}'`));
+    const source = nvidiaSmiSource('n1', bin);
+    const before = (await source.discover()).gpus[0]!;
+    fs.writeFileSync(
+      query,
+      fixture('a100-mig.query-gpu.csv').replace(/^0, (GPU-\S+), .*$/m, '0, $1, [GPU requires reset], [GPU requires reset], 00000000:07:00.0, [GPU requires reset]'),
+    );
+    const after = (await source.discover()).gpus[0]!;
+    expect(after.healthy).toBe(false);
+    expect(after.mig!.map((m) => [m.gi, m.ci, m.healthy])).toEqual(before.mig!.map((m) => [m.gi, m.ci, false]));
+  });
+
+  it('garbage output of any call fails the discovery', async () => {
+    const garbage = 'NVIDIA-SMI has failed because it couldn\'t communicate with the NVIDIA driver.\n';
+    for (const call of ['query', 'L', 'plain', 'topo']) {
+      await expect(nvidiaSmiSource('n1', fakeSmi('a100-mig', { garbage: { [call]: garbage } })).discover(), call).rejects.toThrow(/unparsable|failed|unexpected/);
+    }
+    // A truncated query line, a MIG table that lost a row, -L that disagrees with the query: all refused.
+    const query = fixture('a100-mig.query-gpu.csv');
+    await expect(nvidiaSmiSource('n1', fakeSmi('a100-mig', { garbage: { query: query.replace(/, Enabled\n/, '\n') } })).discover()).rejects.toThrow();
+    const smi = fixture('a100-mig.smi.txt').replace(/\|  0    5   0   1  \|.*\n/, '');
+    await expect(nvidiaSmiSource('n1', fakeSmi('a100-mig', { garbage: { plain: smi } })).discover()).rejects.toThrow(/MIG device 1 of GPU 0/);
+    const list = fixture('a100-mig.L.txt').replace(/GPU 1:.*\n/, '');
+    await expect(nvidiaSmiSource('n1', fakeSmi('a100-mig', { garbage: { L: list } })).discover()).rejects.toThrow(/-L/);
+  });
+});
+
+describe('DiscoveryHistory', () => {
+  const spec = { gpus: [{ uuid: 'GPU-a', healthy: true, mig: [{ gi: 1, ci: 0, healthy: true }] }], scalars: {} };
+  it('nothing to report before a first good discovery; then the last good one, stale, unhealthy from the threshold on', () => {
+    const h = new DiscoveryHistory(2);
+    expect(h.failed('boom', 't0')).toEqual({ stale: 'since t0: boom', failures: 1, unhealthy: false });
+    h.succeeded(spec);
+    expect(h.failed('first', 't1')).toEqual({ spec, stale: 'since t1: first', failures: 1, unhealthy: false });
+    const f = h.failed('second', 't2');
+    expect(f).toMatchObject({ stale: 'since t1: first', failures: 2, unhealthy: true });
+    expect(f.spec!.gpus).toEqual([{ uuid: 'GPU-a', healthy: false, mig: [{ gi: 1, ci: 0, healthy: false }] }]);
+    expect(spec.gpus[0]!.healthy).toBe(true);
+    h.succeeded(spec);
+    expect(h.failed('again', 't3')).toMatchObject({ spec, stale: 'since t3: again', failures: 1 });
   });
 });

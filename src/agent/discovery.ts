@@ -3,7 +3,7 @@
 import { execFile } from 'node:child_process';
 import fs from 'node:fs/promises';
 import { z } from 'zod';
-import type { GpuReport, MigInstanceReport } from '../core/inventory.ts';
+import { InventoryReportSchema, type GpuReport, type MigInstanceReport } from '../core/inventory.ts';
 
 export interface MigDevice extends MigInstanceReport {
   /** MIG-<uuid> as the driver names it, when known (what NVIDIA_VISIBLE_DEVICES takes). */
@@ -26,28 +26,60 @@ export interface NodeDevicesSpec {
 export const QUERY_GPU_FIELDS = ['index', 'uuid', 'name', 'memory.total', 'pci.bus_id', 'mig.mode.current'] as const;
 export const QUERY_GPU_ARGS = [`--query-gpu=${QUERY_GPU_FIELDS.join(',')}`, '--format=csv,noheader,nounits'];
 
-const BAD_VALUE = /^\[?(ERR!|Unknown Error|GPU requires reset|GPU is lost)\]?$/i;
+/**
+ * A failed or unparsable nvidia-smi call. nvidia-smi's output is input from another party: what we cannot read is a
+ * failed discovery, never a different layout (docs/adr/0008-discovery-failures.md).
+ */
+export class DiscoveryError extends Error {}
 
-/** `nvidia-smi --query-gpu=index,uuid,name,memory.total,pci.bus_id,mig.mode.current --format=csv,noheader,nounits` */
-export function parseQueryGpu(text: string): GpuDevice[] {
-  const gpus: GpuDevice[] = [];
+/** What nvidia-smi prints in a field it cannot read: the GPU is unhealthy, and the field unknown. */
+const BAD_VALUE = /^\[?(ERR!|Unknown Error|GPU requires reset|GPU is lost)\]?$/i;
+const NOT_AVAILABLE = /^\[?N\/A\]?$/;
+const GPU_UUID = /^GPU-[0-9a-fA-F]{8}(-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}$/;
+
+const bad = (c: string) => BAD_VALUE.test(c);
+const QueryGpuRow = z.tuple([
+  z.string().regex(/^\d{1,3}$/, 'index: not a number').transform(Number),
+  z.string().regex(GPU_UUID, 'uuid: not a GPU UUID'),
+  z.string().min(1, 'name: empty'),
+  z.string().refine((c) => /^\d+$/.test(c) || bad(c) || NOT_AVAILABLE.test(c), 'memory.total: not MiB'),
+  z.string().refine((c) => /^[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]$/.test(c) || bad(c), 'pci.bus_id: not a bus id'),
+  z.string().refine((c) => c === 'Enabled' || c === 'Disabled' || NOT_AVAILABLE.test(c) || bad(c), 'mig.mode.current: not Enabled/Disabled'),
+]);
+
+/** An unparsable line of a call's output (quoted, cut short). */
+function unparsable(call: string, line: string, why: string): DiscoveryError {
+  return new DiscoveryError(`nvidia-smi ${call}: unparsable output (${why}): ${JSON.stringify(line.slice(0, 160))}`);
+}
+
+/** The GPU's MIG mode as --query-gpu tells it; undefined when it printed an error for it. */
+export type MigMode = 'enabled' | 'disabled' | undefined;
+
+/**
+ * `nvidia-smi --query-gpu=index,uuid,name,memory.total,pci.bus_id,mig.mode.current --format=csv,noheader,nounits`.
+ * Every line must be a GPU (6 columns, a GPU UUID); a field nvidia-smi reports as an error makes the GPU unhealthy.
+ */
+export function parseQueryGpu(text: string): (GpuDevice & { migMode: MigMode })[] {
+  const gpus: (GpuDevice & { migMode: MigMode })[] = [];
   for (const line of text.split('\n')) {
     if (!line.trim()) continue;
     const cols = line.split(',').map((c) => c.trim());
-    const [index, uuid, name, memory, bus, mig] = cols;
-    if (!uuid?.startsWith('GPU-')) continue;
+    const row = QueryGpuRow.safeParse(cols);
+    if (!row.success) throw unparsable('--query-gpu', line, row.error.issues.map((i) => i.message).join('; ') || 'not 6 columns');
+    const [index, uuid, name, memory, bus, mig] = row.data;
     const memMiB = Number(memory);
-    const healthy = !cols.some((c) => BAD_VALUE.test(c));
     gpus.push({
       uuid,
-      index: Number(index),
-      ...(name ? { product: name, model: modelOf(name) } : {}),
+      index,
+      ...(!bad(name) ? { product: name, model: modelOf(name) } : {}),
       ...(Number.isFinite(memMiB) && memMiB > 0 ? { vramGiB: Math.round(memMiB / 1024) } : {}),
-      ...(bus ? { pciBusId: bus } : {}),
-      healthy,
-      ...(mig === 'Enabled' ? { mig: [] } : {}),
+      ...(!bad(bus) ? { pciBusId: bus } : {}),
+      healthy: !cols.some(bad),
+      migMode: mig === 'Enabled' ? 'enabled' : bad(mig) ? undefined : 'disabled',
     });
   }
+  if (!gpus.length) throw new DiscoveryError('nvidia-smi --query-gpu: no GPU in its output');
+  if (new Set(gpus.map((g) => g.uuid)).size !== gpus.length) throw new DiscoveryError('nvidia-smi --query-gpu: a GPU UUID twice');
   return gpus;
 }
 
@@ -65,38 +97,58 @@ export interface ListedGpu {
   mig: { device: number; profile: string; uuid: string; gi?: number; ci?: number }[];
 }
 
-/** `nvidia-smi -L`: GPUs and their MIG devices (new "MIG-<uuid>" and legacy "MIG-GPU-<uuid>/<gi>/<ci>" forms). */
+/**
+ * `nvidia-smi -L`: GPUs and their MIG devices (new "MIG-<uuid>" and legacy "MIG-GPU-<uuid>/<gi>/<ci>" forms). Every
+ * line must be one of those two.
+ */
 export function parseList(text: string): ListedGpu[] {
   const out: ListedGpu[] = [];
   for (const line of text.split('\n')) {
-    const g = /^GPU (\d+): (.*) \(UUID: (GPU-[^)]+)\)/.exec(line.trim());
+    if (!line.trim()) continue;
+    const g = /^GPU (\d+): (.*) \(UUID: (GPU-[^)\s]+)\)$/.exec(line.trim());
     if (g) {
       out.push({ index: Number(g[1]), product: g[2]!, uuid: g[3]!, mig: [] });
       continue;
     }
-    const m = /^MIG\s+(\S+)\s+Device\s+(\d+):\s+\(UUID:\s+(MIG-[^)]+)\)/.exec(line.trim());
-    if (m && out.length) {
-      const legacy = /^MIG-GPU-[^/]+\/(\d+)\/(\d+)$/.exec(m[3]!);
-      out[out.length - 1]!.mig.push({
-        device: Number(m[2]),
-        profile: m[1]!,
-        uuid: m[3]!,
-        ...(legacy ? { gi: Number(legacy[1]), ci: Number(legacy[2]) } : {}),
-      });
-    }
+    const m = /^MIG\s+(\S+)\s+Device\s+(\d+):\s+\(UUID:\s+(MIG-[^)\s]+)\)$/.exec(line.trim());
+    if (!m) throw unparsable('-L', line, 'neither a GPU nor a MIG device');
+    if (!out.length) throw unparsable('-L', line, 'a MIG device before any GPU');
+    const legacy = /^MIG-GPU-[^/]+\/(\d+)\/(\d+)$/.exec(m[3]!);
+    out[out.length - 1]!.mig.push({
+      device: Number(m[2]),
+      profile: m[1]!,
+      uuid: m[3]!,
+      ...(legacy ? { gi: Number(legacy[1]), ci: Number(legacy[2]) } : {}),
+    });
   }
+  if (!out.length) throw new DiscoveryError('nvidia-smi -L: no GPU in its output');
   return out;
 }
 
-/** The "MIG devices" table of plain `nvidia-smi`: GPU index, GI, CI, MIG device index, memory (MiB). */
-export function parseMigTable(text: string): { gpu: number; gi: number; ci: number; device: number; memoryMiB?: number }[] {
+export interface MigTableRow {
+  gpu: number;
+  gi: number;
+  ci: number;
+  device: number;
+  memoryMiB?: number;
+}
+
+/**
+ * The "MIG devices" table of plain `nvidia-smi`: GPU index, GI, CI, MIG device index, memory (MiB). A row of the table
+ * whose first cell holds numbers must be four of them; without the table (or with "No MIG devices found") it is empty.
+ */
+export function parseMigTable(text: string): MigTableRow[] {
+  if (!/NVIDIA-SMI \d+\.\d+/.test(text)) throw unparsable('(plain)', text.split('\n').find((l) => l.trim()) ?? '', 'no NVIDIA-SMI banner');
   const start = text.indexOf('MIG devices:');
   if (start < 0) return [];
-  const out: { gpu: number; gi: number; ci: number; device: number; memoryMiB?: number }[] = [];
+  const out: MigTableRow[] = [];
   for (const line of text.slice(start).split('\n')) {
     if (/Processes:/.test(line)) break;
-    const m = /^\|\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+\|\s+\S+\s*\/\s*(\d+)MiB/.exec(line);
-    if (m) out.push({ gpu: Number(m[1]), gi: Number(m[2]), ci: Number(m[3]), device: Number(m[4]), memoryMiB: Number(m[5]) });
+    const first = /^\|([^|]*)\|/.exec(line)?.[1]?.trim() ?? '';
+    if (!/\d/.test(first)) continue; // borders, headers, the BAR1 line of a row
+    const m = /^\|\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+\|\s+(?:\S+\s*\/\s*(\d+)MiB)?/.exec(line);
+    if (!m) throw unparsable('(plain)', line, 'a MIG table row that is not GPU, GI, CI, device');
+    out.push({ gpu: Number(m[1]), gi: Number(m[2]), ci: Number(m[3]), device: Number(m[4]), ...(m[5] ? { memoryMiB: Number(m[5]) } : {}) });
   }
   return out;
 }
@@ -108,13 +160,13 @@ export interface Topology {
   nvlink: Map<number, string>;
 }
 
-/** `nvidia-smi topo -m`: the matrix of GPUs (tab separated), its "NUMA Affinity" column and NV# links. */
+/** `nvidia-smi topo -m`: the matrix of GPUs (tab separated), its "NUMA Affinity" column and NV# links; no matrix, no answer. */
 export function parseTopology(text: string): Topology {
   // Some driver versions underline the header with ANSI escapes even when piped.
   const lines = text.replace(/\x1b\[[0-9;]*m/g, '').split('\n').filter((l) => l.trim());
   const header = lines.find((l) => l.split('\t')[0]!.trim() === '' && /\bGPU0\b/.test(l));
   const topo: Topology = { numa: new Map(), nvlink: new Map() };
-  if (!header) return topo;
+  if (!header) throw unparsable('topo -m', lines[0] ?? '', 'no GPU matrix header');
   const cols = header.split('\t').map((c) => c.trim());
   const numaCol = cols.findIndex((c) => c === 'NUMA Affinity');
   const gpuCols = cols.map((c, i) => (/^GPU\d+$/.test(c) ? i : -1)).filter((i) => i >= 0);
@@ -148,91 +200,152 @@ export function parseTopology(text: string): Topology {
   return topo;
 }
 
-/** Joins the outputs into GPUs with MIG instances, NUMA node and NVLink domain (prefixed by the node name). */
+/** Whether the MIG devices of -L need plain nvidia-smi's MIG table for their GI and CI (new-style MIG UUIDs). */
+export function needsMigTable(list: readonly ListedGpu[]): boolean {
+  return list.some((g) => g.mig.some((m) => m.gi === undefined || m.ci === undefined));
+}
+
+/**
+ * Joins the outputs into GPUs with MIG instances, NUMA node and NVLink domain (prefixed by the node name). Refuses
+ * (DiscoveryError) what it cannot join exactly: -L and --query-gpu naming different GPUs, a MIG device without its GI
+ * and CI, the same GI/CI twice. A GPU whose MIG mode nvidia-smi could not read keeps its layout in `previous` (the last
+ * good discovery), unhealthy: an unreadable GPU is not a different GPU.
+ */
 export function mergeDiscovery(
   node: string,
-  parts: { queryGpu: string; list?: string; smi?: string; topo?: string },
+  parts: { queryGpu: string; list: string; smi?: string; topo: string },
+  previous?: readonly GpuDevice[],
 ): GpuDevice[] {
-  const gpus = parseQueryGpu(parts.queryGpu);
-  const listed = parts.list ? parseList(parts.list) : [];
-  const table = parts.smi ? parseMigTable(parts.smi) : [];
-  const topo = parts.topo ? parseTopology(parts.topo) : undefined;
-  for (const g of gpus) {
-    const idx = g.index ?? -1;
-    const l = listed.find((x) => x.uuid === g.uuid);
-    if (g.mig || (l && l.mig.length)) {
-      g.mig = (l?.mig ?? []).map((m) => {
-        const row = table.find((t) => t.gpu === idx && t.device === m.device);
+  const queried = parseQueryGpu(parts.queryGpu);
+  const listed = parseList(parts.list);
+  const table = parts.smi !== undefined ? parseMigTable(parts.smi) : undefined;
+  const topo = parseTopology(parts.topo);
+  const key = (uuids: string[]) => [...uuids].sort().join(',');
+  if (key(queried.map((g) => g.uuid)) !== key(listed.map((g) => g.uuid))) {
+    throw new DiscoveryError(`nvidia-smi -L lists GPUs ${key(listed.map((g) => g.uuid))}, --query-gpu ${key(queried.map((g) => g.uuid))}`);
+  }
+  return queried.map(({ migMode, ...g }) => {
+    const idx = g.index!;
+    const l = listed.find((x) => x.uuid === g.uuid)!;
+    if (l.index !== idx) throw new DiscoveryError(`GPU ${g.uuid} is index ${l.index} in nvidia-smi -L, ${idx} in --query-gpu`);
+    const out: GpuDevice = { ...g };
+    if (migMode === 'enabled' || l.mig.length) {
+      out.mig = l.mig.map((m) => {
+        const row = table?.find((t) => t.gpu === idx && t.device === m.device);
         const gi = m.gi ?? row?.gi;
         const ci = m.ci ?? row?.ci;
+        if (gi === undefined || ci === undefined) {
+          throw new DiscoveryError(`MIG device ${m.device} of GPU ${idx} (${m.uuid}) is not in nvidia-smi's MIG table: its GI and CI are unknown`);
+        }
         return {
-          gi: gi ?? m.device,
-          ci: ci ?? 0,
+          gi,
+          ci,
           profile: m.profile,
           ...(row?.memoryMiB ? { memoryGiB: Math.round((row.memoryMiB / 1024) * 10) / 10 } : {}),
           healthy: g.healthy ?? true,
           uuid: m.uuid,
         };
       });
+      const ids = out.mig.map((m) => `gi${m.gi}/ci${m.ci}`);
+      if (new Set(ids).size !== ids.length) throw new DiscoveryError(`GPU ${g.uuid}: nvidia-smi reports one GI/CI twice (${ids.join(', ')})`);
+    } else if (migMode === undefined) {
+      // Unknown mode: the last good layout stands; the GPU is unhealthy anyway (nvidia-smi printed an error for it).
+      const before = previous?.find((p) => p.uuid === g.uuid)?.mig;
+      if (before) out.mig = before.map((m) => ({ ...m, healthy: false }));
     }
-    const numa = topo?.numa.get(idx);
-    if (numa !== undefined) g.numaNode = numa;
-    const nvl = topo?.nvlink.get(idx);
-    if (nvl) g.nvlinkDomain = `${node}-${nvl}`;
-  }
-  return gpus;
+    const numa = topo.numa.get(idx);
+    if (numa !== undefined) out.numaNode = numa;
+    const nvl = topo.nvlink.get(idx);
+    if (nvl) out.nvlinkDomain = `${node}-${nvl}`;
+    return out;
+  });
 }
 
+/** Runs one nvidia-smi call; any failure (exit status, signal, timeout) is a DiscoveryError naming the call. */
 function run(cmd: string, args: string[], timeoutMs = 15_000): Promise<string> {
   return new Promise((resolve, reject) => {
-    execFile(cmd, args, { timeout: timeoutMs, maxBuffer: 16 << 20 }, (err, stdout) => (err ? reject(err) : resolve(stdout)));
+    execFile(cmd, args, { timeout: timeoutMs, maxBuffer: 16 << 20 }, (err, stdout, stderr) => {
+      if (!err) return resolve(stdout);
+      const said = String(stderr || stdout).trim().split('\n')[0]?.slice(0, 200);
+      reject(new DiscoveryError(`nvidia-smi ${args.join(' ') || '(plain)'} failed: ${err.message.split('\n')[0]}${said ? ` (${said})` : ''}`));
+    });
   });
 }
 
 export interface DeviceSource {
   readonly kind: string;
+  /** The node's devices now; rejects when they cannot be read exactly (the caller keeps its last good report). */
   discover(): Promise<NodeDevicesSpec>;
 }
 
-/** Real GPUs. Read-only calls: queries, -L, the default table, topo -m. */
+/**
+ * Real GPUs. Read-only calls: --query-gpu, -L, topo -m, and the default table when a MIG device's GI/CI must be read
+ * from it. Any of them failing, or printing what we cannot parse, fails the whole discovery.
+ */
 export function nvidiaSmiSource(node: string, binary = 'nvidia-smi', scalars: NodeDevicesSpec['scalars'] = {}): DeviceSource {
+  let last: GpuDevice[] | undefined;
   return {
     kind: 'nvidia-smi',
     async discover() {
-      const queryGpu = await run(binary, QUERY_GPU_ARGS);
-      const [list, smi, topo] = await Promise.all([
-        run(binary, ['-L']).catch(() => ''),
-        run(binary, []).catch(() => ''),
-        run(binary, ['topo', '-m']).catch(() => ''),
-      ]);
-      return { gpus: mergeDiscovery(node, { queryGpu, list, smi, topo }), scalars };
+      const [queryGpu, list, topo] = await Promise.all([run(binary, QUERY_GPU_ARGS), run(binary, ['-L']), run(binary, ['topo', '-m'])]);
+      const smi = needsMigTable(parseList(list)) ? await run(binary, []) : undefined;
+      const gpus = mergeDiscovery(node, { queryGpu, list, topo, ...(smi !== undefined ? { smi } : {}) }, last);
+      last = gpus;
+      return { gpus, scalars };
     },
   };
 }
 
-const MigFileSchema = z.object({
-  gi: z.number().int().min(0),
-  ci: z.number().int().min(0),
-  profile: z.string().optional(),
-  memoryGiB: z.number().positive().optional(),
-  healthy: z.boolean().optional(),
-  uuid: z.string().optional(),
-});
-export const NodeDevicesSpecSchema = z.object({
-  gpus: z.array(
-    z.object({
-      uuid: z.string().min(1),
-      product: z.string().optional(),
-      model: z.string().optional(),
-      vramGiB: z.number().positive().optional(),
-      numaNode: z.number().int().min(0).optional(),
-      nvlinkDomain: z.string().optional(),
-      healthy: z.boolean().optional(),
-      mig: z.array(MigFileSchema).optional(),
-    }),
-  ),
-  scalars: z.object({ vcpu: z.number().optional(), memoryGiB: z.number().optional(), hugepages1Gi: z.number().optional() }).default({}),
-});
+/** Annotation on NodeDevices while its spec is the last good report of a discovery that fails now: since when, why. */
+export const DISCOVERY_STALE_ANNOTATION = 'bettercompute.io/discovery-stale';
+
+export interface FailedDiscovery {
+  /** The report to publish: the last good one (unhealthy once failures reach the threshold); none before a first success. */
+  spec?: NodeDevicesSpec;
+  /** For DISCOVERY_STALE_ANNOTATION: since when discovery fails, and the first failure's reason. */
+  stale: string;
+  failures: number;
+  unhealthy: boolean;
+}
+
+/**
+ * Discovery over time (docs/adr/0008-discovery-failures.md): a failed discovery never changes the layout. The last good
+ * report stands, marked stale; after `unhealthyAfterFailures` failures in a row its GPUs (and MIG instances) are
+ * reported unhealthy, same atoms, so nothing new is booked on GPUs the node cannot see, and nothing booked is moved.
+ */
+export class DiscoveryHistory {
+  private good?: NodeDevicesSpec;
+  private failures = 0;
+  private stale?: string;
+
+  constructor(private readonly unhealthyAfterFailures = 3) {}
+
+  succeeded(spec: NodeDevicesSpec): NodeDevicesSpec {
+    this.good = spec;
+    this.failures = 0;
+    this.stale = undefined;
+    return spec;
+  }
+
+  failed(reason: string, nowIso: string): FailedDiscovery {
+    this.failures++;
+    this.stale ??= `since ${nowIso}: ${reason}`.slice(0, 1024);
+    const unhealthy = this.failures >= this.unhealthyAfterFailures;
+    const good = this.good;
+    const spec =
+      good &&
+      (unhealthy
+        ? {
+            ...good,
+            gpus: good.gpus.map((g) => ({ ...g, healthy: false, ...(g.mig ? { mig: g.mig.map((m) => ({ ...m, healthy: false })) } : {}) })),
+          }
+        : good);
+    return { ...(spec ? { spec } : {}), stale: this.stale, failures: this.failures, unhealthy };
+  }
+}
+
+/** A NodeDevices spec as the ledger takes it (the file source's input, and the controller's check of NodeDevices). */
+export const NodeDevicesSpecSchema = InventoryReportSchema;
 
 /** Simulated GPUs: a JSON file holding a NodeDevices spec (re-read on each discovery, so tests can flip health). */
 export function fileSource(file: string): DeviceSource {

@@ -463,6 +463,20 @@ export class Ledger {
     return rows[0];
   }
 
+  /**
+   * The reservations booked with this idempotency key under any of these tenants (one indexed read): live ones first,
+   * then the newest. For a Reservation CR the key is its metadata.uid, unique in the cluster, so whatever this finds is
+   * that CR's own booking, whichever tenant it is asked under.
+   */
+  async findByIdempotencyKeyIn(tenantIds: readonly string[], key: string): Promise<{ id: string; tenantId: string; state: ReservationState }[]> {
+    const { rows } = await this.db.query<{ id: string; tenantId: string; state: ReservationState }>(
+      `SELECT id, tenant_id AS "tenantId", state FROM reservations WHERE tenant_id = ANY ($1) AND idempotency_key = $2
+       ORDER BY (state IN ('held', 'confirmed')) DESC, created_at DESC, id DESC`,
+      [[...new Set(tenantIds)], key],
+    );
+    return rows;
+  }
+
   async get(reservationId: string): Promise<ReservationView | undefined> {
     const { rows } = await this.db.query(
       `SELECT r.id, r.tenant_id, r.pool_id, r.state, r.spot, r.binding,

@@ -1,5 +1,11 @@
 // NodeDevices → applyInventory for the node (devices and scalars replaced in one transaction; a GPU whose layout
-// changed while booked is refused with LayoutBusy and tried again later). Status: Applied and LayoutBusy conditions.
+// changed while booked is refused with LayoutBusy and tried again later). The spec is input from the node: it is
+// validated before any SQL (InventoryReportSchema: no GPU or MIG GI/CI twice, whole scalars), and a spec the ledger
+// refuses for what it says (a data or constraint error) is refused too: Accepted=False with the reason in status and a
+// Warning Event, not retried until the spec changes. Only transient errors are retried. Status: Accepted, Applied and
+// LayoutBusy conditions.
+import { InventoryReportSchema, reportIssues } from '../../core/inventory.ts';
+import { constraintName, sqlState } from '../../db/errors.ts';
 import { applyInventory, LayoutBusyError, type InventoryReport } from '../../db/inventory.ts';
 import { FencedError } from '../../db/ledger.ts';
 import type { ControllerContext } from '../context.ts';
@@ -8,14 +14,33 @@ import { inventoryGone } from '../gone.ts';
 import type { ReconcileResult } from '../queue.ts';
 import { findCondition, setCondition, type Condition, type NodeDevicesCR } from '../types.ts';
 
-export function toReport(nd: NodeDevicesCR): InventoryReport {
+/** The spec as the ledger's report, or why it cannot be one. */
+export function toReport(nd: NodeDevicesCR): { ok: true; report: InventoryReport } | { ok: false; message: string } {
+  const parsed = InventoryReportSchema.safeParse(nd.spec ?? {});
+  if (!parsed.success) return { ok: false, message: `spec refused: ${reportIssues(parsed.error)}` };
   return {
-    gpus: (nd.spec?.gpus ?? []).map((g) => ({ ...g, mig: g.mig ?? [] })),
-    scalars: { ...(nd.spec?.scalars ?? {}) },
+    ok: true,
+    report: {
+      gpus: parsed.data.gpus.map((g) => ({ ...g, mig: g.mig ?? [] })),
+      scalars: { ...parsed.data.scalars },
+    },
   };
 }
 
+/**
+ * An error of the ledger caused by what the report says, the same on every try: cardinality (a row affected twice),
+ * data exceptions (a number out of range) and constraint violations, except the ones that depend on bookings.
+ */
+function refusedForInput(e: unknown): boolean {
+  const s = sqlState(e) ?? '';
+  if (s === '23P01' || constraintName(e) === 'check$node_resources$allocated') return false;
+  return /^2[123]/.test(s);
+}
+
 export class NodeDevicesReconciler {
+  /** NodeDevices name → `${generation}|${reason}|${message}` of the last refusal Event. */
+  private readonly refused = new Map<string, string>();
+
   constructor(
     private readonly ctx: ControllerContext,
     /** Makes sure the node's row exists and is current (the Node reconciler, run inline). */
@@ -33,6 +58,7 @@ export class NodeDevicesReconciler {
         if (poolId) ctx.ledger.invalidate(poolId);
       }
       ctx.inventoryApplied.delete(name);
+      this.refused.delete(name);
       return;
     }
     if (!ctx.informers.nodes.get(name)) {
@@ -47,15 +73,19 @@ export class NodeDevicesReconciler {
     }
     const stamp = `${nd.metadata.generation ?? 0}|${written.poolId}`;
     if (ctx.inventoryApplied.get(name) === stamp && nd.status?.observedGeneration === nd.metadata.generation) return;
+    const input = toReport(nd);
+    if (!input.ok) return this.refuse(nd, 'InvalidSpec', input.message);
     try {
-      const changed = await fenced(ctx.db, ctx.fence(), (tx) => applyInventory(tx, name, toReport(nd)));
+      const changed = await fenced(ctx.db, ctx.fence(), (tx) => applyInventory(tx, name, input.report));
       ctx.inventoryApplied.set(name, stamp);
+      this.refused.delete(name);
       if (written.poolId) ctx.ledger.invalidate(written.poolId);
-      const gpus = nd.spec?.gpus?.length ?? 0;
+      const gpus = input.report.gpus.length;
       ctx.log.info('inventory applied', { node: name, gpus, layoutChanged: changed });
       await this.writeStatus(
         nd,
         [
+          { type: 'Accepted', status: 'True', reason: 'Valid', message: '' },
           { type: 'Applied', status: 'True', reason: 'Applied', message: `${gpus} GPUs in the ledger${changed.length ? `; layout changed: ${changed.join(', ')}` : ''}` },
           { type: 'LayoutBusy', status: 'False', reason: 'Applied', message: '' },
         ],
@@ -64,7 +94,14 @@ export class NodeDevicesReconciler {
       ctx.wakePending(ctx.poolNameOf(written.poolId));
       return;
     } catch (e) {
-      if (e instanceof FencedError || !(e instanceof LayoutBusyError)) throw e;
+      if (e instanceof FencedError) throw e;
+      if (refusedForInput(e)) return this.refuse(nd, 'RefusedByLedger', `the ledger refused the spec: ${(e as Error).message}`);
+      if (constraintName(e) === 'check$node_resources$allocated') {
+        const message = `a scalar went below what is booked on the node now: ${(e as Error).message}`;
+        await this.writeStatus(nd, [{ type: 'Applied', status: 'False', reason: 'ScalarsInUse', message }]);
+        return { requeueAfterMs: 30_000 };
+      }
+      if (!(e instanceof LayoutBusyError)) throw e;
       const message = e.message;
       if (findCondition(nd.status?.conditions, 'LayoutBusy')?.status !== 'True') {
         await ctx.event(nd, 'NodeDevices', { type: 'Warning', reason: 'LayoutBusy', message });
@@ -75,6 +112,31 @@ export class NodeDevicesReconciler {
       ]);
       return { requeueAfterMs: 30_000 };
     }
+  }
+
+  /**
+   * A spec that cannot be applied as it is: the reason in status (Accepted=False) and one Warning Event per spec and
+   * reason. No retry: the next generation (or the periodic resync) looks again; the ledger keeps the last good report.
+   */
+  private async refuse(nd: NodeDevicesCR, reason: string, message: string): Promise<ReconcileResult> {
+    const ctx = this.ctx;
+    const name = nd.metadata.name;
+    const stamp = `${nd.metadata.generation ?? 0}|${reason}|${message}`;
+    ctx.log.warn('NodeDevices refused', { node: name, generation: nd.metadata.generation, reason, message });
+    if (this.refused.get(name) !== stamp) {
+      this.refused.set(name, stamp);
+      await ctx.event(nd, 'NodeDevices', { type: 'Warning', reason, message });
+    }
+    const accepted = findCondition(nd.status?.conditions, 'Accepted');
+    const shown =
+      nd.status?.observedGeneration === nd.metadata.generation && accepted?.status === 'False' && accepted.reason === reason && accepted.message === message;
+    if (!shown) {
+      await this.writeStatus(nd, [
+        { type: 'Accepted', status: 'False', reason, message },
+        { type: 'Applied', status: 'False', reason, message: 'the spec was refused; the ledger keeps the last accepted one' },
+      ]);
+    }
+    return;
   }
 
   private async writeStatus(nd: NodeDevicesCR, conds: Condition[], gpus?: number): Promise<void> {

@@ -1,7 +1,9 @@
 // Reservation → a booking in the ledger, idempotent on metadata.uid: a reconcile that runs again after a crash (or on
 // another leader) gets the same booking back. Status, the Reserved condition and an Event for every transition and
 // refusal; Pending ones retry with backoff and are woken when capacity changes; deletion releases the booking, then
-// removes the finalizer.
+// removes the finalizer. Status is a mirror, never an input: which booking is the CR's is asked of the ledger by its
+// metadata.uid (the idempotency key it booked with), never read from status.reservationId, which anyone allowed to
+// write reservations/status could point at another tenant's booking.
 import { parseInput, ReservationCreateInput, ValidationError } from '../../api/schemas.ts';
 import type { ReservationView, ReserveOutcome } from '../../db/ledger.ts';
 import type { ControllerContext } from '../context.ts';
@@ -97,30 +99,26 @@ export class ReservationReconciler {
     }
 
     const st = r.status ?? {};
+    const nsTenant = this.namespaceTenant(namespace);
     // Already booked: mirror the ledger's state (held → confirmed, expired, released elsewhere).
-    if (st.reservationId) {
-      let view = await ctx.ledger.get(st.reservationId);
+    let view = await this.bookingOf(r, nsTenant);
+    if (view) {
       const now = ctx.clock.now();
-      if (view && (view.state === 'held' || view.state === 'confirmed') && view.end <= now) {
+      if ((view.state === 'held' || view.state === 'confirmed') && view.end <= now) {
         // The window is over: end it in the ledger too (scalar claims go back), so it shows as Released.
         await ctx.ledger.release(view.id);
-        view = await ctx.ledger.get(view.id);
+        view = (await ctx.ledger.get(view.id)) ?? view;
       }
-      if (view) {
-        await this.writeBooked(r, view, st.tenant ?? view.tenantId, false);
-        return this.wakeAt(view);
-      }
+      await this.writeBooked(r, view, view.tenantId, false);
+      return this.wakeAt(view);
     }
+    // A verdict on this very spec that cannot change by trying again (only this CR's own status can claim it).
     if (st.phase === 'Failed' && st.observedGeneration === r.metadata.generation) return;
-    if (st.phase === 'Released' || st.phase === 'Expired') return;
 
-    // The tenant: pinned in status once known, so a relabelled namespace cannot book twice under two tenants.
-    let tenant = st.tenant;
-    if (!tenant) {
-      const ns = ctx.informers.namespaces.get(namespace);
-      if (!ns) return { requeueAfterMs: 500 };
-      tenant = ns.metadata.labels?.[TENANT_LABEL] || namespace;
-    }
+    // The tenant of a new booking: the namespace's now. Once booked, the ledger pins it (found by uid above), so a
+    // relabelled namespace cannot book twice under two tenants.
+    if (nsTenant === undefined) return { requeueAfterMs: 500 };
+    const tenant = nsTenant;
 
     const pool = ctx.informers.pools.get(r.spec.pool);
     const poolId = pool ? poolIdOf(ctx, r.spec.pool) : undefined;
@@ -173,12 +171,9 @@ export class ReservationReconciler {
     const { namespace, name } = { namespace: r.metadata.namespace!, name: r.metadata.name };
     if (!(r.metadata.finalizers ?? []).includes(RESERVATION_FINALIZER)) return;
     this.lastEvent.delete(`${namespace}/${name}`);
-    let id = r.status?.reservationId;
-    if (!id && r.metadata.uid) {
-      const tenant = r.status?.tenant ?? ctx.informers.namespaces.get(namespace)?.metadata.labels?.[TENANT_LABEL] ?? namespace;
-      id = (await ctx.ledger.findByIdempotencyKey(tenant, r.metadata.uid))?.id;
-    }
-    if (id) {
+    // Every booking this CR made (by its uid), whatever its status says: another tenant's booking is never released here.
+    const bookings = r.metadata.uid ? await ctx.ledger.findByIdempotencyKeyIn(this.tenantsToAsk(r, this.namespaceTenant(namespace)), r.metadata.uid) : [];
+    for (const { id } of bookings) {
       const released = await ctx.ledger.release(id);
       if (released) {
         ctx.log.info('reservation released', { reservation: `${namespace}/${name}`, reservationId: id });
@@ -199,6 +194,28 @@ export class ReservationReconciler {
       if (statusOf(e) === 409) return { requeueAfterMs: 200 };
       throw e;
     }
+  }
+
+  /** The tenant of the namespace now (its label, else its name); undefined while the namespace is not known. */
+  private namespaceTenant(namespace: string): string | undefined {
+    const ns = this.ctx.informers.namespaces.get(namespace);
+    return ns ? ns.metadata.labels?.[TENANT_LABEL] || namespace : undefined;
+  }
+
+  /**
+   * The tenants under which this CR may have booked: its namespace's now, the namespace itself, and the one its status
+   * mirrors (the namespace may have been relabelled since). Only a lookup hint: the key is the CR's own uid, so a
+   * forged tenant can find nothing but this CR's own bookings.
+   */
+  private tenantsToAsk(r: Reservation, nsTenant: string | undefined): string[] {
+    return [nsTenant, r.metadata.namespace, r.status?.tenant].filter((t): t is string => typeof t === 'string' && t !== '');
+  }
+
+  /** The CR's booking in the ledger, found by its uid (the live one, else the newest), or undefined. */
+  private async bookingOf(r: Reservation, nsTenant: string | undefined): Promise<ReservationView | undefined> {
+    if (!r.metadata.uid) return undefined;
+    const [first] = await this.ctx.ledger.findByIdempotencyKeyIn(this.tenantsToAsk(r, nsTenant), r.metadata.uid);
+    return first ? this.ctx.ledger.get(first.id) : undefined;
   }
 
   /** A live booking comes back when its hold runs out or its window ends, whichever is first. */

@@ -1,0 +1,44 @@
+// crds/: structure the API server enforces for us and the controller relies on (a refused object never reaches the
+// reconciler). The schemas are compiled by the API server in the cluster suite; here we read the YAML.
+import fs from 'node:fs';
+import path from 'node:path';
+import { describe, expect, it } from 'vitest';
+import YAML from 'yaml';
+
+const DIR = path.join(import.meta.dirname, '../../crds');
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+type Obj = Record<string, any>;
+const crd = (file: string): Obj => YAML.parse(fs.readFileSync(path.join(DIR, file), 'utf8')) as Obj;
+const schemaOf = (c: Obj): Obj => c.spec.versions.find((v: Obj) => v.storage).schema.openAPIV3Schema;
+
+describe('crds/nodedevices.yaml', () => {
+  const spec = schemaOf(crd('nodedevices.yaml')).properties.spec;
+  const gpu = spec.properties.gpus;
+  const mig = gpu.items.properties.mig;
+
+  it('GPUs and their MIG instances are list maps: the API server refuses a GPU UUID or a MIG GI/CI listed twice', () => {
+    expect(gpu['x-kubernetes-list-type']).toBe('map');
+    expect(gpu['x-kubernetes-list-map-keys']).toEqual(['uuid']);
+    expect(mig['x-kubernetes-list-type']).toBe('map');
+    expect(mig['x-kubernetes-list-map-keys']).toEqual(['gi', 'ci']);
+    // A list map's keys must be required (or defaulted) scalars.
+    for (const [list, keys] of [
+      [gpu, ['uuid']],
+      [mig, ['gi', 'ci']],
+    ] as const) {
+      for (const k of keys) {
+        expect(list.items.required).toContain(k);
+        expect(['string', 'integer']).toContain(list.items.properties[k].type);
+      }
+    }
+  });
+
+  it('scalars are whole numbers within the ledger integer counters', () => {
+    for (const k of ['vcpu', 'memoryGiB', 'hugepages1Gi']) {
+      const s = spec.properties.scalars.properties[k];
+      expect(s.type, k).toBe('integer');
+      expect(s.minimum, k).toBe(0);
+      expect(s.maximum, k).toBeLessThanOrEqual(2 ** 31 - 1);
+    }
+  });
+});
