@@ -211,7 +211,7 @@ export class Agent {
 
   /**
    * A failed discovery keeps the last good report, marked stale, and after a few failures in a row reports its GPUs
-   * unhealthy (same atoms): never a different layout (docs/adr/0008-discovery-failures.md).
+   * unhealthy (same atoms): never a different layout (docs/adr/0009-discovery-failures.md).
    */
   private async discover(): Promise<void> {
     let stale: string | undefined;

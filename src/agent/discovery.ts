@@ -28,7 +28,7 @@ export const QUERY_GPU_ARGS = [`--query-gpu=${QUERY_GPU_FIELDS.join(',')}`, '--f
 
 /**
  * A failed or unparsable nvidia-smi call. nvidia-smi's output is input from another party: what we cannot read is a
- * failed discovery, never a different layout (docs/adr/0008-discovery-failures.md).
+ * failed discovery, never a different layout (docs/adr/0009-discovery-failures.md).
  */
 export class DiscoveryError extends Error {}
 
@@ -309,7 +309,7 @@ export interface FailedDiscovery {
 }
 
 /**
- * Discovery over time (docs/adr/0008-discovery-failures.md): a failed discovery never changes the layout. The last good
+ * Discovery over time (docs/adr/0009-discovery-failures.md): a failed discovery never changes the layout. The last good
  * report stands, marked stale; after `unhealthyAfterFailures` failures in a row its GPUs (and MIG instances) are
  * reported unhealthy, same atoms, so nothing new is booked on GPUs the node cannot see, and nothing booked is moved.
  */
