@@ -251,9 +251,9 @@ describe('podAdmissionDeps (from informer caches)', () => {
     expect(d.synced!()).toBe(true);
   });
 
-  it('tenant: pinned status.tenant, else the namespace label, else the namespace name; deleting', async () => {
+  it('tenant: the namespace label, else the namespace name, never status.tenant; deleting', async () => {
     expect(await deps.reservation('a', 'x')).toEqual({ namespace: 'a', name: 'x', uid: 'u1', tenant: 'acme', deleting: false });
-    expect((await deps.reservation('a', 'y'))?.tenant).toBe('pinned');
+    expect((await deps.reservation('a', 'y'))?.tenant).toBe('acme');
     expect(await deps.reservation('b', 'z')).toMatchObject({ tenant: 'b', deleting: true });
     expect(await deps.reservation('b', 'x')).toBeUndefined();
     expect((await deps.reservationsIn('a')).map((r) => r.name)).toEqual(['x', 'y']);

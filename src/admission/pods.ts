@@ -83,7 +83,7 @@ export interface ReservationRef {
   namespace: string;
   name: string;
   uid: string;
-  /** The tenant its booking is made under: status.tenant once the reconciler pinned it, else its namespace's tenant. */
+  /** The tenant its pods run as: its namespace's (label, else name). Never its status, which is a mirror. */
   tenant: string;
   /** metadata.deletionTimestamp is set. */
   deleting: boolean;
@@ -298,7 +298,10 @@ export function createPodAdmissionRouter(deps: PodAdmissionDeps): Router {
 // ---------------------------------------------------------------------------------------------------------------
 // Wiring from the controller's informer caches and the ledger's database
 
-/** The tenant a Reservation books under, as the reconciler decides it: pinned status.tenant, else the namespace's. */
+/**
+ * A Reservation as admission sees it. The tenant is its namespace's, as the extender checks at bind: a booking under
+ * any other tenant (status.tenant forged by someone who may write reservations/status) is never this namespace's.
+ */
 export function reservationRef(r: Reservation, namespace: NamespaceCR | undefined): ReservationRef | undefined {
   const ns = r.metadata.namespace;
   if (!ns || !r.metadata.uid) return undefined;
@@ -306,7 +309,7 @@ export function reservationRef(r: Reservation, namespace: NamespaceCR | undefine
     namespace: ns,
     name: r.metadata.name,
     uid: r.metadata.uid,
-    tenant: r.status?.tenant || namespace?.metadata.labels?.[TENANT_LABEL] || ns,
+    tenant: namespace?.metadata.labels?.[TENANT_LABEL] || ns,
     deleting: Boolean(r.metadata.deletionTimestamp),
   };
 }

@@ -58,7 +58,7 @@ async function admit(namespace: string, labels: Record<string, string>, limits: 
 }
 
 beforeAll(async () => {
-  poolId = await makePool('adm').create(ctx.db);
+  poolId = await makePool('adm').offer('evil').create(ctx.db);
   for (let i = 0; i < 2; i++) await makeNode(`adm-n${i}`).scalars({ vcpu: 64, memoryGiB: 512 }).create(ctx.db, poolId);
   ledger = new Ledger(ctx.db);
   const app = express();
@@ -101,13 +101,14 @@ describe('pod admission on the ledger', () => {
     expect([elsewhere.allowed, elsewhere.message]).toEqual([false, expect.stringContaining('not a Reservation of namespace other')]);
   });
 
-  it('the tenant pinned in status is the one the booking is looked up under', async () => {
-    const booked = await ledger.reserve(reservation(poolId, { tenantId: 'acme', idempotencyKey: 'uid-pinned' }), ctx.clock.now());
-    if (!booked.ok) throw new Error('expected a booking');
-    reservations.push(rsv('moved', 'pinned', 'uid-pinned', { tenant: 'acme' }));
-    const a = await admit('moved', { 'bettercompute.io/reservation': 'pinned' }, { 'bettercompute.io/gpu': '1' });
-    expect(a.allowed, a.message).toBe(true);
-    expect(a.patch[0]!.value).toEqual({ [reservationResourceName(booked.reservation.id)]: '1' });
+  it('status.tenant is not an input: a booking under the tenant a forged status names is not this Reservation’s', async () => {
+    // Another tenant booked through the capacity API with this Reservation's uid as its key, and status was written
+    // to point at it.
+    const forged = await ledger.reserve(reservation(poolId, { tenantId: 'evil', idempotencyKey: 'uid-forged' }), ctx.clock.now());
+    if (!forged.ok) throw new Error('expected a booking');
+    reservations.push(rsv('ml-train', 'forged', 'uid-forged', { tenant: 'evil' }));
+    const a = await admit('ml-train', { 'bettercompute.io/reservation': 'forged' }, { 'bettercompute.io/gpu': '1' });
+    expect([a.allowed, a.message]).toEqual([false, expect.stringContaining('is not booked yet')]);
   });
 
   it('not booked yet, released, and window over are refused', async () => {
