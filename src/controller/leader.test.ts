@@ -172,3 +172,28 @@ describe('a blocked replica', () => {
     expect(e.isLeader).toBe(false);
   });
 });
+
+describe('leader work that fails to start', () => {
+  it('gives the Lease up before campaigning again, then leads with a fresh start', async () => {
+    const fake = new FakeLeases();
+    const bus = new EventEmitter();
+    const events: string[] = [];
+    const { e } = elector(fake, {
+      async onStartedLeading() {
+        events.push('started');
+        if (events.length === 1) throw new Error('the fence could not be taken');
+        bus.emit('led');
+      },
+      async onStoppedLeading() {
+        events.push('stopped');
+      },
+    });
+    const led = once(bus, 'led');
+    e.start();
+    await led;
+    expect(events).toEqual(['started', 'stopped', 'started']);
+    expect(e.isLeader).toBe(true);
+    // Given up in between: the second term began from an empty holder, as a new transition.
+    expect(fake.lease?.spec?.leaseTransitions).toBe(1);
+  });
+});

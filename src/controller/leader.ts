@@ -121,10 +121,10 @@ export class LeaderElector {
       () => undefined,
       () => undefined,
     );
-    started.catch(async (e: unknown) => {
+    started.catch((e: unknown) => {
       this.o.log.error('starting leader work failed; giving up leadership', errorFields(e));
-      await this.stepDown('start failed');
-      await this.release().catch(() => undefined);
+      // The next attempt waits for the Lease to be given up.
+      this.down = this.stepDown('start failed').then(() => this.release().catch(() => undefined));
     });
   }
 
@@ -152,7 +152,7 @@ export class LeaderElector {
     this.down = (async () => {
       await starting;
       await this.o.onStoppedLeading();
-    })();
+    })().catch((e: unknown) => this.o.log.error('stopping leader work failed', errorFields(e)));
     return this.down;
   }
 
