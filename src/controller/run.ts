@@ -2,8 +2,10 @@
 // the scheduler extender on loopback, /metrics over HTTPS, the webhooks over HTTPS with the routers the caller mounts)
 // and keeps informer caches warm; the replica holding the Lease
 // `better-compute-controller` takes the ledger fence and runs the reconcilers and the periodic jobs (rollup fold and
-// rebuild, lease expiry, resync). Losing the Lease stops the leader work at once. SIGTERM: stop leading and release
-// the Lease, stop the informers, drain HTTP, close the database.
+// rebuild, lease expiry, resync). Losing the Lease stops the leader work at once. Health: /readyz while the informers
+// are synced and the database answers; /healthz until the database has been silent for BETTER_COMPUTE_DB_LIVENESS; a
+// leader whose database is silent for a renew deadline gives the Lease up. SIGTERM: stop leading and release the
+// Lease, stop the informers, drain HTTP, close the database.
 import os from 'node:os';
 import type { KubeConfig } from '@kubernetes/client-node';
 import type { Registry } from 'prom-client';
