@@ -219,7 +219,9 @@ export class LeaderElector {
 
   /** Gives the Lease up (holder cleared) so that another replica takes over without waiting for it to run out. */
   private async release(): Promise<void> {
-    const lease = await this.o.client.readLease(this.o.namespace, this.o.name);
+    // Within a renew deadline: a shutdown must not wait out a hung API server.
+    const signal = AbortSignal.timeout(this.o.renewDeadlineMs);
+    const lease = await this.o.client.readLease(this.o.namespace, this.o.name, signal);
     if (!lease || lease.spec?.holderIdentity !== this.o.identity) return;
     await this.o.client.replaceLease(this.o.namespace, this.o.name, {
       ...lease,
@@ -230,7 +232,7 @@ export class LeaderElector {
         renewTime: microTime(),
         ...(lease.spec?.acquireTime ? { acquireTime: microTime(lease.spec.acquireTime) } : {}),
       },
-    });
+    }, signal);
   }
 
   /** Stops campaigning; when leading, stops the leader work and releases the Lease. */
