@@ -66,6 +66,27 @@ const ConfigSchema = z.object({
   driftEveryMs: durationMs('BETTER_COMPUTE_DRIFT_EVERY'),
   /** `controller` leader: a pod that holds atoms is released once two complete pod LISTs this far apart lack it. */
   orphanGraceMs: durationMs('BETTER_COMPUTE_ORPHAN_GRACE'),
+  /**
+   * Database timeouts (every pool): connecting (and waiting for a free connection); a statement, ended by the server
+   * (migrations lift it for their session); a transaction left idle, ended by the server; a query's answer, given up by
+   * the client (a stalled server or network: above the statement timeout, so the server normally ends it first); and
+   * the delay before TCP keepalive probes start on an idle connection.
+   */
+  dbConnectTimeoutMs: durationMs('BETTER_COMPUTE_DB_CONNECT_TIMEOUT'),
+  dbStatementTimeoutMs: durationMs('BETTER_COMPUTE_DB_STATEMENT_TIMEOUT'),
+  dbIdleInTransactionTimeoutMs: durationMs('BETTER_COMPUTE_DB_IDLE_IN_TRANSACTION_TIMEOUT'),
+  dbQueryTimeoutMs: durationMs('BETTER_COMPUTE_DB_QUERY_TIMEOUT'),
+  dbKeepAliveDelayMs: durationMs('BETTER_COMPUTE_DB_KEEPALIVE_DELAY'),
+  /**
+   * `controller` database health: how often and how long a `SELECT 1` is given (readiness fails when it does not
+   * answer); after how long without an answer /healthz fails, so that the kubelet restarts a wedged process (a leader
+   * steps down already after its renew deadline without one).
+   */
+  dbPingEveryMs: durationMs('BETTER_COMPUTE_DB_PING_EVERY'),
+  dbPingTimeoutMs: durationMs('BETTER_COMPUTE_DB_PING_TIMEOUT'),
+  dbLivenessMs: durationMs('BETTER_COMPUTE_DB_LIVENESS'),
+  /** `controller`: the longest a Kubernetes API call (not a watch) may take before it is aborted. */
+  kubeCallTimeoutMs: durationMs('BETTER_COMPUTE_KUBE_CALL_TIMEOUT'),
   /** `agent`: this node's name (the downward API's spec.nodeName), and where its devices come from. */
   nodeName: z.string().min(1).optional(),
   /** `agent`: a JSON file with a NodeDevices spec (simulated GPUs); without one, nvidia-smi is run. */
@@ -162,6 +183,15 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       pendingMaxBackoffMs: env.BETTER_COMPUTE_PENDING_MAX_BACKOFF || '30s',
       driftEveryMs: env.BETTER_COMPUTE_DRIFT_EVERY || '5m',
       orphanGraceMs: env.BETTER_COMPUTE_ORPHAN_GRACE || '30s',
+      dbConnectTimeoutMs: env.BETTER_COMPUTE_DB_CONNECT_TIMEOUT || '10s',
+      dbStatementTimeoutMs: env.BETTER_COMPUTE_DB_STATEMENT_TIMEOUT || '30s',
+      dbIdleInTransactionTimeoutMs: env.BETTER_COMPUTE_DB_IDLE_IN_TRANSACTION_TIMEOUT || '60s',
+      dbQueryTimeoutMs: env.BETTER_COMPUTE_DB_QUERY_TIMEOUT || '40s',
+      dbKeepAliveDelayMs: env.BETTER_COMPUTE_DB_KEEPALIVE_DELAY || '10s',
+      dbPingEveryMs: env.BETTER_COMPUTE_DB_PING_EVERY || '5s',
+      dbPingTimeoutMs: env.BETTER_COMPUTE_DB_PING_TIMEOUT || '2s',
+      dbLivenessMs: env.BETTER_COMPUTE_DB_LIVENESS || '60s',
+      kubeCallTimeoutMs: env.BETTER_COMPUTE_KUBE_CALL_TIMEOUT || '30s',
       nodeName: env.NODE_NAME || undefined,
       devicesFile: env.BETTER_COMPUTE_DEVICES_FILE || undefined,
       devicePluginDir: env.BETTER_COMPUTE_DEVICE_PLUGIN_DIR || '/var/lib/kubelet/device-plugins',

@@ -32,6 +32,8 @@ export interface AppDeps {
   log: Logger;
   /** Throws when the process should not get traffic (database unreachable, shutting down). */
   ready: () => Promise<void>;
+  /** Throws when the process is wedged and should be restarted (GET /healthz 503); absent: always live. */
+  live?: () => void;
   http?: HttpMetrics;
   maxBodyBytes?: number;
 }
@@ -63,7 +65,12 @@ export function createApp(deps: AppDeps): express.Express {
 
   app.get('/healthz', (_req, res) => {
     locals(res).route = '/healthz';
-    res.json({ status: 'ok' });
+    try {
+      deps.live?.();
+      res.json({ status: 'ok' });
+    } catch (e) {
+      res.status(503).json({ error: { code: 'UNAVAILABLE', message: `not live: ${(e as Error).message}` } });
+    }
   });
 
   app.get('/readyz', async (_req, res) => {

@@ -6,8 +6,15 @@ import {
   CoreV1Api,
   CustomObjectsApi,
   KubeConfig,
+  Observable,
   PatchStrategy,
   setHeaderOptions,
+  type ApiConstructor,
+  type ApiType,
+  type Configuration,
+  type ConfigurationOptions,
+  type HttpLibrary,
+  type RequestContext,
   type V1Lease,
 } from '@kubernetes/client-node';
 import type { ListResult } from './informer.ts';
@@ -27,12 +34,87 @@ export const PLURALS = { reservations: 'reservations', pools: 'pools', nodedevic
 
 const mergePatch = setHeaderOptions('Content-Type', PatchStrategy.MergePatch);
 
-/** A KubeConfig from a file, else the default chain (KUBECONFIG, ~/.kube/config, in-cluster). */
-export function kubeConfigFrom(file?: string): KubeConfig {
-  const kc = new KubeConfig();
+/** The default longest Kubernetes API call (BETTER_COMPUTE_KUBE_CALL_TIMEOUT). */
+export const DEFAULT_KUBE_CALL_TIMEOUT_MS = 30_000;
+
+/** A Kubernetes API call given up after its timeout (the request is aborted). */
+export class KubeCallTimeoutError extends Error {
+  constructor(readonly timeoutMs: number) {
+    super(`the Kubernetes API did not answer within ${timeoutMs} ms`);
+    this.name = 'KubeCallTimeoutError';
+  }
+}
+
+/** Sends through `inner` with the request's signal joined to a timer's: the call is aborted after `timeoutMs`. */
+function timedHttp(inner: HttpLibrary, timeoutMs: number): HttpLibrary {
+  return {
+    send(ctx: RequestContext) {
+      const timer = AbortSignal.timeout(timeoutMs);
+      const own = ctx.getSignal();
+      ctx.setSignal(own ? AbortSignal.any([own, timer]) : timer);
+      return new Observable(
+        inner
+          .send(ctx)
+          .toPromise()
+          .catch((e: unknown) => {
+            throw timer.aborted && !own?.aborted ? new KubeCallTimeoutError(timeoutMs) : e;
+          }),
+      );
+    },
+  };
+}
+
+/**
+ * A KubeConfig whose API clients (makeApiClient) abort every call that has not finished (its body read) within
+ * `callTimeoutMs`: a hung API server or connection must not hang the caller. Watches make their own requests and keep
+ * their own liveness (informer.ts).
+ */
+export class TimedKubeConfig extends KubeConfig {
+  constructor(readonly callTimeoutMs: number) {
+    super();
+  }
+
+  override makeApiClient<T extends ApiType>(Api: ApiConstructor<T>): T {
+    const timeoutMs = this.callTimeoutMs;
+    // The library builds the configuration (server, auth, user agent); the client gets it with the timed transport.
+    function Timed(config: Configuration): T {
+      return new Api({ ...config, httpApi: timedHttp(config.httpApi, timeoutMs) });
+    }
+    return super.makeApiClient(Timed as unknown as ApiConstructor<T>);
+  }
+}
+
+/** A KubeConfig from a file, else the default chain (KUBECONFIG, ~/.kube/config, in-cluster); every call timed. */
+export function kubeConfigFrom(file?: string, callTimeoutMs = DEFAULT_KUBE_CALL_TIMEOUT_MS): KubeConfig {
+  const kc = new TimedKubeConfig(callTimeoutMs);
   if (file) kc.loadFromFile(file);
   else kc.loadFromDefault();
   return kc;
+}
+
+/** Per-call options that abort the request when `signal` does (besides the client's own timeout). */
+function abortedBy(signal: AbortSignal | undefined): ConfigurationOptions | undefined {
+  if (!signal) return undefined;
+  return {
+    middleware: [
+      {
+        pre(ctx: RequestContext) {
+          const own = ctx.getSignal();
+          ctx.setSignal(own ? AbortSignal.any([own, signal]) : signal);
+          return new Observable(Promise.resolve(ctx));
+        },
+        post: (res) => new Observable(Promise.resolve(res)),
+      },
+    ],
+    middlewareMergeStrategy: 'append',
+  };
+}
+
+/** The Lease calls of leader election; `signal` aborts a call the elector no longer waits for. */
+export interface LeaseClient {
+  readLease(ns: string, name: string, signal?: AbortSignal): Promise<V1Lease | undefined>;
+  createLease(ns: string, lease: V1Lease, signal?: AbortSignal): Promise<V1Lease>;
+  replaceLease(ns: string, name: string, lease: V1Lease, signal?: AbortSignal): Promise<V1Lease>;
 }
 
 /** HTTP status of a client error (ApiException.code), if any. */
@@ -47,7 +129,7 @@ export interface EventInput {
   message: string;
 }
 
-export class KubeClient {
+export class KubeClient implements LeaseClient {
   readonly custom: CustomObjectsApi;
   readonly core: CoreV1Api;
   readonly coordination: CoordinationV1Api;
@@ -147,20 +229,20 @@ export class KubeClient {
 
   // ----- the Lease
 
-  async readLease(ns: string, name: string): Promise<V1Lease | undefined> {
+  async readLease(ns: string, name: string, signal?: AbortSignal): Promise<V1Lease | undefined> {
     try {
-      return await this.coordination.readNamespacedLease({ namespace: ns, name });
+      return await this.coordination.readNamespacedLease({ namespace: ns, name }, abortedBy(signal));
     } catch (e) {
       if (statusOf(e) === 404) return undefined;
       throw e;
     }
   }
 
-  createLease(ns: string, lease: V1Lease): Promise<V1Lease> {
-    return this.coordination.createNamespacedLease({ namespace: ns, body: lease });
+  createLease(ns: string, lease: V1Lease, signal?: AbortSignal): Promise<V1Lease> {
+    return this.coordination.createNamespacedLease({ namespace: ns, body: lease }, abortedBy(signal));
   }
 
-  replaceLease(ns: string, name: string, lease: V1Lease): Promise<V1Lease> {
-    return this.coordination.replaceNamespacedLease({ namespace: ns, name, body: lease });
+  replaceLease(ns: string, name: string, lease: V1Lease, signal?: AbortSignal): Promise<V1Lease> {
+    return this.coordination.replaceNamespacedLease({ namespace: ns, name, body: lease }, abortedBy(signal));
   }
 }

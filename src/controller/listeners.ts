@@ -9,6 +9,7 @@ import express, { type NextFunction, type Request, type RequestHandler, type Res
 import type { RequestListener } from 'node:http';
 import { ApiError, toErrorResponse } from '../api/errors.ts';
 import { listen, type RunningServer } from '../api/server.ts';
+import type { DbHealth } from '../db/health.ts';
 import { errorFields, type Logger } from '../log.ts';
 import type { ServingTls } from './tls.ts';
 
@@ -85,6 +86,35 @@ export function createWebhookApp(mounts: readonly WebhookMount[], log: Logger): 
   app.use(notFoundHandler(mounts.length ? mounts.map((m) => m.path).join(', ') : 'nothing yet'));
   app.use(errorHandler(log, 'webhook'));
   return app;
+}
+
+export interface HealthSources {
+  db: DbHealth;
+  /** The caches that must be synced before this replica takes traffic. */
+  informers: readonly { name: string; hasSynced: boolean }[];
+  /** How long the database may stay unreachable before liveness fails (and the kubelet restarts the process). */
+  dbLivenessMs: number;
+  shuttingDown: () => boolean;
+}
+
+/**
+ * GET /readyz and /healthz of the API listener. Ready: not shutting down, every informer synced, and the database
+ * answering a `SELECT 1` now (within the ping timeout). Live: the database answered within dbLivenessMs; a replica
+ * whose database stalls that long is wedged (its leader work long stopped), and a restart is the way out.
+ */
+export function healthChecks(s: HealthSources): { ready(): Promise<void>; live(): void } {
+  return {
+    async ready() {
+      if (s.shuttingDown()) throw new Error('shutting down');
+      const unsynced = s.informers.filter((i) => !i.hasSynced).map((i) => i.name);
+      if (unsynced.length) throw new Error(`informers not synced yet: ${unsynced.join(', ')}`);
+      await s.db.check();
+    },
+    live() {
+      const ms = s.db.unreachableForMs();
+      if (ms > s.dbLivenessMs) throw new Error(`the database has not answered for ${Math.round(ms / 1000)} s: ${s.db.lastError}`);
+    },
+  };
 }
 
 /** Starts the four listeners; on a failure, closes the ones already started and rejects. */

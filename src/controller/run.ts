@@ -2,7 +2,9 @@
 // the scheduler extender on loopback, /metrics over HTTPS, the webhooks over HTTPS with the routers the caller mounts)
 // and keeps informer caches warm; the replica holding the Lease
 // `better-compute-controller` takes the ledger fence and runs the reconcilers and the periodic jobs (rollup fold and
-// rebuild, lease expiry, resync, drift reconcile). Losing the Lease stops the leader work at once. SIGTERM: stop
+// rebuild, lease expiry, resync, drift reconcile). Losing the Lease stops the leader work at once. Health: /readyz
+// while the informers are synced and the database answers; /healthz until the database has been silent for
+// BETTER_COMPUTE_DB_LIVENESS; a leader whose database is silent for a renew deadline gives the Lease up. SIGTERM: stop
 // leading and release the Lease, stop the informers, drain HTTP, close the database.
 import os from 'node:os';
 import type { KubeConfig } from '@kubernetes/client-node';
@@ -14,6 +16,7 @@ import { CapacityService } from '../api/capacity-service.ts';
 import type { Config } from '../config.ts';
 import { DbClock, type Clock } from '../db/clock.ts';
 import { openDatabase, type Database } from '../db/connect.ts';
+import { DbHealth } from '../db/health.ts';
 import type { Db } from '../db/pool.ts';
 import { Ledger } from '../db/ledger.ts';
 import { startCapacityJobs, type Jobs } from '../jobs/capacity.ts';
@@ -27,7 +30,7 @@ import { ledgerMetrics } from '../metrics/ledger.ts';
 import { createRegistry, httpMetrics } from '../metrics/registry.ts';
 import { serviceSans } from './certs.ts';
 import { FenceHolder, LEASE_NAME } from './fence.ts';
-import { createExtenderApp, createWebhookApp, startListeners, type ControllerListeners, type WebhookMount } from './listeners.ts';
+import { createExtenderApp, createWebhookApp, healthChecks, startListeners, type ControllerListeners, type WebhookMount } from './listeners.ts';
 import { createMetricsApp } from './metrics-endpoint.ts';
 import { ClientNodeTlsKube, FileTlsSource, SecretTlsSource, type TlsSource } from './tls.ts';
 import { KubeClient, kubeConfigFrom } from './kube.ts';
@@ -119,9 +122,10 @@ function tlsSourceFor(config: Config, kc: KubeConfig, log: Logger, isLeader: () 
 
 export async function runController(config: Config, log: Logger, opts: RunControllerOptions = {}): Promise<RunningController> {
   const identity = config.podName ?? `${os.hostname()}-${process.pid}`;
-  const kc = kubeConfigFrom(config.kubeconfig);
+  const kc = kubeConfigFrom(config.kubeconfig, config.kubeCallTimeoutMs);
   const kube = new KubeClient(kc, 'better-compute-controller', identity);
-  const database: Database = await openDatabase(config, { migrate: true, log: (line) => log.debug('postgres', { line }) });
+  const database: Database = await openDatabase(config, { migrate: true, log: (line) => log.debug('postgres', { line }), logger: log });
+  const dbHealth = new DbHealth(database.db, { pingTimeoutMs: config.dbPingTimeoutMs, pingEveryMs: config.dbPingEveryMs, log });
   let listeners: ControllerListeners | undefined;
   let tls: TlsSource | undefined;
   const mounts: WebhookMount[] = [];
@@ -157,16 +161,19 @@ export async function runController(config: Config, log: Logger, opts: RunContro
     // The listeners, on every replica.
     let shuttingDown = false;
     const previews = new Ledger(database.db, { metrics: placement });
+    const health = healthChecks({
+      db: dbHealth,
+      informers: Object.values(controllers.ctx.informers),
+      dbLivenessMs: config.dbLivenessMs,
+      shuttingDown: () => shuttingDown,
+    });
     const api = createApp({
       service: new CapacityService({ db: database.db, previewer: previews, clock }),
       authorizer: await authorizerFor(config, kc, log, controllers),
       log,
       http: httpMetrics(registry),
-      async ready() {
-        if (shuttingDown) throw new Error('shutting down');
-        await database.db.query('SELECT 1');
-        if (!controllers.ctx.informers.nodes.hasSynced) throw new Error('informers not synced yet');
-      },
+      ready: health.ready,
+      live: health.live,
     });
     // The scheduler extender on every replica, with an unfenced ledger: its binds are not leader work (the database
     // arbitrates between replicas).
@@ -301,6 +308,11 @@ export async function runController(config: Config, log: Logger, opts: RunContro
       renewDeadlineMs: config.renewDeadlineMs,
       retryPeriodMs: config.retryPeriodMs,
       log,
+      // A leader whose database has not answered for a renew deadline cannot do leader work: another replica may.
+      blocker() {
+        const ms = dbHealth.unreachableForMs();
+        return ms > config.renewDeadlineMs ? `the database has not answered for ${Math.round(ms / 1000)} s: ${dbHealth.lastError}` : undefined;
+      },
       async onStartedLeading() {
         const epoch = await fence.take(database.db, identity);
         metrics.setLeader(true, epoch);
@@ -318,6 +330,7 @@ export async function runController(config: Config, log: Logger, opts: RunContro
       },
     });
 
+    dbHealth.start();
     controllers.startInformers();
     elector.start();
     const l = listeners;
@@ -355,6 +368,7 @@ export async function runController(config: Config, log: Logger, opts: RunContro
           tlsSource.stop();
           await l.close(5_000);
           for (const m of mounts) await m.stop?.().catch((err: unknown) => log.warn('webhook router stop failed', { path: m.path, ...errorFields(err) }));
+          dbHealth.stop();
           await database.close();
           log.info('stopped');
         })();
@@ -362,6 +376,7 @@ export async function runController(config: Config, log: Logger, opts: RunContro
       },
     };
   } catch (e) {
+    dbHealth.stop();
     tls?.stop();
     await listeners?.close(0);
     for (const m of mounts) await m.stop?.().catch(() => undefined);

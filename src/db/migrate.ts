@@ -32,6 +32,10 @@ export async function readMigrations(dir = MIGRATIONS_DIR): Promise<Migration[]>
 // Any constant, the same in every process: it serialises concurrent migrators.
 const MIGRATION_LOCK = 4_242_001;
 
+// A migration (or the wait for another migrator) may legitimately outlast the pools' statement and query timeouts
+// (src/db/pool.ts): this session lifts the server's for the run, and the long queries carry their own client-side one.
+const LONG = { query_timeout: 2_147_483_647 };
+
 /**
  * Applies the migrations that the database lacks, each in its own transaction and recorded in `schema_migrations`,
  * all behind a session advisory lock, so two processes starting at once are safe. Refuses a database whose schema is
@@ -40,7 +44,8 @@ const MIGRATION_LOCK = 4_242_001;
 export async function migrate(client: pg.ClientBase, migrations?: Migration[]): Promise<number[]> {
   const all = migrations ?? (await readMigrations());
   const latest = all.at(-1)?.version ?? 0;
-  await client.query('SELECT pg_advisory_lock($1)', [MIGRATION_LOCK]);
+  await client.query('SET statement_timeout = 0');
+  await client.query({ text: 'SELECT pg_advisory_lock($1)', values: [MIGRATION_LOCK], ...LONG } as pg.QueryConfig);
   try {
     await client.query(`CREATE TABLE IF NOT EXISTS schema_migrations (
       version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())`);
@@ -51,7 +56,7 @@ export async function migrate(client: pg.ClientBase, migrations?: Migration[]): 
     for (const m of all.filter((m) => m.version > current)) {
       await client.query('BEGIN');
       try {
-        await client.query(m.sql);
+        await client.query({ text: m.sql, ...LONG } as pg.QueryConfig);
         await client.query('INSERT INTO schema_migrations (version, name) VALUES ($1, $2)', [m.version, m.name]);
         await client.query('COMMIT');
       } catch (e) {
@@ -63,5 +68,6 @@ export async function migrate(client: pg.ClientBase, migrations?: Migration[]): 
     return applied;
   } finally {
     await client.query('SELECT pg_advisory_unlock($1)', [MIGRATION_LOCK]);
+    await client.query('RESET statement_timeout');
   }
 }

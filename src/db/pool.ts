@@ -7,26 +7,98 @@ pg.types.setTypeParser(pg.types.builtins.NUMERIC, (v) => Number(v));
 
 export type Db = pg.Pool;
 
-export function createPool(url: string, max = 10): Db {
-  const pool = new pg.Pool({ connectionString: url, max });
+/** How long the database may take (milliseconds); see the BETTER_COMPUTE_DB_* settings in src/config.ts. */
+export interface DbTimeouts {
+  /** Connecting, and waiting for a free connection of the pool. */
+  connectMs: number;
+  /** A statement, ended by the server (0: none). Migrations lift it for their session. */
+  statementMs: number;
+  /** A transaction left idle, ended by the server (its locks freed). */
+  idleInTransactionMs: number;
+  /** An answer, given up by the client: a stalled server or network, which the server-side timeouts cannot end. */
+  queryMs: number;
+  /** Idle time before TCP keepalive probes start (a peer that vanished is noticed). */
+  keepAliveDelayMs: number;
+}
+
+export const DEFAULT_DB_TIMEOUTS: DbTimeouts = {
+  connectMs: 10_000,
+  statementMs: 30_000,
+  idleInTransactionMs: 60_000,
+  queryMs: 40_000,
+  keepAliveDelayMs: 10_000,
+};
+
+export function dbTimeoutsFrom(c: {
+  dbConnectTimeoutMs: number;
+  dbStatementTimeoutMs: number;
+  dbIdleInTransactionTimeoutMs: number;
+  dbQueryTimeoutMs: number;
+  dbKeepAliveDelayMs: number;
+}): DbTimeouts {
+  return {
+    connectMs: c.dbConnectTimeoutMs,
+    statementMs: c.dbStatementTimeoutMs,
+    idleInTransactionMs: c.dbIdleInTransactionTimeoutMs,
+    queryMs: c.dbQueryTimeoutMs,
+    keepAliveDelayMs: c.dbKeepAliveDelayMs,
+  };
+}
+
+export function createPool(url: string, max = 10, timeouts: Partial<DbTimeouts> = {}): Db {
+  const t = { ...DEFAULT_DB_TIMEOUTS, ...timeouts };
+  const pool = new pg.Pool({
+    connectionString: url,
+    max,
+    connectionTimeoutMillis: t.connectMs,
+    statement_timeout: t.statementMs,
+    idle_in_transaction_session_timeout: t.idleInTransactionMs,
+    query_timeout: t.queryMs,
+    keepAlive: true,
+    keepAliveInitialDelayMillis: t.keepAliveDelayMs,
+  });
   // An idle client's error (e.g. the server restarting) must not crash the process; the next query reconnects.
   pool.on('error', () => undefined);
   return pool;
 }
 
+/** pg's own client-side timeout (query_timeout): the connection is left mid-query and must not be used again. */
+export function isQueryTimeout(e: unknown): boolean {
+  return e instanceof Error && e.message === 'Query read timeout';
+}
+
+/** Resolves when the database answers `SELECT 1` within `timeoutMs` (waiting for a connection included), else rejects. */
+export async function pingDatabase(db: Db, timeoutMs: number): Promise<void> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`the database did not answer within ${timeoutMs} ms`)), timeoutMs);
+  });
+  // The query's own timeout frees its connection; the race also bounds the wait for one.
+  const ping = db.query({ text: 'SELECT 1', query_timeout: timeoutMs } as pg.QueryConfig);
+  ping.catch(() => undefined);
+  try {
+    await Promise.race([ping, late]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
 export async function withTransaction<T>(db: Db, fn: (c: pg.PoolClient) => Promise<T>): Promise<T> {
   const client = await db.connect();
+  let result: T;
   try {
     await client.query('BEGIN');
-    const result = await fn(client);
+    result = await fn(client);
     await client.query('COMMIT');
-    return result;
   } catch (e) {
-    await client.query('ROLLBACK').catch(() => undefined);
+    // A connection whose answer never came (or that cannot roll back) is dropped, not handed to the next caller.
+    let broken = isQueryTimeout(e);
+    if (!broken) await client.query('ROLLBACK').catch(() => (broken = true));
+    client.release(broken);
     throw e;
-  } finally {
-    client.release();
   }
+  client.release();
+  return result;
 }
 
 /**
