@@ -5,8 +5,9 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import YAML from 'yaml';
 import { issueBundle } from '../../src/controller/certs.ts';
-import { apply, clusterInfo, kubectl, waitFor } from './harness.ts';
+import { apply, clusterInfo, defaultSchedulerConfig, kubectl, waitFor } from './harness.ts';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
 
@@ -206,3 +207,15 @@ export async function metricsToken(namespace: string, name: string, allowed: boo
   };
 }
 
+
+/** The KubeSchedulerConfiguration of deploy/scheduler/, pointed at an extender on `url` (plain HTTP, loopback). */
+export function schedulerConfigWithExtender(url: string): string {
+  const base = YAML.parse(defaultSchedulerConfig()) as Record<string, unknown>;
+  const deploy = YAML.parse(fs.readFileSync(path.join(ROOT, 'deploy', 'scheduler', 'scheduler-config.yaml'), 'utf8')) as {
+    extenders: Record<string, unknown>[];
+    profiles: { pluginConfig: unknown[] }[];
+  };
+  const extenders = deploy.extenders.map((e) => ({ ...e, urlPrefix: url, enableHTTPS: false, tlsConfig: undefined }));
+  const profiles = (base.profiles as Record<string, unknown>[]).map((p) => ({ ...p, pluginConfig: deploy.profiles[0]!.pluginConfig }));
+  return YAML.stringify({ ...base, extenders, profiles });
+}

@@ -1,8 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type ExtenderEnv, type TestReservation, startExtenderEnv } from './extender-env.ts';
 import {
   type KubeEvent,
   type List,
+  type Node,
   type Pod,
   apply,
   clusterInfo,
@@ -15,33 +15,73 @@ import {
   waitFor,
   waitForPodPhase,
 } from './harness.ts';
+import { installProduct, uninstallProduct } from './install.ts';
 
-// The loop from a booking to a container: real kube-scheduler calling our extender, the real kubelet calling our
-// agent's device plugins, containers reading BETTERCOMPUTE_ATOMS.
+// The loop from a booking to a container, on the installed product (the image, deploy/overlays/trial): the real
+// kube-scheduler beside the controller calling its extender, the real kubelet calling the agent's device plugins,
+// containers reading BETTERCOMPUTE_ATOMS. Pods name their Reservation by label and ask for bettercompute.io/gpu; the
+// admission webhook gives them the Reservation's own resource and our scheduler.
 const external = process.env.BC_EXTERNAL_CLUSTER === '1';
 const nsA = uniqueName('team-a');
 const nsB = uniqueName('team-b');
 const nsQ = uniqueName('team-q');
-let env: ExtenderEnv;
+const POOL = uniqueName('ea-pool');
+const POOL_LABEL = 'bettercompute.io/e2e-pool';
+
+interface TestReservation {
+  id: string;
+  name: string;
+  namespace: string;
+  resource: string;
+  atoms: string[];
+}
 let r1: TestReservation;
 let r2: TestReservation;
 
-function pod(namespace: string, name: string, resources: Record<string, number>, command = 'env') {
-  const limits = Object.fromEntries(Object.entries(resources).map(([k, v]) => [k, String(v)]));
+async function waitAdvertised(resource: string, count: number): Promise<void> {
+  const node = clusterInfo().nodeName;
+  await waitFor(
+    `${node} advertising ${count} ${resource}`,
+    async () => Number((await kubectlJson<Node>(['get', 'node', node])).status?.allocatable?.[resource] ?? 0) === count,
+    { timeoutMs: 120_000, intervalMs: 500 },
+  );
+}
+
+/** A Reservation of `gpus` in the pool, once Reserved: its id, resource and atoms (from its status, a mirror). */
+async function reserve(namespace: string, name: string, gpus: number): Promise<TestReservation> {
+  await apply({
+    apiVersion: 'bettercompute.io/v1alpha1',
+    kind: 'Reservation',
+    metadata: { name, namespace },
+    spec: { pool: POOL, devices: [{ class: 'gpu', count: gpus }], duration: '2h' },
+  });
+  const st = await waitFor(`Reservation ${name} Reserved`, async () => {
+    const r = await kubectlJson<{ status?: { phase?: string; reservationId?: string; resourceName?: string; allocations?: { atoms: string[] }[] } }>([
+      '-n', namespace, 'get', 'reservation', name,
+    ]);
+    return r.status?.phase === 'Reserved' ? r.status : undefined;
+  }, { timeoutMs: 120_000, intervalMs: 500 });
+  const atoms = st.allocations!.flatMap((a) => a.atoms).sort();
+  return { id: st.reservationId!, name, namespace, resource: st.resourceName!, atoms };
+}
+
+function pod(namespace: string, name: string, gpus: number, command = 'env', reservation?: string) {
   return {
     apiVersion: 'v1',
     kind: 'Pod',
-    metadata: { name, namespace },
+    metadata: { name, namespace, ...(reservation ? { labels: { 'bettercompute.io/reservation': reservation } } : {}) },
     spec: {
       restartPolicy: 'Never',
       terminationGracePeriodSeconds: 0,
-      containers: [{ name: 'main', image: clusterInfo().busyboxImage, command: ['sh', '-c', command], resources: { limits } }],
+      containers: [
+        { name: 'main', image: clusterInfo().busyboxImage, command: ['sh', '-c', command], resources: { limits: { 'bettercompute.io/gpu': String(gpus) } } },
+      ],
     },
   };
 }
 
 function reservationPod(r: TestReservation, name: string, count: number, command?: string) {
-  return pod(r.namespace, name, { [r.resource]: count }, command);
+  return pod(r.namespace, name, count, command, r.name);
 }
 
 function atomsIn(text: string): string[] {
@@ -77,21 +117,38 @@ async function events(namespace: string, name: string): Promise<string> {
 
 describe.skipIf(external)('scheduler extender and node agent', () => {
   beforeAll(async () => {
+    const installed = await installProduct({ gpus: 8 });
+    process.stderr.write(`[extender-agent] installed to Ready in ${installed.readySeconds.toFixed(1)}s\n`);
     for (const [ns, tenant] of [[nsA, nsA], [nsB, nsB], [nsQ, 'quota-tenant']] as const) {
       await apply({ apiVersion: 'v1', kind: 'Namespace', metadata: { name: ns, labels: { 'bettercompute.io/tenant': tenant } } });
     }
-    env = await startExtenderEnv({ gpus: 8, quota: { [nsA]: {}, [nsB]: {}, 'quota-tenant': { gpu: 1 } } });
-    r1 = await env.reserve(nsA, 'train-a', 2);
-    r2 = await env.reserve(nsB, 'train-b', 2);
-    await env.waitAdvertised(r1.resource, 2);
-    await env.waitAdvertised(r2.resource, 2);
-    await env.waitAdvertised('bettercompute.io/gpu', 8);
-  }, 240_000);
+    await kubectl(['label', 'node', clusterInfo().nodeName, `${POOL_LABEL}=${POOL}`, '--overwrite']);
+    await apply({
+      apiVersion: 'bettercompute.io/v1alpha1',
+      kind: 'Pool',
+      metadata: { name: POOL },
+      spec: {
+        nodeSelector: { [POOL_LABEL]: POOL },
+        ownerTenant: 'platform',
+        gpuModel: 'H100',
+        sharing: 'exclusive',
+        offerings: [{ tenant: nsA }, { tenant: nsB }, { tenant: 'quota-tenant', quota: { gpu: 1 } }],
+      },
+    });
+    r1 = await reserve(nsA, 'train-a', 2);
+    r2 = await reserve(nsB, 'train-b', 2);
+    await waitAdvertised(r1.resource, 2);
+    await waitAdvertised(r2.resource, 2);
+    await waitAdvertised('bettercompute.io/gpu', 8);
+  }, 1_800_000);
 
   afterAll(async () => {
-    await kubectl(['delete', 'namespace', '--wait=false', '--ignore-not-found', nsA, nsB, nsQ]).catch(() => undefined);
-    await env?.stop();
-  }, 120_000);
+    // While the controller still runs: it removes the Reservations' finalizers, so the namespaces can go.
+    await kubectlResult(['delete', 'namespace', nsA, nsB, nsQ, '--wait=true', '--timeout=120s'], { timeoutMs: 130_000 });
+    await kubectlResult(['delete', 'pool', POOL, '--wait=true', '--timeout=60s'], { timeoutMs: 70_000 });
+    await kubectlResult(['label', 'node', clusterInfo().nodeName, `${POOL_LABEL}-`]);
+    if (process.env.BC_KEEP_INSTALLED !== '1') await uninstallProduct();
+  }, 300_000);
 
   it('runs a pod of a 2-GPU reservation with exactly its 2 atoms', async () => {
     const got = await runBoth([reservationPod(r1, 'solo', 2)]);
@@ -116,8 +173,8 @@ describe.skipIf(external)('scheduler extender and node agent', () => {
     const started = performance.now();
     const reserved = new Set([...r1.atoms, ...r2.atoms]);
     for (let round = 0; round < 50; round++) {
-      const a = pod(nsA, `oa-${round}`, { 'bettercompute.io/gpu': 1 });
-      const b = pod(nsA, `ob-${round}`, { 'bettercompute.io/gpu': 1 });
+      const a = pod(nsA, `oa-${round}`, 1);
+      const b = pod(nsA, `ob-${round}`, 1);
       const got = await runBoth([a, b]);
       const atomsA = got.get(a.metadata.name)!;
       const atomsB = got.get(b.metadata.name)!;
@@ -146,7 +203,7 @@ describe.skipIf(external)('scheduler extender and node agent', () => {
   });
 
   it('keeps an on-demand pod beyond quota Pending with QuotaExceeded', async () => {
-    await apply(pod(nsQ, 'greedy', { 'bettercompute.io/gpu': 2 }));
+    await apply(pod(nsQ, 'greedy', 2));
     const reason = await waitFor('FailedScheduling with QuotaExceeded', async () => {
       const e = await events(nsQ, 'greedy');
       return /QuotaExceeded/.test(e) ? e : undefined;
@@ -162,8 +219,10 @@ describe.skipIf(external)('scheduler extender and node agent', () => {
     const before = atomsIn(await kubectl(['-n', nsA, 'exec', 'long', '--', 'env']));
     expect(before).toEqual(r1.atoms);
     await restartKubelet();
-    await env.waitAdvertised(r1.resource, 2);
-    await waitFor('agent re-registered', () => Object.values(env.agent.status()).every(Boolean));
+    // The agent registers its endpoints again: the kubelet advertises them again.
+    await waitAdvertised(r1.resource, 2);
+    await waitAdvertised(r2.resource, 2);
+    await waitAdvertised('bettercompute.io/gpu', 8);
     expect((await kubectlJson<Pod>(['-n', nsA, 'get', 'pod', 'long'])).status?.phase).toBe('Running');
     // A restarted kubelet answers exec only once it has synced its pods again ("pod does not exist" until then).
     const after = await waitFor('exec into the running pod after the restart', async () => {

@@ -50,6 +50,8 @@ export interface ClusterInfo {
   /** Locally built images, already in containerd: busybox (sh, echo, sleep, ...) and the sandbox image. */
   busyboxImage: string;
   pauseImage: string;
+  /** The host's address on the pod bridge (pods reach the host there; empty on an external cluster). */
+  podGateway: string;
   /** true when the cluster is the local one of up.sh (components can be restarted). */
   local: boolean;
 }
@@ -80,6 +82,7 @@ export function clusterInfo(): ClusterInfo {
         containerdSocket: '',
         busyboxImage: process.env.BC_BUSYBOX_IMAGE ?? 'busybox:1.36',
         pauseImage: '',
+        podGateway: '',
         local: false,
       };
     }
@@ -100,6 +103,8 @@ export function clusterInfo(): ClusterInfo {
     containerdSocket: e.BC_CONTAINERD_SOCK!,
     busyboxImage: e.BC_BUSYBOX_IMAGE!,
     pauseImage: e.BC_PAUSE_IMAGE!,
+    // Clusters brought up before the gateway was written to env used the default pod CIDR.
+    podGateway: e.BC_POD_GATEWAY ?? '10.244.0.1',
     local: true,
   };
 }

@@ -37,19 +37,45 @@ export async function loadImages(): Promise<void> {
   await run('bash', [path.join(ROOT, 'scripts', 'image', 'load.sh'), c.containerdSocket], { cwd: ROOT, maxBuffer: 16 << 20, timeout: 600_000 });
 }
 
-/** The overlay the tests install: deploy/overlays/trial plus simulated GPUs. Returns its directory. */
-export function writeTestOverlay(gpus: number): string {
+export interface InstallOptions {
+  /** Simulated GPUs of the agent on the real node (default 8). */
+  gpus?: number;
+  /**
+   * Install deploy/overlays/external (two replicas) with this DATABASE_URL in Secret better-compute-database, as a
+   * platform team with its own PostgreSQL does; without it, deploy/overlays/trial (embedded, on a volume).
+   */
+  databaseUrl?: string;
+  /** Extra environment of the controller container (e.g. shorter periods for tests). */
+  controllerEnv?: Record<string, string>;
+}
+
+/** The overlay the tests install: deploy/overlays/trial (or external) plus simulated GPUs. Returns its directory. */
+export function writeTestOverlay(o: InstallOptions = {}): string {
   const c = clusterInfo();
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'bc-install-'));
-  fs.writeFileSync(path.join(dir, 'devices.json'), JSON.stringify(simulatedSpec(c.nodeName, gpus)));
+  fs.writeFileSync(path.join(dir, 'devices.json'), JSON.stringify(simulatedSpec(c.nodeName, o.gpus ?? 8)));
   const podResourcesDir = path.dirname(c.podResourcesSocket);
+  const base = o.databaseUrl ? 'external' : 'trial';
+  const controllerEnv = Object.entries(o.controllerEnv ?? {}).map(([name, value]) => ({
+    op: 'add',
+    path: '/spec/template/spec/containers/0/env/-',
+    value: { name, value },
+  }));
   const kustomization = {
     apiVersion: 'kustomize.config.k8s.io/v1beta1',
     kind: 'Kustomization',
     // kustomize takes only relative paths to other kustomizations.
-    resources: [path.relative(dir, path.join(ROOT, 'deploy', 'overlays', 'trial'))],
+    resources: [path.relative(dir, path.join(ROOT, 'deploy', 'overlays', base))],
     configMapGenerator: [{ name: 'better-compute-simulated-gpus', namespace: SYSTEM_NS, files: ['devices.json'] }],
+    ...(o.databaseUrl
+      ? {
+          secretGenerator: [
+            { name: 'better-compute-database', namespace: SYSTEM_NS, literals: [`url=${o.databaseUrl}`], options: { disableNameSuffixHash: true } },
+          ],
+        }
+      : {}),
     patches: [
+      ...(controllerEnv.length ? [{ target: { kind: 'Deployment', name: 'better-compute-controller' }, patch: JSON.stringify(controllerEnv) }] : []),
       {
         target: { kind: 'DaemonSet', name: 'better-compute-agent' },
         patch: JSON.stringify([
@@ -91,13 +117,13 @@ async function ensureDataVolume(): Promise<void> {
  * Installs the product (idempotent: a second call re-applies and waits). `kubectl apply -k` exactly as the README
  * says, on the overlay above.
  */
-export async function installProduct(opts: { gpus?: number } = {}): Promise<Installed> {
+export async function installProduct(opts: InstallOptions = {}): Promise<Installed> {
   const gpus = opts.gpus ?? 8;
   const c = clusterInfo();
   await loadImages();
-  await ensureDataVolume();
+  if (!opts.databaseUrl) await ensureDataVolume();
   await kubectl(['label', 'node', c.nodeName, `${GPU_NODE_LABEL}=true`, '--overwrite']);
-  const overlay = writeTestOverlay(gpus);
+  const overlay = writeTestOverlay(opts);
   const t0 = Date.now();
   // CRDs first (their kinds must be known before anything that uses them), then everything.
   const r = await kubectlResult(['apply', '--server-side', '--force-conflicts', '-k', overlay], { timeoutMs: 120_000 });
@@ -136,7 +162,7 @@ export async function installProduct(opts: { gpus?: number } = {}): Promise<Inst
  * on this cluster keep theirs): the namespace, our cluster-scoped objects, the data volume. Waits until they are gone.
  */
 export async function uninstallProduct(): Promise<void> {
-  const overlay = writeTestOverlay(1);
+  const overlay = writeTestOverlay({ gpus: 1 });
   const rendered = await kubectl(['kustomize', overlay]);
   fs.rmSync(overlay, { recursive: true, force: true });
   const items = YAML.parseAllDocuments(rendered)

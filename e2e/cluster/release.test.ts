@@ -1,41 +1,60 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type ExtenderEnv, type TestReservation, startExtenderEnv } from './extender-env.ts';
+import { Ledger } from '../../src/db/ledger.ts';
 import { type Pod, apply, clusterInfo, deletePodsNow, kubectl, kubectlJson, kubectlResult, uniqueName, waitFor, waitForPodPhase } from './harness.ts';
+import { startHostDatabase, type HostDatabase } from './host-database.ts';
+import { installProduct, uninstallProduct } from './install.ts';
 
-// Release (issue 6, item 5) on the real kube-scheduler + extender + kubelet + agent: a pod that ends gives back its
-// on-demand booking (truncated) or its reservation assignment; the pods of a reservation that ends (released, or its
-// window passed) are evicted after the grace period (the releaser runs with 1 s here).
+// Release (issue 6, item 5; issue 11) on the installed product — two controller replicas from the image, installed with
+// deploy/overlays/external on a PostgreSQL of this host — with the real kube-scheduler and kubelet: a pod that ends
+// gives back its on-demand booking (truncated) or its reservation assignment; the pods of a reservation that ends
+// (deleted, or its window passed) are evicted. The test reads the ledger only to check it.
 const external = process.env.BC_EXTERNAL_CLUSTER === '1';
 const ns = uniqueName('release');
-let env: ExtenderEnv;
+const POOL = uniqueName('rel-pool');
+const POOL_LABEL = 'bettercompute.io/e2e-pool';
+let hostDb: HostDatabase;
+let ledger: Ledger;
 
-function pod(name: string, resources: Record<string, number>, command: string) {
-  const limits = Object.fromEntries(Object.entries(resources).map(([k, v]) => [k, String(v)]));
+function pod(name: string, opts: { reservation?: string; command: string }) {
   return {
     apiVersion: 'v1',
     kind: 'Pod',
-    metadata: { name, namespace: ns },
+    metadata: { name, namespace: ns, ...(opts.reservation ? { labels: { 'bettercompute.io/reservation': opts.reservation } } : {}) },
     spec: {
       restartPolicy: 'Never',
       terminationGracePeriodSeconds: 30,
-      containers: [{ name: 'main', image: clusterInfo().busyboxImage, command: ['sh', '-c', command], resources: { limits } }],
+      containers: [
+        { name: 'main', image: clusterInfo().busyboxImage, command: ['sh', '-c', opts.command], resources: { limits: { 'bettercompute.io/gpu': '1' } } },
+      ],
     },
   };
 }
-const rsvPod = (r: TestReservation, name: string, command: string) => pod(name, { [r.resource]: 1 }, command);
+
+async function reserve(name: string, duration: string): Promise<string> {
+  await apply({
+    apiVersion: 'bettercompute.io/v1alpha1',
+    kind: 'Reservation',
+    metadata: { name, namespace: ns },
+    spec: { pool: POOL, devices: [{ class: 'gpu', count: 1 }], duration },
+  });
+  return waitFor(`Reservation ${name} Reserved`, async () => {
+    const r = await kubectlJson<{ status?: { phase?: string; reservationId?: string } }>(['-n', ns, 'get', 'reservation', name]);
+    return r.status?.phase === 'Reserved' ? r.status.reservationId : undefined;
+  }, { timeoutMs: 60_000, intervalMs: 500 });
+}
 
 async function uidOf(name: string): Promise<string> {
   return (await kubectlJson<Pod & { metadata: { uid: string } }>(['-n', ns, 'get', 'pod', name])).metadata.uid;
 }
 
 async function liveAssignment(uid: string): Promise<boolean> {
-  const { rows } = await env.db.query(`SELECT 1 FROM reservation_pod_assignments WHERE pod_uid = $1 AND released_at IS NULL`, [uid]);
+  const { rows } = await hostDb.db.query(`SELECT 1 FROM reservation_pod_assignments WHERE pod_uid = $1 AND released_at IS NULL`, [uid]);
   return rows.length > 0;
 }
 
 /** Bookings of these atoms that reach past now. */
 async function liveBookingsOf(atoms: string[]): Promise<number> {
-  const { rows } = await env.db.query<{ n: number }>(
+  const { rows } = await hostDb.db.query<{ n: number }>(
     `SELECT count(*)::int AS n FROM device_bookings WHERE device_id = ANY($1) AND NOT isempty(during) AND upper(during) > compute_now()`,
     [atoms],
   );
@@ -48,54 +67,63 @@ async function gone(name: string): Promise<boolean> {
   return Boolean((JSON.parse(r.stdout) as { metadata: { deletionTimestamp?: string } }).metadata.deletionTimestamp);
 }
 
-describe.skipIf(external)('release', () => {
+describe.skipIf(external)('release, on the installed product', () => {
   beforeAll(async () => {
-    await apply({ apiVersion: 'v1', kind: 'Namespace', metadata: { name: ns } });
-    env = await startExtenderEnv({ gpus: 8, quota: { [ns]: {} } });
-    await env.waitAdvertised('bettercompute.io/gpu', 8);
-  }, 120_000);
+    hostDb = await startHostDatabase();
+    ledger = new Ledger(hostDb.db);
+    const installed = await installProduct({ gpus: 8, databaseUrl: hostDb.podUrl });
+    process.stderr.write(`[release] deploy/overlays/external (2 replicas, host PostgreSQL) to Ready in ${installed.readySeconds.toFixed(1)}s\n`);
+    await apply({ apiVersion: 'v1', kind: 'Namespace', metadata: { name: ns, labels: { 'bettercompute.io/tenant': ns } } });
+    await kubectl(['label', 'node', clusterInfo().nodeName, `${POOL_LABEL}=${POOL}`, '--overwrite']);
+    await apply({
+      apiVersion: 'bettercompute.io/v1alpha1',
+      kind: 'Pool',
+      metadata: { name: POOL },
+      spec: { nodeSelector: { [POOL_LABEL]: POOL }, ownerTenant: 'platform', gpuModel: 'H100', sharing: 'exclusive', offerings: [{ tenant: ns, quota: { gpu: 8 } }] },
+    });
+  }, 1_800_000);
 
   afterAll(async () => {
-    await kubectl(['delete', 'namespace', '--wait=false', '--ignore-not-found', ns]).catch(() => undefined);
-    await env?.stop();
-  }, 60_000);
+    await kubectlResult(['delete', 'namespace', ns, '--wait=true', '--timeout=120s'], { timeoutMs: 130_000 });
+    await kubectlResult(['delete', 'pool', POOL, '--wait=true', '--timeout=60s'], { timeoutMs: 70_000 });
+    await kubectlResult(['label', 'node', clusterInfo().nodeName, `${POOL_LABEL}-`]);
+    if (process.env.BC_KEEP_INSTALLED !== '1') await uninstallProduct();
+    await hostDb?.stop();
+  }, 300_000);
 
   it('a pod that ends: its on-demand booking is truncated and a reservation pod assignment freed', async () => {
-    const r = await env.reserve(ns, 'ends', 1);
-    await env.waitAdvertised(r.resource, 1);
-    await apply([pod('od', { 'bettercompute.io/gpu': 1 }, 'sleep 3'), rsvPod(r, 'rp', 'sleep 3')]);
-    await Promise.all([waitForPodPhase(ns, 'od', ['Running']), waitForPodPhase(ns, 'rp', ['Running'])]);
+    await reserve('ends', '1h');
+    await apply([pod('od', { command: 'sleep 20' }), pod('rp', { reservation: 'ends', command: 'sleep 20' })]);
+    await Promise.all([waitForPodPhase(ns, 'od', ['Running'], 120_000), waitForPodPhase(ns, 'rp', ['Running'], 120_000)]);
     const [od, rp] = [await uidOf('od'), await uidOf('rp')];
-    const booking = await env.ledger.podBooking(od);
+    const booking = await ledger.podBooking(od);
     expect(booking?.atoms).toHaveLength(1);
     expect(await liveBookingsOf(booking!.atoms)).toBe(1);
     expect(await liveAssignment(rp)).toBe(true);
 
-    await Promise.all([waitForPodPhase(ns, 'od', ['Succeeded']), waitForPodPhase(ns, 'rp', ['Succeeded'])]);
-    await waitFor('on-demand booking released', async () => (await env.ledger.podBooking(od)) === undefined, { timeoutMs: 15_000 });
+    await Promise.all([waitForPodPhase(ns, 'od', ['Succeeded'], 120_000), waitForPodPhase(ns, 'rp', ['Succeeded'], 120_000)]);
+    await waitFor('on-demand booking released', async () => (await ledger.podBooking(od)) === undefined, { timeoutMs: 20_000 });
     expect(await liveBookingsOf(booking!.atoms)).toBe(0);
-    await waitFor('reservation assignment released', async () => !(await liveAssignment(rp)), { timeoutMs: 15_000 });
+    await waitFor('reservation assignment released', async () => !(await liveAssignment(rp)), { timeoutMs: 20_000 });
     await deletePodsNow(ns, ['od', 'rp']);
-  }, 60_000);
+  }, 240_000);
 
-  it('a reservation that ends (released, or its window passed): its pods are evicted after the grace period', async () => {
-    const released = await env.reserve(ns, 'released', 1);
-    const short = await env.reserve(ns, 'short', 1, { seconds: 20 });
-    await env.waitAdvertised(released.resource, 1);
-    await env.waitAdvertised(short.resource, 1);
-    await apply([rsvPod(released, 'victim', 'sleep 3600'), rsvPod(short, 'timed', 'sleep 3600')]);
-    await Promise.all([waitForPodPhase(ns, 'victim', ['Running']), waitForPodPhase(ns, 'timed', ['Running'])]);
+  it('a reservation that ends (deleted, or its window passed): its pods are evicted', async () => {
+    await reserve('deleted', '1h');
+    await reserve('short', '60s');
+    await apply([pod('victim', { reservation: 'deleted', command: 'sleep 3600' }), pod('timed', { reservation: 'short', command: 'sleep 3600' })]);
+    await Promise.all([waitForPodPhase(ns, 'victim', ['Running'], 120_000), waitForPodPhase(ns, 'timed', ['Running'], 120_000)]);
     const [victim, timed] = [await uidOf('victim'), await uidOf('timed')];
 
     const t0 = performance.now();
-    expect(await env.ledger.release(released.id)).toBe(true);
-    await waitFor('victim evicted', () => gone('victim'), { timeoutMs: 20_000, intervalMs: 200 });
-    await waitFor('victim assignment released', async () => !(await liveAssignment(victim)), { timeoutMs: 20_000 });
-    process.stderr.write(`[release] released reservation: pod evicted and freed in ${((performance.now() - t0) / 1000).toFixed(1)}s\n`);
+    await kubectl(['-n', ns, 'delete', 'reservation', 'deleted', '--wait=false']);
+    await waitFor('victim evicted', () => gone('victim'), { timeoutMs: 30_000, intervalMs: 250 });
+    process.stderr.write(`[release] deleted reservation: pod evicted in ${((performance.now() - t0) / 1000).toFixed(1)}s\n`);
+    await deletePodsNow(ns, ['victim']);
+    await waitFor('victim assignment released', async () => !(await liveAssignment(victim)), { timeoutMs: 30_000 });
 
-    expect(await gone('timed')).toBe(false);
-    await waitFor('timed evicted after its window', () => gone('timed'), { timeoutMs: 30_000, intervalMs: 250 });
-    await waitFor('timed assignment released', async () => !(await liveAssignment(timed)), { timeoutMs: 20_000 });
-    await deletePodsNow(ns, ['victim', 'timed']);
-  }, 60_000);
+    await waitFor('timed evicted after its window', () => gone('timed'), { timeoutMs: 120_000, intervalMs: 500 });
+    await deletePodsNow(ns, ['timed']);
+    await waitFor('timed assignment released', async () => !(await liveAssignment(timed)), { timeoutMs: 30_000 });
+  }, 300_000);
 });

@@ -277,6 +277,7 @@ export BC_KUBELET_ROOT='$BC_KUBELET_ROOT'
 export BC_CONTAINERD_SOCK='$BC_CONTAINERD_SOCK'
 export BC_BUSYBOX_IMAGE='$BC_BUSYBOX_IMAGE'
 export BC_PAUSE_IMAGE='$BC_PAUSE_IMAGE'
+export BC_POD_GATEWAY='$BC_POD_GATEWAY'
 EOF
 
 # --- start ------------------------------------------------------------------------------------------------------------

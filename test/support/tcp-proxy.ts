@@ -1,68 +1,148 @@
-// A TCP proxy on loopback in front of a server (the test PostgreSQL), which can stall: while stalled it accepts
-// connections and reads what either side sends but forwards nothing, as a network partition or a frozen server would;
-// resume() delivers what was held and forwards again.
+// A TCP proxy in front of a server, for tests: the stalled-database test, the soak (the API server for the
+// controllers, the extender for kube-scheduler), and pods reaching a database on this host. It forwards to the first
+// target that accepts a connection (so a forwarder in front of replicas survives a replica's death), and injects
+// transport faults on demand: a stall (nothing flows in either direction, connections stay open, as in a network
+// partition or a frozen server), a reset (every open connection destroyed), and a refusal (new connections closed at
+// once). TLS passes through untouched, so clients keep verifying the real server.
 import net from 'node:net';
 
-export interface TcpProxy {
-  readonly port: number;
-  /** `url` (postgres://...) with its host and port replaced by the proxy's. */
-  via(url: string): string;
-  stall(): void;
-  resume(): void;
-  close(): Promise<void>;
+export interface Target {
+  host: string;
+  port: number;
 }
 
-export async function startTcpProxy(target: { host: string; port: number }): Promise<TcpProxy> {
-  let stalled = false;
-  const pipes = new Set<{ flush(): void; destroy(): void }>();
-  const server = net.createServer((client) => {
-    const upstream = net.connect(target.port, target.host);
-    const held: [net.Socket, Buffer][] = [];
-    const forward = (to: net.Socket) => (chunk: Buffer) => {
-      if (stalled) held.push([to, chunk]);
-      else to.write(chunk);
-    };
-    client.on('data', forward(upstream));
-    upstream.on('data', forward(client));
-    const pipe = {
-      flush() {
-        for (const [to, chunk] of held.splice(0)) to.write(chunk);
-      },
-      destroy() {
-        client.destroy();
-        upstream.destroy();
-      },
-    };
-    pipes.add(pipe);
-    const end = () => {
-      pipes.delete(pipe);
-      pipe.destroy();
-    };
-    for (const s of [client, upstream]) {
-      s.on('error', end);
-      s.on('close', end);
+export class TcpProxy {
+  private readonly server = net.createServer((c) => this.accept(c));
+  private readonly open = new Set<{ client: net.Socket; upstream: net.Socket }>();
+  private stalled = false;
+  private refusing = false;
+  private host = '127.0.0.1';
+  port = 0;
+
+  constructor(private readonly targets: () => Target[]) {}
+
+  /** Listens on `host` (loopback by default), on a free port. */
+  async listen(host = '127.0.0.1'): Promise<void> {
+    this.host = host;
+    await new Promise<void>((resolve) => this.server.listen(0, host, resolve));
+    this.port = (this.server.address() as net.AddressInfo).port;
+  }
+
+  /** Nothing flows from now until resume(); open connections and new ones wait. */
+  stall(): void {
+    this.stalled = true;
+    for (const p of this.open) {
+      p.client.pause();
+      p.upstream.pause();
     }
-  });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const port = (server.address() as net.AddressInfo).port;
-  return {
-    port,
-    via(url) {
-      const u = new URL(url);
-      u.hostname = '127.0.0.1';
-      u.port = String(port);
-      return u.toString();
-    },
-    stall() {
-      stalled = true;
-    },
-    resume() {
-      stalled = false;
-      for (const p of pipes) p.flush();
-    },
-    async close() {
-      for (const p of pipes) p.destroy();
-      await new Promise<void>((resolve) => server.close(() => resolve()));
-    },
-  };
+  }
+
+  resume(): void {
+    this.stalled = false;
+    for (const p of this.open) {
+      p.client.resume();
+      p.upstream.resume();
+    }
+  }
+
+  /** A stall of `ms`. */
+  async stallFor(ms: number): Promise<void> {
+    this.stall();
+    await new Promise((r) => setTimeout(r, ms));
+    this.resume();
+  }
+
+  /** `url` (postgres://...) with its host and port replaced by the proxy's. */
+  via(url: string): string {
+    const u = new URL(url);
+    u.hostname = this.host;
+    u.port = String(this.port);
+    return u.toString();
+  }
+
+  /** Every open connection is destroyed (clients see a reset mid-request or mid-watch). */
+  reset(): number {
+    const n = this.open.size;
+    for (const p of this.open) {
+      p.client.destroy();
+      p.upstream.destroy();
+    }
+    this.open.clear();
+    return n;
+  }
+
+  /** New connections are closed at once for `ms`, and open ones reset. */
+  async refuse(ms: number): Promise<void> {
+    this.refusing = true;
+    this.reset();
+    await new Promise((r) => setTimeout(r, ms));
+    this.refusing = false;
+  }
+
+  async close(): Promise<void> {
+    this.reset();
+    await new Promise<void>((resolve) => this.server.close(() => resolve()));
+  }
+
+  private accept(client: net.Socket): void {
+    if (this.refusing) {
+      client.destroy();
+      return;
+    }
+    // Until it is piped, what the client sends stays in its socket's buffer.
+    client.on('error', () => undefined);
+    void this.connect(this.targets()).then(
+      (upstream) => {
+        if (client.destroyed) {
+          upstream.destroy();
+          return;
+        }
+        const pair = { client, upstream };
+        this.open.add(pair);
+        const end = () => {
+          this.open.delete(pair);
+          client.destroy();
+          upstream.destroy();
+        };
+        upstream.on('error', end).on('close', end);
+        client.on('close', end);
+        client.pipe(upstream);
+        upstream.pipe(client);
+        // pipe() resumes its source: a stall begun meanwhile pauses both again.
+        if (this.stalled) {
+          client.pause();
+          upstream.pause();
+        }
+      },
+      () => client.destroy(),
+    );
+  }
+
+  private async connect(targets: Target[]): Promise<net.Socket> {
+    for (const t of targets) {
+      const s = await new Promise<net.Socket | undefined>((resolve) => {
+        const sock = net.connect(t.port, t.host);
+        const fail = () => {
+          sock.destroy();
+          resolve(undefined);
+        };
+        sock.setTimeout(2000, fail);
+        sock.once('error', fail);
+        sock.once('connect', () => {
+          sock.setTimeout(0);
+          sock.removeListener('error', fail);
+          resolve(sock);
+        });
+      });
+      if (s) return s;
+    }
+    throw new Error('no target accepted the connection');
+  }
+}
+
+/** A proxy on loopback in front of one server, listening. */
+export async function startTcpProxy(target: Target): Promise<TcpProxy> {
+  const p = new TcpProxy(() => [target]);
+  await p.listen();
+  return p;
 }
