@@ -1,7 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { poolCapacity } from '../../src/db/capacity.ts';
-import { createTestDatabase, type TestDatabase } from '../../test/support/db.ts';
-import { gpus, installCrds, startReplica, type Replica } from './controller-support.ts';
+import { gpus } from './controller-support.ts';
 import {
   type KubeEvent,
   type List,
@@ -15,15 +14,16 @@ import {
   uniqueName,
   waitFor,
 } from './harness.ts';
+import { startHostDatabase, type HostDatabase } from './host-database.ts';
+import { installProduct, SYSTEM_NS, uninstallProduct } from './install.ts';
 
-// The controller on the real API server: `better-compute controller` replicas as child processes, a database cloned
-// for this file, Pools with simulated nodes whose inventory is applied as NodeDevices, and Reservations.
+// The controller on the real API server, installed as users install it: deploy/overlays/external (two replicas from
+// the image) on a PostgreSQL of this host, Pools with simulated nodes whose inventory is applied as NodeDevices, and
+// Reservations. The test reads the ledger only to check it.
 const external = process.env.BC_EXTERNAL_CLUSTER === '1';
-const system = uniqueName('bc-system');
 const tenantNs = uniqueName('team');
 const simulated: string[] = [];
-const replicas: Replica[] = [];
-let tdb: TestDatabase;
+let hostDb: HostDatabase;
 
 interface Rsv {
   metadata: { name: string; uid: string; finalizers?: string[] };
@@ -77,7 +77,7 @@ async function listReservations(): Promise<Rsv[]> {
 }
 
 async function liveBookings(poolId: string) {
-  const { rows } = await tdb.db.query<{ reservation_id: string; idempotency_key: string; device_id: string }>(
+  const { rows } = await hostDb.db.query<{ reservation_id: string; idempotency_key: string; device_id: string }>(
     `SELECT r.id AS reservation_id, r.idempotency_key, b.device_id
      FROM reservations r JOIN allocations a ON a.reservation_id = r.id JOIN device_bookings b ON b.allocation_id = a.id
      WHERE r.pool_id = $1 AND r.state IN ('held', 'confirmed') AND a.released_at IS NULL AND upper(b.during) > compute_now()`,
@@ -86,35 +86,44 @@ async function liveBookings(poolId: string) {
   return rows;
 }
 
+/** The replica that holds the controller's Lease (its pod name). */
+async function leaderPod(): Promise<string | undefined> {
+  const lease = await kubectlJson<{ spec?: { holderIdentity?: string } }>(['-n', SYSTEM_NS, 'get', 'lease', 'better-compute-controller']);
+  return lease.spec?.holderIdentity || undefined;
+}
+
 beforeAll(async () => {
-  await installCrds();
-  await kubectl(['create', 'namespace', system]);
+  hostDb = await startHostDatabase();
+  const installed = await installProduct({
+    gpus: 8,
+    databaseUrl: hostDb.podUrl,
+    // Shorter periods than a production install, so that failover and status show within a test's patience.
+    controllerEnv: {
+      BETTER_COMPUTE_LEASE_DURATION: '6s',
+      BETTER_COMPUTE_RENEW_DEADLINE: '4s',
+      BETTER_COMPUTE_RETRY_PERIOD: '1s',
+      BETTER_COMPUTE_CAPACITY_REFRESH: '1s',
+      BETTER_COMPUTE_PENDING_MAX_BACKOFF: '5s',
+    },
+  });
+  process.stderr.write(`[controller] deploy/overlays/external (2 replicas, host PostgreSQL) to Ready in ${installed.readySeconds.toFixed(1)}s\n`);
   await kubectl(['create', 'namespace', tenantNs]);
-  tdb = await createTestDatabase(5);
-  replicas.push(await startReplica({ name: 'ctl-a', databaseUrl: tdb.url, namespace: system }));
-  await waitFor('ctl-a leads', () => replicas[0]!.isLeader(), { timeoutMs: 30_000 });
-});
+  await waitFor('a controller leads', leaderPod, { timeoutMs: 60_000 });
+}, 1_800_000);
 
 afterAll(async () => {
-  // Delete the Reservations while a controller still runs, so that their finalizers go.
-  const live = replicas.filter((r) => r.child.exitCode === null && r.child.signalCode === null);
-  if (live.length) {
-    await kubectl(['-n', tenantNs, 'delete', 'reservations', '--all', '--wait=true', '--timeout=60s']).catch(() => undefined);
-  }
-  for (const r of replicas) await r.stop();
-  // Anything left (a controller that died first): drop the finalizers by hand.
-  for (const r of await listReservations().catch(() => [] as Rsv[])) {
-    await kubectl(['-n', tenantNs, 'patch', 'reservation', r.metadata.name, '--type=merge', '-p', '{"metadata":{"finalizers":null}}']).catch(() => undefined);
-  }
+  // Delete the Reservations while the controller still runs, so that their finalizers go.
+  await kubectlResult(['-n', tenantNs, 'delete', 'reservations', '--all', '--wait=true', '--timeout=60s'], { timeoutMs: 70_000 });
   const pools = (await kubectlJson<List<{ metadata: { name: string }; spec: { ownerTenant: string } }>>(['get', 'pools']).catch(() => ({ items: [] }))).items;
   for (const p of pools.filter((x) => x.spec.ownerTenant === tenantNs)) await kubectl(['delete', 'pool', p.metadata.name, '--wait=false']).catch(() => undefined);
   if (simulated.length) {
     await kubectl(['delete', 'nodedevices', '--ignore-not-found', '--wait=false', ...simulated]).catch(() => undefined);
     await removeSimulatedNodes(simulated);
   }
-  await kubectl(['delete', 'namespace', tenantNs, system, '--wait=false']).catch(() => undefined);
-  await tdb?.drop();
-});
+  await kubectlResult(['delete', 'namespace', tenantNs, '--wait=false']);
+  if (process.env.BC_KEEP_INSTALLED !== '1') await uninstallProduct();
+  await hostDb?.stop();
+}, 300_000);
 
 describe('CRDs on the API server', () => {
   it('refuses invalid objects with a clear message', async () => {
@@ -238,7 +247,7 @@ describe('controller', () => {
     const { pool, nodes, poolId } = await makePool(2, 4);
     await kubectl(['cordon', nodes[0]!]);
     await waitFor('gpu allocatable 4 after cordon', async () => {
-      const gpu = (await poolCapacity(tdb.db, poolId)).find((r) => r.resource === 'gpu');
+      const gpu = (await poolCapacity(hostDb.db, poolId)).find((r) => r.resource === 'gpu');
       return gpu?.allocatable === 4 && gpu.maintenance === 4;
     });
     await waitFor('Pool status shows it', async () => {
@@ -254,7 +263,7 @@ describe('controller', () => {
     expect(r.status!.allocations![0]!.node).toBe(nodes[1]);
     await kubectl(['uncordon', nodes[0]!]);
     await waitFor('gpu allocatable 8 after uncordon', async () => {
-      const gpu = (await poolCapacity(tdb.db, poolId)).find((r) => r.resource === 'gpu');
+      const gpu = (await poolCapacity(hostDb.db, poolId)).find((r) => r.resource === 'gpu');
       return gpu?.allocatable === 8;
     });
     await kubectl(['-n', tenantNs, 'delete', 'reservation', 'after-cordon', '--wait=true', '--timeout=30s']);
@@ -277,39 +286,41 @@ describe('controller', () => {
 
   it('the leader killed mid-reconcile: the other replica takes over; no booking lost or doubled', async () => {
     const { pool, poolId } = await makePool(2, 4);
-    const b = await startReplica({ name: 'ctl-b', databaseUrl: tdb.url, namespace: system });
-    replicas.push(b);
-    const a = replicas[0]!;
-    expect(a.isLeader()).toBe(true);
-    expect(b.isLeader()).toBe(false);
-    const { rows: before } = await tdb.db.query<{ epoch: number }>(`SELECT epoch FROM leader_fences WHERE name = 'better-compute-controller'`);
+    const leader = (await leaderPod())!;
+    const { rows: before } = await hostDb.db.query<{ epoch: number }>(`SELECT epoch FROM leader_fences WHERE name = 'better-compute-controller'`);
     const names = Array.from({ length: 12 }, (_, i) => `failover-${String(i).padStart(2, '0')}`);
     await apply(names.map((n) => reservation(n, pool)));
-    // Kill the leader as soon as it has booked some, not all.
-    await waitFor('the leader booked some', () => a.logs.some((l) => l.msg === 'reservation booked' && String(l.reservation).includes('failover-')), { intervalMs: 20 });
-    await a.kill();
-    await waitFor('ctl-b leads', () => b.isLeader(), { timeoutMs: 30_000 });
+    // Kill the leader's pod (no graceful stop, no Lease release) as soon as it has booked some.
+    await waitFor('the leader booked some', async () => {
+      const { rows } = await hostDb.db.query(`SELECT 1 FROM reservations WHERE pool_id = $1`, [poolId]);
+      return rows.length > 0;
+    }, { intervalMs: 20 });
+    await kubectl(['-n', SYSTEM_NS, 'delete', 'pod', leader, '--grace-period=0', '--force', '--wait=false']);
+    const next = await waitFor('another replica leads', async () => {
+      const l = await leaderPod();
+      return l && l !== leader ? l : undefined;
+    }, { timeoutMs: 60_000 });
     const items = await waitFor('12 failover reservations settled: 8 Reserved, 4 Pending', async () => {
       const all = (await listReservations()).filter((x) => x.metadata.name.startsWith('failover-'));
       const reserved = all.filter((x) => x.status?.phase === 'Reserved');
       const pending = all.filter((x) => x.status?.phase === 'Pending');
       return all.length === 12 && reserved.length === 8 && pending.length === 4 ? all : undefined;
-    }, { timeoutMs: 60_000 });
+    }, { timeoutMs: 90_000 });
     // The ledger holds exactly one booking per Reserved one, with the atoms its status shows; none for Pending ones.
     const booked = await liveBookings(poolId);
     const byKey = new Map<string, string[]>();
     for (const row of booked) byKey.set(row.idempotency_key, [...(byKey.get(row.idempotency_key) ?? []), row.device_id]);
-    const { rows: rsvRows } = await tdb.db.query<{ n: number }>(`SELECT count(*)::int AS n FROM reservations WHERE pool_id = $1`, [poolId]);
+    const { rows: rsvRows } = await hostDb.db.query<{ n: number }>(`SELECT count(*)::int AS n FROM reservations WHERE pool_id = $1`, [poolId]);
     expect(rsvRows[0]!.n).toBe(8);
     for (const x of items) {
       if (x.status?.phase === 'Reserved') expect(byKey.get(x.metadata.uid)?.sort()).toEqual(x.status.allocations!.flatMap((al) => al.atoms).sort());
       else expect(byKey.has(x.metadata.uid)).toBe(false);
     }
     expect(new Set(booked.map((r) => r.device_id)).size).toBe(booked.length);
-    const { rows: after } = await tdb.db.query<{ epoch: number; holder: string }>(`SELECT epoch, holder FROM leader_fences WHERE name = 'better-compute-controller'`);
+    const { rows: after } = await hostDb.db.query<{ epoch: number; holder: string }>(`SELECT epoch, holder FROM leader_fences WHERE name = 'better-compute-controller'`);
     expect(Number(after[0]!.epoch)).toBeGreaterThan(Number(before[0]!.epoch));
-    expect(after[0]!.holder).toBe('ctl-b');
+    expect(after[0]!.holder).toBe(next);
     await kubectl(['-n', tenantNs, 'delete', 'reservation', ...names, '--wait=true', '--timeout=60s']);
     expect(await liveBookings(poolId)).toEqual([]);
-  });
+  }, 240_000);
 });
