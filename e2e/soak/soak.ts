@@ -137,9 +137,11 @@ export async function runSoak(o: SoakOptions): Promise<SoakReport> {
     BETTER_COMPUTE_ORPHAN_GRACE: '5s',
   };
   const replicas = new Map<string, Replica>();
+  const everyReplica: Replica[] = [];
   const startNamed = async (name: string) => {
     const r = await startReplica({ name, databaseUrl: pg.url, namespace: ctrlNs, env: replicaEnv });
     replicas.set(name, r);
+    everyReplica.push(r);
     return r;
   };
   await Promise.all([startNamed('soak-a'), startNamed('soak-b')]);
@@ -423,7 +425,7 @@ export async function runSoak(o: SoakOptions): Promise<SoakReport> {
   };
 
   const churn = loop('churn', () => 300 + random() * 900, churnOps, weightSum, report.ops);
-  const faults = loop('fault', () => 8000 + random() * 12000, faultOps, faultSum, report.faults);
+  const faults = loop('fault', () => 5000 + random() * 7000, faultOps, faultSum, report.faults);
   const every = o.checkpointEveryMs ?? 60_000;
   try {
     while (Date.now() < deadline) {
@@ -445,7 +447,7 @@ export async function runSoak(o: SoakOptions): Promise<SoakReport> {
   } finally {
     stopping = true;
     await Promise.all([churn, faults]);
-    report.leaderChanges = [...replicas.values()].reduce((n, r) => n + r.logs.filter((l) => l.msg === 'took the ledger fence').length, 0);
+    report.leaderChanges = everyReplica.reduce((n, r) => n + r.logs.filter((l) => l.msg === 'took the ledger fence').length, 0);
     if (Object.keys(errors).length) say(`operations that failed (and were let go): ${JSON.stringify(errors)}`);
     // Clean up: what the soak made, and the scheduler's default configuration.
     await kubectlResult(['delete', 'namespace', tenant, '--wait=false']);
