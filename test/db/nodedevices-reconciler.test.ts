@@ -17,6 +17,7 @@ const GPU = 'GPU-5d5ba0d6-d33d-2b2c-524d-9e3d8d2b8a77';
 
 describe('NodeDevices reconciler: inputs refused with a reason', () => {
   let f: FakeController;
+  let nodes: NodeReconciler;
   let reconciler: NodeDevicesReconciler;
   let generation = 0;
   const put = (spec: InventoryReport) => {
@@ -39,7 +40,7 @@ describe('NodeDevices reconciler: inputs refused with a reason', () => {
     f.ctx.poolIds.set('nd', poolId);
     f.informers.pools.put({ metadata: { name: 'nd' }, spec: { nodeSelector: { pool: 'nd' }, ownerTenant: 'acme' }, status: { poolId } });
     f.informers.nodes.put({ metadata: { name: NODE, labels: { pool: 'nd' } }, status: { conditions: [{ type: 'Ready', status: 'True' }] } });
-    const nodes = new NodeReconciler(f.ctx);
+    nodes = new NodeReconciler(f.ctx);
     reconciler = new NodeDevicesReconciler(f.ctx, (n) => nodes.reconcile(n));
     put({ gpus: [{ uuid: GPU, model: 'A100', mig: [{ gi: 1, ci: 0, profile: '3g.20gb' }, { gi: 5, ci: 0, profile: '2g.10gb' }] }], scalars: { vcpu: 64 } });
     expect(await reconciler.reconcile(NODE)).toBeUndefined();
@@ -92,5 +93,14 @@ describe('NodeDevices reconciler: inputs refused with a reason', () => {
     expect(await reconciler.reconcile(NODE)).toEqual({ requeueAfterMs: 30_000 });
     expect(condition('Applied')).toMatchObject({ status: 'False', reason: 'ScalarsInUse' });
     expect(condition('Accepted')).toMatchObject({ status: 'True' });
+  });
+
+  it('the Node deleted before its NodeDevices: the devices still go out of service (nothing left for the drift reconcile)', async () => {
+    expect((await devices()).length).toBeGreaterThan(0);
+    f.informers.nodes.cache.delete(NODE);
+    await nodes.reconcile(NODE);
+    f.informers.nodeDevices.cache.delete(NODE);
+    await reconciler.reconcile(NODE);
+    expect(await devices()).toEqual([]);
   });
 });

@@ -51,8 +51,9 @@ export class NodeDevicesReconciler {
     const ctx = this.ctx;
     const nd = ctx.informers.nodeDevices.get(name);
     if (!nd) {
-      // The report is gone: the node's devices are no longer present (rows stay for history).
-      if (ctx.inventoryApplied.has(name) && ctx.nodeWritten.has(name)) {
+      // The report is gone: the node's devices are no longer present (rows stay for history). Whether or not the
+      // Node went first (an autoscaler deletes both, in either order).
+      if (ctx.inventoryApplied.has(name)) {
         await inventoryGone(ctx.db, ctx.fence(), name);
         const poolId = ctx.nodeWritten.get(name)?.poolId;
         if (poolId) ctx.ledger.invalidate(poolId);
