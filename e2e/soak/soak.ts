@@ -363,7 +363,13 @@ export async function runSoak(o: SoakOptions): Promise<SoakReport> {
       timeoutMs: 90_000,
       intervalMs: 1000,
     }).catch(() => false);
-    if (!driftDone) violations.push(`${driftRuns()} complete drift reconciles within 90 s of the pause, not 2`);
+    if (!driftDone) {
+      // What the replicas said about it since (the leader's warnings, or its silence), for whoever reads the report.
+      const said = everyReplica
+        .flatMap((r) => r.logs.filter((l) => Date.parse(String(l.time)) > since && /drift|leader|fence/.test(String(l.msg))).map((l) => `${r.name}: ${l.msg} ${String(l.error ?? l.reason ?? l.why ?? '')}`))
+        .slice(-8);
+      violations.push(`${driftRuns()} complete drift reconciles within 90 s of the pause, not 2; the replicas said: ${said.join(' | ') || 'nothing'}`);
+    }
     await sleep(5000);
 
     const inv = await checkInvariants(db);
