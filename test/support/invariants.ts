@@ -1,3 +1,5 @@
+import type pg from 'pg';
+import { SQLSTATE, sqlState } from '../../src/db/errors.ts';
 import type { Db } from '../../src/db/pool.ts';
 
 export interface InvariantReport {
@@ -36,8 +38,29 @@ const BOOKED_BY_KEY = `
  * Quota counters are checked twice: for limited keys, `used + reserved` against every booking not yet ended as they
  * stand (bookings move from reserved to used as time passes, so only the sum is exact between rebuilds); then, after
  * the periodic rebuild, every key's `used` against the bookings live now.
+ *
+ * All in one REPEATABLE READ transaction: one snapshot and one compute_now() for every query, also the ones inside
+ * functions, so that a ledger still at work (pods ending during a soak's checkpoint) cannot make two of them disagree.
  */
 export async function checkInvariants(db: Db): Promise<InvariantReport> {
+  for (let attempt = 1; ; attempt++) {
+    const client = await db.connect();
+    try {
+      await client.query('BEGIN ISOLATION LEVEL REPEATABLE READ');
+      const report = await checkInvariantsIn(client);
+      await client.query('COMMIT');
+      return report;
+    } catch (e) {
+      await client.query('ROLLBACK').catch(() => undefined);
+      // The quota rebuild writes: a concurrent booking can make it a serialization failure; look again.
+      if (sqlState(e) !== SQLSTATE.serializationFailure || attempt >= 10) throw e;
+    } finally {
+      client.release();
+    }
+  }
+}
+
+async function checkInvariantsIn(db: pg.PoolClient): Promise<InvariantReport> {
   const overlapping = await db.query(`
     SELECT count(*)::int AS n FROM device_bookings a JOIN device_bookings b
       ON a.device_id = b.device_id AND a.id < b.id AND a.during && b.during`);
