@@ -2,7 +2,6 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   type KubeEvent,
   type List,
-  type Node,
   type Pod,
   apply,
   clusterInfo,
@@ -15,7 +14,7 @@ import {
   waitFor,
   waitForPodPhase,
 } from './harness.ts';
-import { installProduct, uninstallProduct } from './install.ts';
+import { applyNodePool, installProduct, removeNodePool, reserveAndWait, uninstallProduct, waitAdvertised } from './install.ts';
 
 // The loop from a booking to a container, on the installed product (the image, deploy/overlays/trial): the real
 // kube-scheduler beside the controller calling its extender, the real kubelet calling the agent's device plugins,
@@ -26,7 +25,6 @@ const nsA = uniqueName('team-a');
 const nsB = uniqueName('team-b');
 const nsQ = uniqueName('team-q');
 const POOL = uniqueName('ea-pool');
-const POOL_LABEL = 'bettercompute.io/e2e-pool';
 
 interface TestReservation {
   id: string;
@@ -38,31 +36,11 @@ interface TestReservation {
 let r1: TestReservation;
 let r2: TestReservation;
 
-async function waitAdvertised(resource: string, count: number): Promise<void> {
-  const node = clusterInfo().nodeName;
-  await waitFor(
-    `${node} advertising ${count} ${resource}`,
-    async () => Number((await kubectlJson<Node>(['get', 'node', node])).status?.allocatable?.[resource] ?? 0) === count,
-    { timeoutMs: 120_000, intervalMs: 500 },
-  );
-}
-
 /** A Reservation of `gpus` in the pool, once Reserved: its id, resource and atoms (from its status, a mirror). */
 async function reserve(namespace: string, name: string, gpus: number): Promise<TestReservation> {
-  await apply({
-    apiVersion: 'bettercompute.io/v1alpha1',
-    kind: 'Reservation',
-    metadata: { name, namespace },
-    spec: { pool: POOL, devices: [{ class: 'gpu', count: gpus }], duration: '2h' },
-  });
-  const st = await waitFor(`Reservation ${name} Reserved`, async () => {
-    const r = await kubectlJson<{ status?: { phase?: string; reservationId?: string; resourceName?: string; allocations?: { atoms: string[] }[] } }>([
-      '-n', namespace, 'get', 'reservation', name,
-    ]);
-    return r.status?.phase === 'Reserved' ? r.status : undefined;
-  }, { timeoutMs: 120_000, intervalMs: 500 });
-  const atoms = st.allocations!.flatMap((a) => a.atoms).sort();
-  return { id: st.reservationId!, name, namespace, resource: st.resourceName!, atoms };
+  const st = await reserveAndWait(namespace, name, POOL, gpus, '2h');
+  const atoms = st.allocations.flatMap((a) => a.atoms).sort();
+  return { id: st.reservationId, name, namespace, resource: st.resourceName, atoms };
 }
 
 function pod(namespace: string, name: string, gpus: number, command = 'env', reservation?: string) {
@@ -122,19 +100,7 @@ describe.skipIf(external)('scheduler extender and node agent', () => {
     for (const [ns, tenant] of [[nsA, nsA], [nsB, nsB], [nsQ, 'quota-tenant']] as const) {
       await apply({ apiVersion: 'v1', kind: 'Namespace', metadata: { name: ns, labels: { 'bettercompute.io/tenant': tenant } } });
     }
-    await kubectl(['label', 'node', clusterInfo().nodeName, `${POOL_LABEL}=${POOL}`, '--overwrite']);
-    await apply({
-      apiVersion: 'bettercompute.io/v1alpha1',
-      kind: 'Pool',
-      metadata: { name: POOL },
-      spec: {
-        nodeSelector: { [POOL_LABEL]: POOL },
-        ownerTenant: 'platform',
-        gpuModel: 'H100',
-        sharing: 'exclusive',
-        offerings: [{ tenant: nsA }, { tenant: nsB }, { tenant: 'quota-tenant', quota: { gpu: 1 } }],
-      },
-    });
+    await applyNodePool(POOL, [{ tenant: nsA }, { tenant: nsB }, { tenant: 'quota-tenant', quota: { gpu: 1 } }]);
     r1 = await reserve(nsA, 'train-a', 2);
     r2 = await reserve(nsB, 'train-b', 2);
     await waitAdvertised(r1.resource, 2);
@@ -145,8 +111,7 @@ describe.skipIf(external)('scheduler extender and node agent', () => {
   afterAll(async () => {
     // While the controller still runs: it removes the Reservations' finalizers, so the namespaces can go.
     await kubectlResult(['delete', 'namespace', nsA, nsB, nsQ, '--wait=true', '--timeout=120s'], { timeoutMs: 130_000 });
-    await kubectlResult(['delete', 'pool', POOL, '--wait=true', '--timeout=60s'], { timeoutMs: 70_000 });
-    await kubectlResult(['label', 'node', clusterInfo().nodeName, `${POOL_LABEL}-`]);
+    await removeNodePool(POOL);
     if (process.env.BC_KEEP_INSTALLED !== '1') await uninstallProduct();
   }, 300_000);
 

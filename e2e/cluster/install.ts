@@ -136,11 +136,7 @@ export async function installProduct(opts: InstallOptions = {}): Promise<Install
     async () => (await kubectlJson<{ spec?: { holderIdentity?: string } }>(['-n', SYSTEM_NS, 'get', 'lease', 'better-compute-scheduler'])).spec?.holderIdentity,
     { timeoutMs: 60_000, intervalMs: 500 },
   );
-  await waitFor(
-    `${c.nodeName} advertising ${gpus} bettercompute.io/gpu`,
-    async () => Number((await kubectlJson<Node>(['get', 'node', c.nodeName])).status?.allocatable?.['bettercompute.io/gpu'] ?? 0) === gpus,
-    { timeoutMs: 120_000, intervalMs: 500 },
-  );
+  await waitAdvertised('bettercompute.io/gpu', gpus);
   const readySeconds = (Date.now() - t0) / 1000;
   fs.rmSync(overlay, { recursive: true, force: true });
   return {
@@ -175,4 +171,54 @@ export async function uninstallProduct(): Promise<void> {
   await kubectlResult(['delete', 'pv', PV_NAME, '--ignore-not-found', '--wait=true', '--timeout=60s'], { timeoutMs: 70_000 });
   fs.rmSync(path.join(clusterInfo().dir, 'volumes', PV_NAME), { recursive: true, force: true });
   await kubectlResult(['label', 'node', clusterInfo().nodeName, `${GPU_NODE_LABEL}-`]);
+}
+
+/** Waits until the real node advertises `count` of `resource` (the agent registered it with the kubelet). */
+export async function waitAdvertised(resource: string, count: number): Promise<void> {
+  const node = clusterInfo().nodeName;
+  await waitFor(
+    `${node} advertising ${count} ${resource}`,
+    async () => Number((await kubectlJson<Node>(['get', 'node', node])).status?.allocatable?.[resource] ?? 0) === count,
+    { timeoutMs: 120_000, intervalMs: 500 },
+  );
+}
+
+const NODE_POOL_LABEL = 'bettercompute.io/e2e-pool';
+
+/** A Pool of the real node alone (labelled for it), owned by the platform and offered as given. */
+export async function applyNodePool(pool: string, offerings: { tenant: string; quota?: Record<string, number> }[]): Promise<void> {
+  await kubectl(['label', 'node', clusterInfo().nodeName, `${NODE_POOL_LABEL}=${pool}`, '--overwrite']);
+  await apply({
+    apiVersion: 'bettercompute.io/v1alpha1',
+    kind: 'Pool',
+    metadata: { name: pool },
+    spec: { nodeSelector: { [NODE_POOL_LABEL]: pool }, ownerTenant: 'platform', gpuModel: 'H100', sharing: 'exclusive', offerings },
+  });
+}
+
+/** Deletes what applyNodePool made. */
+export async function removeNodePool(pool: string): Promise<void> {
+  await kubectlResult(['delete', 'pool', pool, '--wait=true', '--timeout=60s'], { timeoutMs: 70_000 });
+  await kubectlResult(['label', 'node', clusterInfo().nodeName, `${NODE_POOL_LABEL}-`]);
+}
+
+export interface ReservedStatus {
+  phase: 'Reserved';
+  reservationId: string;
+  resourceName: string;
+  allocations: { node: string; atoms: string[] }[];
+}
+
+/** A Reservation of `gpus` GPUs, once Reserved: its status (a mirror; tests read it to learn the atoms). */
+export async function reserveAndWait(namespace: string, name: string, pool: string, gpus: number, duration: string): Promise<ReservedStatus> {
+  await apply({
+    apiVersion: 'bettercompute.io/v1alpha1',
+    kind: 'Reservation',
+    metadata: { name, namespace },
+    spec: { pool, devices: [{ class: 'gpu', count: gpus }], duration },
+  });
+  return waitFor(`Reservation ${namespace}/${name} Reserved`, async () => {
+    const r = await kubectlJson<{ status?: { phase?: string } }>(['-n', namespace, 'get', 'reservation', name]);
+    return r.status?.phase === 'Reserved' ? (r.status as ReservedStatus) : undefined;
+  }, { timeoutMs: 120_000, intervalMs: 500 });
 }

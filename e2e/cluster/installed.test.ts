@@ -16,7 +16,7 @@ import {
 } from './harness.ts';
 import { devicePluginClient, grpc, unary } from '../../src/agent/grpc.ts';
 import { request } from '../../test/support/http.ts';
-import { installProduct, SYSTEM_NS, uninstallProduct, type Installed } from './install.ts';
+import { applyNodePool, installProduct, removeNodePool, reserveAndWait, SYSTEM_NS, uninstallProduct, type Installed } from './install.ts';
 
 // The product as a platform team installs it: the image built offline, `kubectl apply -k deploy/overlays/trial`
 // (e2e/cluster/install.ts), and then what users and attackers do from their own namespaces. Each attack here worked
@@ -28,14 +28,9 @@ const NS = TENANT; // the tenant's own namespace (labelled with the tenant)
 const OTHER_TENANT = uniqueName('other');
 const IMPOSTOR_NS = uniqueName('imp'); // labelled TENANT, but we ask about OTHER_TENANT through it
 const POOL = uniqueName('pool');
-const POOL_LABEL = 'bettercompute.io/e2e-pool';
 
 let installed: Installed;
 let caFile: string;
-
-interface RsvObject {
-  status?: { phase?: string; reservationId?: string; resourceName?: string; allocations?: { node: string; atoms: string[] }[] };
-}
 
 async function token(namespace: string, sa = 'default'): Promise<string> {
   return (await kubectl(['-n', namespace, 'create', 'token', sa, '--duration=10m'])).trim();
@@ -79,26 +74,13 @@ beforeAll(async () => {
     { apiVersion: 'v1', kind: 'Namespace', metadata: { name: NS, labels: { 'bettercompute.io/tenant': TENANT } } },
     { apiVersion: 'v1', kind: 'Namespace', metadata: { name: IMPOSTOR_NS, labels: { 'bettercompute.io/tenant': TENANT } } },
   ]);
-  await kubectl(['label', 'node', c().nodeName, `${POOL_LABEL}=${POOL}`, '--overwrite']);
-  await apply({
-    apiVersion: 'bettercompute.io/v1alpha1',
-    kind: 'Pool',
-    metadata: { name: POOL },
-    spec: {
-      nodeSelector: { [POOL_LABEL]: POOL },
-      ownerTenant: 'platform',
-      gpuModel: 'H100',
-      sharing: 'exclusive',
-      offerings: [{ tenant: TENANT, quota: { gpu: 8 } }],
-    },
-  });
+  await applyNodePool(POOL, [{ tenant: TENANT, quota: { gpu: 8 } }]);
 }, 1_800_000);
 
 afterAll(async () => {
   // While the controller still runs: it removes the Reservations' finalizers, so the namespaces can go.
   await kubectlResult(['delete', 'namespace', NS, IMPOSTOR_NS, '--wait=true', '--timeout=120s'], { timeoutMs: 130_000 });
-  await kubectlResult(['delete', 'pool', POOL, '--wait=true', '--timeout=60s'], { timeoutMs: 70_000 });
-  await kubectlResult(['label', 'node', c().nodeName, `${POOL_LABEL}-`]);
+  await removeNodePool(POOL);
   if (process.env.BC_KEEP_INSTALLED !== '1') await uninstallProduct();
 }, 300_000);
 
@@ -245,17 +227,8 @@ describe('installed from the image with deploy/', () => {
 
   it('a Job of 2 pods that names a reservation and nothing else runs on exactly its atoms', async () => {
     const rsv = uniqueName('train');
-    await apply({
-      apiVersion: 'bettercompute.io/v1alpha1',
-      kind: 'Reservation',
-      metadata: { name: rsv, namespace: NS },
-      spec: { pool: POOL, devices: [{ class: 'gpu', count: 2 }], duration: '1h' },
-    });
-    const booked = await waitFor('Reservation Reserved', async () => {
-      const r = await kubectlJson<RsvObject>(['-n', NS, 'get', 'reservation', rsv]);
-      return r.status?.phase === 'Reserved' ? r.status : undefined;
-    }, { timeoutMs: 120_000, intervalMs: 1000 });
-    const atoms = booked.allocations!.flatMap((a) => a.atoms).sort();
+    const booked = await reserveAndWait(NS, rsv, POOL, 2, '1h');
+    const atoms = booked.allocations.flatMap((a) => a.atoms).sort();
     const job = uniqueName('job');
     await apply({
       apiVersion: 'batch/v1',
@@ -285,16 +258,7 @@ describe('installed from the image with deploy/', () => {
 
   it("guard 6 on the real kubelet: Allocate for an atom a running container holds is refused, naming the holder", async () => {
     const rsv = uniqueName('g6');
-    await apply({
-      apiVersion: 'bettercompute.io/v1alpha1',
-      kind: 'Reservation',
-      metadata: { name: rsv, namespace: NS },
-      spec: { pool: POOL, devices: [{ class: 'gpu', count: 2 }], duration: '1h' },
-    });
-    const booked = await waitFor('Reservation Reserved', async () => {
-      const r = await kubectlJson<RsvObject>(['-n', NS, 'get', 'reservation', rsv]);
-      return r.status?.phase === 'Reserved' ? r.status : undefined;
-    }, { timeoutMs: 120_000, intervalMs: 1000 });
+    const booked = await reserveAndWait(NS, rsv, POOL, 2, '1h');
     const name = uniqueName('holder');
     await apply({
       apiVersion: 'v1',
@@ -307,9 +271,9 @@ describe('installed from the image with deploy/', () => {
       timeoutMs: 30_000,
       intervalMs: 500,
     });
-    const free = booked.allocations!.flatMap((a) => a.atoms).find((a) => a !== held)!;
+    const free = booked.allocations.flatMap((a) => a.atoms).find((a) => a !== held)!;
     // The agent's endpoint for this reservation, on the host, as the kubelet dials it.
-    const socket = path.join(c().devicePluginDir, `bettercompute-${booked.resourceName!.replace(/^.*\//, '')}.sock`);
+    const socket = path.join(c().devicePluginDir, `bettercompute-${booked.resourceName.replace(/^.*\//, '')}.sock`);
     const client = devicePluginClient(socket);
     const allocate = (ids: string[]) => unary<object, { container_responses: { envs: Record<string, string> }[] }>(client, 'Allocate', { container_requests: [{ devices_ids: ids }] });
     try {

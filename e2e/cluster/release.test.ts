@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Ledger } from '../../src/db/ledger.ts';
 import { type Pod, apply, clusterInfo, deletePodsNow, kubectl, kubectlJson, kubectlResult, uniqueName, waitFor, waitForPodPhase } from './harness.ts';
 import { startHostDatabase, type HostDatabase } from './host-database.ts';
-import { installProduct, uninstallProduct } from './install.ts';
+import { applyNodePool, installProduct, removeNodePool, reserveAndWait, uninstallProduct } from './install.ts';
 
 // Release (issue 6, item 5; issue 11) on the installed product — two controller replicas from the image, installed with
 // deploy/overlays/external on a PostgreSQL of this host — with the real kube-scheduler and kubelet: a pod that ends
@@ -11,7 +11,6 @@ import { installProduct, uninstallProduct } from './install.ts';
 const external = process.env.BC_EXTERNAL_CLUSTER === '1';
 const ns = uniqueName('release');
 const POOL = uniqueName('rel-pool');
-const POOL_LABEL = 'bettercompute.io/e2e-pool';
 let hostDb: HostDatabase;
 let ledger: Ledger;
 
@@ -31,16 +30,7 @@ function pod(name: string, opts: { reservation?: string; command: string }) {
 }
 
 async function reserve(name: string, duration: string): Promise<string> {
-  await apply({
-    apiVersion: 'bettercompute.io/v1alpha1',
-    kind: 'Reservation',
-    metadata: { name, namespace: ns },
-    spec: { pool: POOL, devices: [{ class: 'gpu', count: 1 }], duration },
-  });
-  return waitFor(`Reservation ${name} Reserved`, async () => {
-    const r = await kubectlJson<{ status?: { phase?: string; reservationId?: string } }>(['-n', ns, 'get', 'reservation', name]);
-    return r.status?.phase === 'Reserved' ? r.status.reservationId : undefined;
-  }, { timeoutMs: 60_000, intervalMs: 500 });
+  return (await reserveAndWait(ns, name, POOL, 1, duration)).reservationId;
 }
 
 async function uidOf(name: string): Promise<string> {
@@ -74,19 +64,12 @@ describe.skipIf(external)('release, on the installed product', () => {
     const installed = await installProduct({ gpus: 8, databaseUrl: hostDb.podUrl });
     process.stderr.write(`[release] deploy/overlays/external (2 replicas, host PostgreSQL) to Ready in ${installed.readySeconds.toFixed(1)}s\n`);
     await apply({ apiVersion: 'v1', kind: 'Namespace', metadata: { name: ns, labels: { 'bettercompute.io/tenant': ns } } });
-    await kubectl(['label', 'node', clusterInfo().nodeName, `${POOL_LABEL}=${POOL}`, '--overwrite']);
-    await apply({
-      apiVersion: 'bettercompute.io/v1alpha1',
-      kind: 'Pool',
-      metadata: { name: POOL },
-      spec: { nodeSelector: { [POOL_LABEL]: POOL }, ownerTenant: 'platform', gpuModel: 'H100', sharing: 'exclusive', offerings: [{ tenant: ns, quota: { gpu: 8 } }] },
-    });
+    await applyNodePool(POOL, [{ tenant: ns, quota: { gpu: 8 } }]);
   }, 1_800_000);
 
   afterAll(async () => {
     await kubectlResult(['delete', 'namespace', ns, '--wait=true', '--timeout=120s'], { timeoutMs: 130_000 });
-    await kubectlResult(['delete', 'pool', POOL, '--wait=true', '--timeout=60s'], { timeoutMs: 70_000 });
-    await kubectlResult(['label', 'node', clusterInfo().nodeName, `${POOL_LABEL}-`]);
+    await removeNodePool(POOL);
     if (process.env.BC_KEEP_INSTALLED !== '1') await uninstallProduct();
     await hostDb?.stop();
   }, 300_000);
