@@ -3,16 +3,19 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import type { DemoHarness } from '../../src/demo/cluster.ts';
+import type { DemoHarness, DemoInstaller } from '../../src/demo/cluster.ts';
 import * as harness from './harness.ts';
 import { kubectlJson, kubectlResult, readSchedulerConfig, SIMULATED_LABEL, type List, type Node } from './harness.ts';
+import * as installer from './install.ts';
 
-// `npm run demo -- --once` end to end, as a child process: everything up, examples/ applied, the Reservations table
-// and the capacity summary printed, then everything it did undone. This run holds the cluster's turn already, so the
+// `npm run demo -- --once` end to end, as a child process: the image built (cached) and installed with deploy/, examples/
+// applied, the Reservations table and the capacity summary (read with a tenant's token) printed, then everything it
+// did undone. This run holds the cluster's turn already, so the
 // demo is told not to take it (BC_DEMO_LOCK_HELD=1).
 const external = process.env.BC_EXTERNAL_CLUSTER === '1';
-// The demo loads the harness at run time through this type; keep the two in step.
+// The demo loads the harness and the installer at run time through these types; keep them in step.
 const _typed: DemoHarness = harness;
+const _installer: DemoInstaller = installer;
 const ROOT = path.resolve(import.meta.dirname, '..', '..');
 const state = fs.mkdtempSync(path.join(os.tmpdir(), 'bc-demo-test-'));
 
@@ -40,7 +43,7 @@ function runDemo(args: string[], timeoutMs: number): Promise<{ code: number | nu
 describe.skipIf(external)('npm run demo -- --once', () => {
   it('brings everything up, prints the Reservations and the capacity summary, and cleans up', async () => {
     const t0 = performance.now();
-    const { code, out } = await runDemo(['--once', '--nodes', '2', '--port', '0', '--state', state], 240_000);
+    const { code, out } = await runDemo(['--once', '--nodes', '2', '--state', state], 420_000);
     process.stderr.write(`[demo] --once in ${((performance.now() - t0) / 1000).toFixed(1)}s\n${out}\n`);
     expect(code, out).toBe(0);
     // The printer columns of `kubectl get reservations`, both Reserved.
@@ -51,14 +54,17 @@ describe.skipIf(external)('npm run demo -- --once', () => {
     expect(out).toMatch(/trainer: BETTERCOMPUTE_ATOMS=GPU-\S+,GPU-\S+/);
     expect(out).toMatch(/notebook: BETTERCOMPUTE_ATOMS=GPU-\S+/);
     expect(out).toContain('Tenant team-a: 2 pools');
+    expect(out).toMatch(/Installing: kubectl apply --server-side -k deploy\/overlays\/trial[^\n]*\n\s+ok in/);
     expect(out).toMatch(/Cleaned up in/);
 
-    // Nothing left: no demo namespace (or only terminating), no demo nodes, the scheduler without the extender.
+    // Nothing left: no demo namespace (or only terminating), no product namespace, no demo nodes; the cluster's own
+    // scheduler untouched.
     const ns = await kubectlResult(['get', 'namespace', 'demo-team-a', '-o', 'jsonpath={.status.phase}']);
     expect(ns.code !== 0 || ns.stdout === 'Terminating').toBe(true);
     const nodes = await kubectlJson<List<Node>>(['get', 'nodes', '-l', `${SIMULATED_LABEL}=true,bettercompute.io/demo=true`]);
     expect(nodes.items).toHaveLength(0);
     expect(readSchedulerConfig()).not.toContain('extenders');
-    expect((await kubectlResult(['get', 'validatingadmissionpolicy', 'bettercompute-reservation-namespace'])).code).not.toBe(0);
-  }, 300_000);
+    expect((await kubectlResult(['get', 'namespace', installer.SYSTEM_NS])).code).not.toBe(0);
+    expect((await kubectlResult(['get', 'validatingadmissionpolicy', 'bettercompute-scheduler-only'])).code).not.toBe(0);
+  }, 480_000);
 });

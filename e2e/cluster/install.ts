@@ -4,17 +4,15 @@
 // GPUs from a ConfigMap instead of nvidia-smi, and finds the kubelet's pod-resources socket under the test kubelet's
 // root directory. The trial overlay's PersistentVolumeClaim binds to a hostPath PersistentVolume made here (this
 // cluster has no StorageClass; kind has one).
-import { execFile } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { promisify } from 'node:util';
 import YAML from 'yaml';
 import { simulatedSpec } from '../../src/agent/discovery.ts';
 import { apply, clusterInfo, kubectl, kubectlJson, kubectlResult, waitFor, type Node } from './harness.ts';
 
-const run = promisify(execFile);
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
 export const SYSTEM_NS = 'better-compute-system';
 export const GPU_NODE_LABEL = 'bettercompute.io/gpu-node';
@@ -29,12 +27,40 @@ export interface Installed {
   controllerPod(): Promise<{ name: string; ip: string }>;
 }
 
-/** Builds (or reuses) the image and imports it into the test cluster's containerd. */
-export async function loadImages(): Promise<void> {
+/** Runs a script of scripts/image/, each line of its output to `progress`; rejects with its last lines on failure. */
+function runScript(args: string[], timeoutMs: number, progress: (line: string) => void): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const child = spawn('bash', args, { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
+    const tail: string[] = [];
+    const onData = (chunk: string) => {
+      for (const line of chunk.split('\n')) {
+        if (!line.trim()) continue;
+        progress(line);
+        tail.push(line);
+        if (tail.length > 30) tail.shift();
+      }
+    };
+    child.stdout.setEncoding('utf8').on('data', onData);
+    child.stderr.setEncoding('utf8').on('data', onData);
+    const timer = setTimeout(() => child.kill('SIGTERM'), timeoutMs);
+    child.on('error', reject);
+    child.on('exit', (code, signal) => {
+      clearTimeout(timer);
+      if (code === 0) resolve();
+      else reject(new Error(`${args.join(' ')} exited with ${code ?? signal}:\n${tail.join('\n')}`));
+    });
+  });
+}
+
+/**
+ * Builds (or reuses) the image offline (`npm run image`) and imports it into the test cluster's containerd. Each line
+ * the scripts print goes to `progress`.
+ */
+export async function loadImages(progress: (line: string) => void = () => undefined): Promise<void> {
   const c = clusterInfo();
   if (!c.local) return;
-  await run('bash', [path.join(ROOT, 'scripts', 'image', 'build.sh')], { cwd: ROOT, maxBuffer: 64 << 20, timeout: 1_800_000 });
-  await run('bash', [path.join(ROOT, 'scripts', 'image', 'load.sh'), c.containerdSocket], { cwd: ROOT, maxBuffer: 16 << 20, timeout: 600_000 });
+  await runScript([path.join(ROOT, 'scripts', 'image', 'build.sh')], 1_800_000, progress);
+  await runScript([path.join(ROOT, 'scripts', 'image', 'load.sh'), c.containerdSocket], 600_000, progress);
 }
 
 export interface InstallOptions {
@@ -47,6 +73,8 @@ export interface InstallOptions {
   databaseUrl?: string;
   /** Extra environment of the controller container (e.g. shorter periods for tests). */
   controllerEnv?: Record<string, string>;
+  /** The caller ran loadImages already. */
+  imagesLoaded?: boolean;
 }
 
 /** The overlay the tests install: deploy/overlays/trial (or external) plus simulated GPUs. Returns its directory. */
@@ -120,7 +148,7 @@ async function ensureDataVolume(): Promise<void> {
 export async function installProduct(opts: InstallOptions = {}): Promise<Installed> {
   const gpus = opts.gpus ?? 8;
   const c = clusterInfo();
-  await loadImages();
+  if (!opts.imagesLoaded) await loadImages();
   if (!opts.databaseUrl) await ensureDataVolume();
   await kubectl(['label', 'node', c.nodeName, `${GPU_NODE_LABEL}=true`, '--overwrite']);
   const overlay = writeTestOverlay(opts);

