@@ -306,7 +306,8 @@ export async function addSimulatedNodes(
     },
   }));
   // A Node's status is kept on create (that is how the kubelet registers), so one call makes them Ready.
-  await kubectl(['create', '-f', '-'], { input: JSON.stringify({ apiVersion: 'v1', kind: 'List', items: nodes }), timeoutMs: 120_000 });
+  // Thousands of nodes (bench/scheduler.bench.ts) take minutes to create and to list: the limits grow with n.
+  await kubectl(['create', '-f', '-'], { input: JSON.stringify({ apiVersion: 'v1', kind: 'List', items: nodes }), timeoutMs: Math.max(120_000, n * 100) });
   await waitFor(
     `${n} simulated nodes Ready without not-ready taints`,
     async () => {
@@ -321,7 +322,7 @@ export async function addSimulatedNodes(
       );
       return names.every((name) => ready.has(name));
     },
-    { timeoutMs: 60_000 },
+    { timeoutMs: Math.max(60_000, n * 100), ...(n > 100 ? { intervalMs: 5000 } : {}) },
   );
   return names;
 }
@@ -335,7 +336,7 @@ export async function removeSimulatedNodes(names?: string[]): Promise<void> {
   const set = new Set(targets);
   const bound = pods.filter((p) => p.spec.nodeName !== undefined && set.has(p.spec.nodeName));
   for (const p of bound) await deletePodsNow(p.metadata.namespace ?? 'default', [p.metadata.name]);
-  await kubectl(['delete', 'node', '--ignore-not-found', '--wait=false', ...targets], { timeoutMs: 120_000 });
+  await kubectl(['delete', 'node', '--ignore-not-found', '--wait=false', ...targets], { timeoutMs: Math.max(120_000, targets.length * 100) });
 }
 
 /** The node's Ready condition is True. */

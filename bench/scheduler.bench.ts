@@ -1,0 +1,196 @@
+// The real kube-scheduler of the test cluster (e2e/cluster), with and without our extender, side by side in one run:
+// at 1,000 and 5,000 simulated nodes (8 GPUs each), 1,000 pods that request `bettercompute.io/gpu: 1` scheduled through
+// the extender (filter, prioritize and bind, deploy/scheduler/'s configuration, the ledger in PostgreSQL), against the
+// same 1,000 pods requesting a plain extended resource (`example.com/gpu: 1`) that kube-scheduler places alone.
+// Prints pods per second (first create to last binding) and the p50/p99 of each pod's time from its create call
+// to its binding seen on a watch; the ratio is extender pods/s ÷ plain pods/s.
+//   npm run bench:scheduler   (root; brings the test cluster up, or takes its turn on it, like the cluster tests)
+// Env: BENCH_NODES (default 1000,5000), BENCH_PODS (default 1000), BENCH_CREATE_CONCURRENCY (default 16).
+// Simulated nodes have no kubelet, so no agent completes an on-demand pod's admission: the bench does what the agent
+// does once the kubelet admitted the pod (it drops the node's admission lease when it sees the pod bound), so that the
+// next bind on that node is not held up waiting for an admission that no kubelet will ever make.
+import fs from 'node:fs/promises';
+import { createServer, type Server } from 'node:http';
+import os from 'node:os';
+import path from 'node:path';
+import * as k8s from '@kubernetes/client-node';
+import express from 'express';
+import { DbClock } from '../src/db/clock.ts';
+import { startEmbedded } from '../src/db/embedded.ts';
+import { Ledger } from '../src/db/ledger.ts';
+import { migrate } from '../src/db/migrate.ts';
+import { createPool } from '../src/db/pool.ts';
+import { ClientNodeExtenderKube, loadKubeConfig } from '../src/extender/kube.ts';
+import { createExtenderRouter } from '../src/extender/router.ts';
+import { ExtenderService } from '../src/extender/service.ts';
+import { silentLogger } from '../src/log.ts';
+import { schedulerConfigWithExtender } from '../e2e/cluster/controller-support.ts';
+import {
+  acquireCluster,
+  addSimulatedNodes,
+  clusterInfo,
+  defaultSchedulerConfig,
+  kubectl,
+  releaseCluster,
+  removeSimulatedNodes,
+  restartScheduler,
+} from '../e2e/cluster/harness.ts';
+import { seedNodes } from './seed.ts';
+
+const SIZES = (process.env.BENCH_NODES ?? '1000,5000').split(',').map(Number);
+const PODS = Number(process.env.BENCH_PODS ?? 1000);
+const CREATE_CONCURRENCY = Number(process.env.BENCH_CREATE_CONCURRENCY ?? 16);
+const NAMESPACE = 'bench-scheduler';
+const TENANT = 'bench';
+const BENCH_LABEL = 'bettercompute.io/bench-scheduler';
+const PLAIN_RESOURCE = 'example.com/gpu';
+
+interface Stats {
+  podsPerSecond: number;
+  p50: number;
+  p99: number;
+}
+
+function quantile(sorted: number[], q: number): number {
+  return sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))] ?? NaN;
+}
+
+function podManifest(name: string, resource: string) {
+  return {
+    apiVersion: 'v1',
+    kind: 'Pod',
+    metadata: { name, namespace: NAMESPACE },
+    spec: {
+      nodeSelector: { [BENCH_LABEL]: 'true' },
+      tolerations: [{ key: 'bettercompute.io/simulated', operator: 'Exists', effect: 'NoSchedule' }],
+      containers: [{ name: 'main', image: 'bettercompute.local/busybox:v1', resources: { limits: { [resource]: '1' } } }],
+    },
+  };
+}
+
+/**
+ * Creates `PODS` pods (CREATE_CONCURRENCY calls at a time) and waits until a watch has seen every one bound.
+ * `onBound` runs for each binding seen.
+ */
+async function schedulePods(kc: k8s.KubeConfig, run: string, resource: string, onBound?: (pod: k8s.V1Pod) => void): Promise<Stats> {
+  const core = kc.makeApiClient(k8s.CoreV1Api);
+  const created = new Map<string, number>();
+  const bound = new Map<string, number>();
+  let allBound!: () => void;
+  const done = new Promise<void>((r) => (allBound = r));
+  // The watch starts at the list's resourceVersion, so it sees every pod created after the list even if it connects
+  // late (its promise settles only once the first event arrives: not awaited before the creates).
+  const list = await core.listNamespacedPod({ namespace: NAMESPACE });
+  const watch = new k8s.Watch(kc).watch(
+    `/api/v1/namespaces/${NAMESPACE}/pods`,
+    { resourceVersion: list.metadata?.resourceVersion, allowWatchBookmarks: true },
+    (type: string, pod: k8s.V1Pod) => {
+      const name = pod.metadata?.name ?? '';
+      if ((type === 'ADDED' || type === 'MODIFIED') && pod.spec?.nodeName && name.startsWith(run) && !bound.has(name)) {
+        bound.set(name, performance.now());
+        onBound?.(pod);
+        if (bound.size === PODS) allBound();
+      }
+    },
+    (err: unknown) => {
+      if (err && bound.size < PODS) console.error(`watch ended: ${String(err)}`);
+    },
+  );
+  process.stderr.write(`[bench] ${run}: creating ${PODS} pods\n`);
+  const started = performance.now();
+  let next = 0;
+  await Promise.all(
+    Array.from({ length: CREATE_CONCURRENCY }, async () => {
+      while (next < PODS) {
+        const name = `${run}-${next++}`;
+        created.set(name, performance.now());
+        await core.createNamespacedPod({ namespace: NAMESPACE, body: podManifest(name, resource) as k8s.V1Pod });
+      }
+    }),
+  );
+  const timeout = setTimeout(() => allBound(), 600_000);
+  await done;
+  clearTimeout(timeout);
+  (await watch).abort();
+  if (bound.size < PODS) throw new Error(`${run}: only ${bound.size} of ${PODS} pods bound within 10 minutes`);
+  const latencies = [...bound].map(([name, t]) => t - (created.get(name) ?? t)).sort((a, b) => a - b);
+  const last = Math.max(...bound.values());
+  return { podsPerSecond: PODS / ((last - started) / 1000), p50: quantile(latencies, 0.5), p99: quantile(latencies, 0.99) };
+}
+
+async function deletePods(): Promise<void> {
+  await kubectl(['-n', NAMESPACE, 'delete', 'pods', '--all', '--grace-period=0', '--force', '--wait=true', '--timeout=300s'], { timeoutMs: 310_000 });
+}
+
+async function main() {
+  await acquireCluster();
+  const c = clusterInfo();
+  const kc = loadKubeConfig(c.kubeconfig);
+  const dir = await fs.mkdtemp(path.join(os.tmpdir(), 'bc-bench-sched-'));
+  await fs.chmod(dir, 0o755);
+  const pgServer = await startEmbedded({ dataDir: path.join(dir, 'pg'), port: 40000 + Math.floor(Math.random() * 10000), fast: true });
+  const db = createPool(pgServer.url, 8);
+  const client = await db.connect();
+  await migrate(client);
+  client.release();
+  const clock = await DbClock.create(db);
+  const ledger = new Ledger(db);
+  const service = new ExtenderService({ db, ledger, clock, kube: new ClientNodeExtenderKube(kc), log: silentLogger });
+  const app = express();
+  app.use('/scheduler', createExtenderRouter({ service }));
+  const server: Server = createServer(app);
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  const addr = server.address();
+  const extenderUrl = `http://127.0.0.1:${typeof addr === 'object' && addr ? addr.port : 0}/scheduler`;
+  let nodes: string[] = [];
+  try {
+    await kubectl(['create', 'namespace', NAMESPACE]).catch(() => undefined);
+    await kubectl(['label', 'namespace', NAMESPACE, `bettercompute.io/tenant=${TENANT}`, '--overwrite']);
+    console.log(`kube-scheduler ${path.basename(path.dirname(path.dirname(c.kubectl)))} on the test cluster, ${os.cpus().length} CPUs, node ${process.version}`);
+    console.log(`${PODS} pods per run, created ${CREATE_CONCURRENCY} at a time; latency = create call made -> binding seen on a watch`);
+    console.log('nodes  scheduler                                   pods/s     p50 ms     p99 ms   ratio');
+    const row = (n: number, what: string, s: Stats, ratio?: number) =>
+      console.log(
+        `${String(n).padStart(5)}  ${what.padEnd(40)}  ${s.podsPerSecond.toFixed(1).padStart(8)}  ${s.p50.toFixed(0).padStart(9)}  ${s.p99.toFixed(0).padStart(9)}  ${ratio === undefined ? '' : `${(ratio * 100).toFixed(0).padStart(5)}%`}`,
+      );
+    for (const n of SIZES) {
+      const t0 = performance.now();
+      nodes = await addSimulatedNodes(n, { [BENCH_LABEL]: 'true' }, { 'bettercompute.io/gpu': '8', [PLAIN_RESOURCE]: '8' }, { prefix: `bench${n}` });
+      await seedNodes(db, nodes, TENANT);
+      process.stderr.write(`[bench] ${n} simulated nodes and their ledger rows in ${((performance.now() - t0) / 1000).toFixed(0)}s\n`);
+
+      await restartScheduler(defaultSchedulerConfig());
+      const plain = await schedulePods(kc, `plain${n}`, PLAIN_RESOURCE);
+      await deletePods();
+
+      await restartScheduler(schedulerConfigWithExtender(extenderUrl));
+      const viaExtender = await schedulePods(kc, `ext${n}`, 'bettercompute.io/gpu', (pod) => {
+        void ledger.dropAdmission(pod.spec!.nodeName!, pod.metadata!.uid!).catch((e: unknown) => console.error(`dropAdmission: ${String(e)}`));
+      });
+      await deletePods();
+
+      row(n, 'kube-scheduler alone (example.com/gpu)', plain);
+      row(n, 'kube-scheduler + extender (bettercompute.io/gpu)', viaExtender, viaExtender.podsPerSecond / plain.podsPerSecond);
+      await removeSimulatedNodes(nodes);
+      nodes = [];
+    }
+  } finally {
+    await restartScheduler(defaultSchedulerConfig()).catch((e: unknown) => console.error(`restoring the scheduler: ${String(e)}`));
+    if (nodes.length) await removeSimulatedNodes(nodes).catch(() => undefined);
+    await kubectl(['delete', 'namespace', NAMESPACE, '--ignore-not-found', '--wait=false']).catch(() => undefined);
+    server.close();
+    server.closeAllConnections();
+    await db.end();
+    await pgServer.stop();
+    await fs.rm(dir, { recursive: true, force: true });
+    await releaseCluster();
+  }
+}
+
+main().then(
+  () => process.exit(0),
+  (e: unknown) => {
+    console.error(e);
+    process.exit(1);
+  },
+);
