@@ -1,4 +1,5 @@
-// The extender's decisions: filter and prioritize read the ledger (no writes); bind writes first (assignment or
+// The extender's decisions: filter and prioritize answer from the in-memory state while it vouches for itself
+// (state.ts, state-sync.ts, ADR 0010), else read the ledger (no writes); bind writes first (assignment or
 // booking, and the node's on-demand admission lease, through the ledger gateway), then creates the Binding, and undoes
 // its writes if that fails. A bind that stopped between its booking and its Binding (the Binding failed and so did the
 // undo, or the process died) leaves the pod holding atoms: filter and bind recognise them by the pod's uid and honour
@@ -7,7 +8,7 @@
 // namespace of the reservation's tenant and inside the reservation's window (checked again at bind, in the database).
 // Every call is logged with its pod, node(s), outcome and time.
 import { judgeNodes, summarizeNode } from '../core/planner.ts';
-import type { DeviceClass, NodeSnap, PoolSnap } from '../core/types.ts';
+import type { DeviceClass, NodeSnap } from '../core/types.ts';
 import type { Clock } from '../db/clock.ts';
 import { toPlacementRequest, type Ledger } from '../db/ledger.ts';
 import type { Db } from '../db/pool.ts';
@@ -15,6 +16,7 @@ import { getPool, isPoolVisible, loadNodes, type PoolInfo } from '../db/snapshot
 import { errorFields, type Logger } from '../log.ts';
 import type { ExtenderKube } from './kube.ts';
 import { nodePools, podHolding, quotaHeadroom, reservationAtoms } from './queries.ts';
+import type { ExtenderState } from './state.ts';
 import { ALLOCATION_ANNOTATION, ATOMS_ANNOTATION, podDemand, RESOURCE_OF_CLASS, TENANT_LABEL, type PodDemand } from './resources.ts';
 import {
   nodeNamesOf,
@@ -48,6 +50,17 @@ export interface ExtenderDeps {
   snapshotTtlMs?: number;
   /** How long a bind retries the undo of its writes after a failed Binding before it answers (default 5 s). */
   undoRetryMs?: number;
+  /**
+   * The ledger in memory (ExtenderStateSync): filter and prioritize answer from it while it is fresh, and read the
+   * database otherwise; bind waits for it to catch up with its writes.
+   */
+  memory?: ExtenderMemory;
+}
+
+export interface ExtenderMemory {
+  readonly state: ExtenderState;
+  fresh(): boolean;
+  caughtUp(): Promise<void>;
 }
 
 interface Verdict {
@@ -59,7 +72,6 @@ interface Verdict {
 interface CachedSnap {
   at: number;
   info: PoolInfo;
-  snap: PoolSnap;
   byId: Map<string, NodeSnap>;
 }
 
@@ -143,6 +155,15 @@ export class ExtenderService {
     const started = performance.now();
     const who = { namespace: args.PodNamespace, name: args.PodName, uid: args.PodUID };
     try {
+      return await this.bindAndLog(args, who, started);
+    } finally {
+      // The scheduler's next filter must see what this bind wrote (or undid): the state applies it first.
+      await this.d.memory?.caughtUp().catch((e: unknown) => this.d.log.warn('extender state did not catch up after a bind', errorFields(e)));
+    }
+  }
+
+  private async bindAndLog(args: ExtenderBindingArgs, who: { namespace: string; name: string; uid: string }, started: number): Promise<ExtenderBindingResult> {
+    try {
       const raw = await this.d.kube.getPod(args.PodNamespace, args.PodName);
       if (!raw) throw new BindError(`pod ${args.PodNamespace}/${args.PodName} not found`);
       const pod = PodSchema.parse(raw);
@@ -185,14 +206,16 @@ export class ExtenderService {
     // scheduler free them and book others for nothing (and judging that node again would count the pod's own booking
     // against it). Only when the scheduler does not offer that node (cordoned, tainted, gone) are the others judged,
     // and bind on one of them moves the pod's holding in one transaction.
-    const holding = await podHolding(this.d.db, pod.metadata.uid);
+    // One look at freshness per call: the whole answer comes from memory, or the whole answer from the database.
+    const mem = this.d.memory?.fresh() ? this.d.memory.state : undefined;
+    const holding = mem ? mem.podHolding(pod.metadata.uid) : await podHolding(this.d.db, pod.metadata.uid);
     if (holding && names.includes(holding)) {
       v.pass.set(holding, this.maxPriority);
       for (const n of names) if (n !== holding) v.failed[n] = `the pod holds atoms on node ${holding} already (a bind stopped before its Binding)`;
       return v;
     }
-    if (demand.reservation) await this.judgeReservation(pod, demand.reservation, names, v);
-    else await this.judgeOnDemand(pod, demand.devices, names, v);
+    if (demand.reservation) await this.judgeReservation(pod, demand.reservation, names, v, mem);
+    else await this.judgeOnDemand(pod, demand.devices, names, v, mem);
     return v;
   }
 
@@ -201,11 +224,13 @@ export class ExtenderService {
     return labels[TENANT_LABEL] ?? namespace;
   }
 
-  private async judgeReservation(pod: Pod, want: NonNullable<PodDemand['reservation']>, names: string[], v: Verdict) {
+  private async judgeReservation(pod: Pod, want: NonNullable<PodDemand['reservation']>, names: string[], v: Verdict, mem?: ExtenderState) {
     const all = (reason: string) => {
       for (const n of names) v.unresolvable[n] = reason;
     };
-    const r = await reservationAtoms(this.d.db, want.id);
+    // The state knows the reservations that were live when it loaded and every one changed since; another (ended
+    // long ago, or never there) is read from the database, for the reason.
+    const r = mem?.reservation(want.id) ?? (await reservationAtoms(this.d.db, want.id));
     if (!r) return all(`reservation ${want.id} not found`);
     if (r.state !== 'held' && r.state !== 'confirmed') return all(`reservation ${want.id} is ${r.state}`);
     const tenant = await this.tenantOf(pod.metadata.namespace);
@@ -269,7 +294,6 @@ export class ExtenderService {
       return {
         at: performance.now(),
         info,
-        snap: { id: info.id, sharing: info.sharing, topologyKey: info.topologyKey, nodes },
         byId: new Map(nodes.map((n) => [n.id, n])),
       };
     })();
@@ -284,11 +308,11 @@ export class ExtenderService {
     else this.snaps.clear();
   }
 
-  private async judgeOnDemand(pod: Pod, devices: PodDemand['devices'], names: string[], v: Verdict) {
-    const [tenant, pools] = await Promise.all([this.tenantOf(pod.metadata.namespace), this.nodePools()]);
+  private async judgeOnDemand(pod: Pod, devices: PodDemand['devices'], names: string[], v: Verdict, mem?: ExtenderState) {
+    const [tenant, pools] = await Promise.all([this.tenantOf(pod.metadata.namespace), mem ? undefined : this.nodePools()]);
     const byPool = new Map<string, string[]>();
     for (const n of names) {
-      const poolId = pools.get(n);
+      const poolId = pools ? pools.get(n) : mem!.poolOfNode(n);
       if (!poolId) {
         v.unresolvable[n] = 'not a GPU node of any pool in the ledger';
         continue;
@@ -301,13 +325,15 @@ export class ExtenderService {
     const deadline = pod.spec.activeDeadlineSeconds ?? null;
     await Promise.all(
       [...byPool].map(async ([poolId, members]) => {
-        const c = await this.snapshot(poolId);
+        const c = mem?.pool(poolId) ?? (await this.snapshot(poolId));
         const fail = (reason: string, unresolvable = false) => {
           for (const n of members) (unresolvable ? v.unresolvable : v.failed)[n] = reason;
         };
         if (!isPoolVisible(c.info, tenant)) return fail(`pool ${c.info.name} is not offered to tenant ${tenant}`, true);
         if (c.info.archived) return fail(`pool ${c.info.name} is archived`, true);
-        const quota = await quotaHeadroom(this.d.db, tenant, poolId, devices.map((d) => d.class), deadline ? now + deadline * 1000 : null);
+        const classes = devices.map((d) => d.class);
+        const windowEnd = deadline ? now + deadline * 1000 : null;
+        const quota = mem ? mem.quotaHeadroom(tenant, poolId, classes, now, windowEnd) : await quotaHeadroom(this.d.db, tenant, poolId, classes, windowEnd);
         for (const d of devices) {
           const q = quota.get(d.class);
           if (q && q.peak + d.count > q.max) {

@@ -1,0 +1,208 @@
+// The extender's in-memory mirror of the ledger, indexed for its questions (ADR 0010): per pool its info and its nodes
+// as the planner's snapshots; node → pool; per reservation its atoms and live assignments per node; pod uid → the node
+// it holds atoms on; per limited quota key its limit and its live charges. Pure: src/extender/state-sync.ts loads the
+// pieces from the ledger and hands them here; nothing here reads a clock or a database.
+import { summarizeNode } from '../core/planner.ts';
+import type { NodeSnap } from '../core/types.ts';
+import type { PoolInfo } from '../db/snapshot.ts';
+
+/** A reservation as filter sees it (the shape of queries.ts reservationAtoms). */
+export interface ReservationView {
+  state: string;
+  tenantId: string;
+  poolId: string;
+  start: number;
+  end: number;
+  /** node → the reservation's atoms there */
+  atoms: Map<string, string[]>;
+  /** node → atoms counted by live pod assignments */
+  assigned: Map<string, number>;
+}
+
+/** A quota charge: `amount` over [start, end) in epoch milliseconds; end Infinity when unbounded. */
+export interface QuotaCharge {
+  readonly start: number;
+  readonly end: number;
+  readonly amount: number;
+}
+
+export interface QuotaKey {
+  readonly tenantId: string;
+  readonly poolId: string;
+  readonly resource: string;
+}
+
+/** A limited quota key: its limit and its charges that had not ended when loaded. */
+export interface QuotaState {
+  readonly max: number;
+  readonly charges: readonly QuotaCharge[];
+}
+
+export interface PoolState {
+  readonly info: PoolInfo;
+  /** The pool's nodes by id, each with its summary. */
+  readonly byId: Map<string, NodeSnap>;
+}
+
+/** A node as loaded: its pool (null: none) and, when in a pool, its snapshot. */
+export interface NodeLoad {
+  readonly id: string;
+  readonly poolId: string | null;
+  readonly snap?: NodeSnap;
+}
+
+/** Everything at once, for the initial load and the periodic full resync. */
+export interface FullLoad {
+  readonly pools: readonly { info: PoolInfo; nodes: readonly NodeSnap[] }[];
+  readonly nodePools: ReadonlyMap<string, string | null>;
+  readonly reservations: ReadonlyMap<string, ReservationView>;
+  readonly holdings: ReadonlyMap<string, string>;
+  readonly quotas: readonly (QuotaKey & { max: number | null; charges: readonly QuotaCharge[] })[];
+}
+
+export function quotaKeyOf(k: QuotaKey): string {
+  return JSON.stringify([k.tenantId, k.poolId, k.resource]);
+}
+
+/**
+ * The largest sum of charges at any instant of [winStart, winEnd): bc_quota_peak (migrations/0001_ledger.sql) in
+ * memory. A sweep over the charges' start points (clamped to the window's start) and end points, ends before starts
+ * at the same instant (ranges are half-open). `winEnd` null is a window without an upper bound, as SQL has it: then
+ * no end point counts (`upper(during) < NULL` is never true), exactly like the function.
+ */
+export function quotaPeak(charges: readonly QuotaCharge[], winStart: number, winEnd: number | null): number {
+  const upper = winEnd ?? Infinity;
+  const events: number[][] = [];
+  for (const c of charges) {
+    if (!(c.start < upper && winStart < c.end && c.start < c.end)) continue;
+    events.push([Math.max(c.start, winStart), c.amount]);
+    if (winEnd !== null && c.end < winEnd) events.push([c.end, -c.amount]);
+  }
+  events.sort((a, b) => a[0]! - b[0]! || a[1]! - b[1]!);
+  let running = 0;
+  let peak = 0;
+  for (const [, delta] of events) {
+    running += delta!;
+    if (running > peak) peak = running;
+  }
+  return peak;
+}
+
+export class ExtenderState {
+  private pools = new Map<string, PoolState>();
+  private nodePools = new Map<string, string | null>();
+  private reservations = new Map<string, ReservationView>();
+  private holdings = new Map<string, string>();
+  private quotas = new Map<string, QuotaState>();
+
+  /** Replaces everything (the initial load, a full resync). */
+  replaceAll(load: FullLoad): void {
+    const pools = new Map<string, PoolState>();
+    for (const p of load.pools) pools.set(p.info.id, { info: p.info, byId: indexNodes(p.nodes) });
+    const quotas = new Map<string, QuotaState>();
+    for (const q of load.quotas) if (q.max !== null) quotas.set(quotaKeyOf(q), { max: q.max, charges: q.charges });
+    this.pools = pools;
+    this.nodePools = new Map(load.nodePools);
+    this.reservations = new Map(load.reservations);
+    this.holdings = new Map(load.holdings);
+    this.quotas = quotas;
+  }
+
+  /** A pool reloaded with all its nodes, or gone (undefined). */
+  setPool(poolId: string, loaded: { info: PoolInfo; nodes: readonly NodeSnap[] } | undefined): void {
+    if (!loaded) {
+      this.pools.delete(poolId);
+      for (const [node, pool] of this.nodePools) if (pool === poolId) this.nodePools.set(node, null);
+      return;
+    }
+    const old = this.pools.get(poolId);
+    for (const id of old?.byId.keys() ?? []) if (this.nodePools.get(id) === poolId) this.nodePools.set(id, null);
+    this.pools.set(poolId, { info: loaded.info, byId: indexNodes(loaded.nodes) });
+    for (const n of loaded.nodes) this.nodePools.set(n.id, poolId);
+  }
+
+  /** Nodes reloaded: each moves to its pool (or out of every pool); `gone` are no longer in the ledger. */
+  setNodes(nodes: readonly NodeLoad[], gone: readonly string[] = []): void {
+    for (const id of gone) {
+      this.removeFromPool(id);
+      this.nodePools.delete(id);
+    }
+    for (const n of nodes) {
+      const before = this.nodePools.get(n.id);
+      if (before && before !== n.poolId) this.removeFromPool(n.id);
+      this.nodePools.set(n.id, n.poolId);
+      const pool = n.poolId ? this.pools.get(n.poolId) : undefined;
+      if (!pool) continue; // its pool's own reload brings it
+      if (n.snap) {
+        n.snap.summary = summarizeNode(n.snap);
+        pool.byId.set(n.id, n.snap);
+      } else pool.byId.delete(n.id);
+    }
+  }
+
+  private removeFromPool(nodeId: string): void {
+    const poolId = this.nodePools.get(nodeId);
+    if (poolId) this.pools.get(poolId)?.byId.delete(nodeId);
+  }
+
+  setReservation(id: string, r: ReservationView | undefined): void {
+    if (r) this.reservations.set(id, r);
+    else this.reservations.delete(id);
+  }
+
+  setHolding(podUid: string, nodeId: string | undefined): void {
+    if (nodeId) this.holdings.set(podUid, nodeId);
+    else this.holdings.delete(podUid);
+  }
+
+  /** A quota key reloaded: its limit (null or absent: unlimited, nothing to check) and live charges. */
+  setQuota(key: QuotaKey, q: { max: number | null; charges: readonly QuotaCharge[] } | undefined): void {
+    if (q && q.max !== null) this.quotas.set(quotaKeyOf(key), { max: q.max, charges: q.charges });
+    else this.quotas.delete(quotaKeyOf(key));
+  }
+
+  // ---- the extender's questions ---------------------------------------------------------------------------------
+
+  pool(poolId: string): PoolState | undefined {
+    return this.pools.get(poolId);
+  }
+
+  poolOfNode(nodeId: string): string | null | undefined {
+    return this.nodePools.get(nodeId);
+  }
+
+  /** A reservation this state knows (held or confirmed when loaded, or changed since); undefined: not known here. */
+  reservation(id: string): ReservationView | undefined {
+    return this.reservations.get(id);
+  }
+
+  podHolding(podUid: string): string | undefined {
+    return this.holdings.get(podUid);
+  }
+
+  /** As queries.ts quotaHeadroom: per limited resource, its limit and the peak use over [now, windowEnd). */
+  quotaHeadroom(tenantId: string, poolId: string, resources: readonly string[], now: number, windowEndMs: number | null): Map<string, { max: number; peak: number }> {
+    const out = new Map<string, { max: number; peak: number }>();
+    for (const resource of resources) {
+      const q = this.quotas.get(quotaKeyOf({ tenantId, poolId, resource }));
+      if (q) out.set(resource, { max: q.max, peak: quotaPeak(q.charges, now, windowEndMs) });
+    }
+    return out;
+  }
+
+  /** Sizes, for logs. */
+  counts(): { pools: number; nodes: number; reservations: number; holdings: number; quotas: number } {
+    let nodes = 0;
+    for (const p of this.pools.values()) nodes += p.byId.size;
+    return { pools: this.pools.size, nodes, reservations: this.reservations.size, holdings: this.holdings.size, quotas: this.quotas.size };
+  }
+}
+
+function indexNodes(nodes: readonly NodeSnap[]): Map<string, NodeSnap> {
+  const byId = new Map<string, NodeSnap>();
+  for (const n of nodes) {
+    n.summary = summarizeNode(n);
+    byId.set(n.id, n);
+  }
+  return byId;
+}
