@@ -4,6 +4,7 @@
 // state vouches for itself (fresh()) only while the LISTEN connection is up, its last ping answered within
 // `maxStalenessMs`, the last full load succeeded and no reload is failing; otherwise the extender reads the database.
 import { randomUUID } from 'node:crypto';
+import { EventEmitter } from 'node:events';
 import pg from 'pg';
 import type { Db } from '../db/pool.ts';
 import { getPool, loadNodes } from '../db/snapshot.ts';
@@ -28,6 +29,8 @@ export interface StateSyncOptions {
   callTimeoutMs?: number;
   /** The longest pause between reconnects and between retries of a failed reload (default 5 s). */
   maxBackoffMs?: number;
+  /** A monotonic clock in milliseconds for the staleness bound (default performance.now; tests move it). */
+  monotonic?: () => number;
 }
 
 /** A LISTEN client with the pool's connection settings and timeouts. */
@@ -55,7 +58,8 @@ function withTimeout<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
   return Promise.race([p, late]).finally(() => clearTimeout(timer));
 }
 
-export class ExtenderStateSync {
+/** Emits 'loaded' after each complete load that vouches, 'lost' when the LISTEN connection goes. */
+export class ExtenderStateSync extends EventEmitter {
   readonly state = new ExtenderState();
   private readonly o: Required<Omit<StateSyncOptions, 'db' | 'log' | 'listenClient'>>;
   private readonly newClient: () => pg.Client;
@@ -79,12 +83,14 @@ export class ExtenderStateSync {
   private firstLoad: { promise: Promise<void>; resolve: () => void };
 
   constructor(private readonly d: StateSyncOptions) {
+    super();
     this.o = {
       resyncEveryMs: d.resyncEveryMs ?? 30_000,
       pingEveryMs: d.pingEveryMs ?? 1000,
       maxStalenessMs: d.maxStalenessMs ?? 5000,
       callTimeoutMs: d.callTimeoutMs ?? 5000,
       maxBackoffMs: d.maxBackoffMs ?? 5000,
+      monotonic: d.monotonic ?? (() => performance.now()),
     };
     this.newClient = d.listenClient ?? listenClientFor(d.db);
     let resolve = () => undefined as void;
@@ -113,7 +119,7 @@ export class ExtenderStateSync {
 
   /** Whether filter and prioritize may answer from this state now. */
   fresh(): boolean {
-    return this.listening && this.loaded && !this.failing && performance.now() - this.vouchedAt <= this.o.maxStalenessMs;
+    return this.listening && this.loaded && !this.failing && this.o.monotonic() - this.vouchedAt <= this.o.maxStalenessMs;
   }
 
   /**
@@ -137,6 +143,13 @@ export class ExtenderStateSync {
     if (this.stopped || !this.listening) return;
     this.resyncWanted = true;
     this.kick();
+  }
+
+  /** A full reload now; resolves when one that vouches has completed. */
+  resyncNow(): Promise<void> {
+    const done = new Promise<void>((r) => this.once('loaded', () => r()));
+    this.requestResync();
+    return done;
   }
 
   async stop(): Promise<void> {
@@ -170,7 +183,7 @@ export class ExtenderStateSync {
       if (this.client !== c) return;
       this.listening = true;
       this.generation++;
-      this.vouchedAt = performance.now();
+      this.vouchedAt = this.o.monotonic();
       this.connectDelay = 100;
       this.d.log.info('extender state: listening for ledger changes');
       // Whatever changed while nobody listened: a full load.
@@ -189,6 +202,7 @@ export class ExtenderStateSync {
     // Notifications may be missed from now on: only a full load after the reconnect vouches again.
     this.loaded = false;
     c.end().catch(() => undefined);
+    this.emit('lost');
     if (this.stopped) return;
     this.d.log.warn(was ? 'extender state: the LISTEN connection is lost; filter reads the database until it is back' : 'extender state: cannot listen for ledger changes; retrying', {
       retryInMs: this.connectDelay,
@@ -204,7 +218,7 @@ export class ExtenderStateSync {
   private async ping(): Promise<void> {
     const c = this.client;
     if (!c || !this.listening) return;
-    const sent = performance.now();
+    const sent = this.o.monotonic();
     try {
       await withTimeout(c.query({ text: 'SELECT 1', query_timeout: this.o.callTimeoutMs } as pg.QueryConfig), this.o.callTimeoutMs, 'the LISTEN connection');
       if (this.client === c) this.vouchedAt = Math.max(this.vouchedAt, sent);
@@ -290,19 +304,11 @@ export class ExtenderStateSync {
   }
 
   private async fullLoad(): Promise<void> {
-    const started = performance.now();
+    const started = this.o.monotonic();
+    const t0 = performance.now();
     const gen = this.generation;
     const listeningSince = this.listening;
-    const db = this.d.db;
-    const { rows } = await db.query<{ id: string }>('SELECT id FROM pools ORDER BY id');
-    const pools: FullLoad['pools'][number][] = [];
-    // A few pools at a time: each load is four statements on the shared pool.
-    for (let i = 0; i < rows.length; i += 4) {
-      const loaded = await Promise.all(rows.slice(i, i + 4).map((r) => loadPool(db, r.id)));
-      for (const p of loaded) if (p) pools.push(p);
-    }
-    const [np, reservations, holdings, quotas] = await Promise.all([nodePools(db), loadReservations(db, null), loadHoldings(db, null), loadQuotas(db, null)]);
-    this.state.replaceAll({ pools, nodePools: np, reservations, holdings, quotas });
+    this.state.replaceAll(await loadAll(this.d.db));
     const first = !this.loaded;
     // Only a load that ran wholly on one live LISTEN connection vouches: what committed after its reads began came as
     // notifications.
@@ -311,8 +317,13 @@ export class ExtenderStateSync {
       this.loaded = true;
       this.vouchedAt = Math.max(this.vouchedAt, started);
     }
-    (first ? this.d.log.info : this.d.log.debug)('extender state: loaded', { ...this.state.counts(), ms: Math.round(performance.now() - started) });
-    if (vouched) this.firstLoad.resolve();
+    const fields = { ...this.state.counts(), ms: Math.round(performance.now() - t0) };
+    if (first) this.d.log.info('extender state: loaded', fields);
+    else this.d.log.debug('extender state: loaded', fields);
+    if (vouched) {
+      this.firstLoad.resolve();
+      this.emit('loaded');
+    }
   }
 
   private async reload(b: Pending): Promise<void> {
@@ -364,6 +375,19 @@ export class ExtenderStateSync {
       })(),
     ]);
   }
+}
+
+/** Everything the state holds, read from the ledger. */
+export async function loadAll(db: Db): Promise<FullLoad> {
+  const { rows } = await db.query<{ id: string }>('SELECT id FROM pools ORDER BY id');
+  const pools: FullLoad['pools'][number][] = [];
+  // A few pools at a time: each load is four statements on the shared pool.
+  for (let i = 0; i < rows.length; i += 4) {
+    const loaded = await Promise.all(rows.slice(i, i + 4).map((r) => loadPool(db, r.id)));
+    for (const p of loaded) if (p) pools.push(p);
+  }
+  const [np, reservations, holdings, quotas] = await Promise.all([nodePools(db), loadReservations(db, null), loadHoldings(db, null), loadQuotas(db, null)]);
+  return { pools, nodePools: np, reservations, holdings, quotas };
 }
 
 async function loadPool(db: Db, poolId: string): Promise<FullLoad['pools'][number] | undefined> {

@@ -190,6 +190,33 @@ export class ExtenderState {
     return out;
   }
 
+  /**
+   * Everything as plain data in a stable order (for tests and debugging): two states that answer alike describe
+   * alike. Reservations are those held or confirmed (a state also keeps ended ones it saw end).
+   */
+  describe(): unknown {
+    const sortBy = <T>(xs: Iterable<T>, key: (x: T) => string) => [...xs].sort((a, b) => (key(a) < key(b) ? -1 : key(a) > key(b) ? 1 : 0));
+    return {
+      pools: sortBy(this.pools.values(), (p) => p.info.id).map((p) => ({
+        info: { ...p.info, offeredTo: [...p.info.offeredTo].sort() },
+        nodes: sortBy(p.byId.values(), (n) => n.id).map((n) => ({
+          id: n.id,
+          schedulable: n.schedulable,
+          labels: n.labels,
+          scalars: n.scalars,
+          atoms: sortBy(n.atoms, (a) => a.id).map((a) => ({ ...a, bookings: [...a.bookings].sort((x, y) => x.start - y.start || x.end - y.end) })),
+        })),
+      })),
+      nodePools: sortBy(this.nodePools, ([id]) => id),
+      reservations: sortBy(
+        [...this.reservations].filter(([, r]) => r.state === 'held' || r.state === 'confirmed'),
+        ([id]) => id,
+      ).map(([id, r]) => ({ id, ...r, atoms: sortBy(r.atoms, ([n]) => n), assigned: sortBy(r.assigned, ([n]) => n) })),
+      holdings: sortBy(this.holdings, ([uid]) => uid),
+      quotas: sortBy(this.quotas, ([k]) => k).map(([k, q]) => ({ key: k, max: q.max, charges: [...q.charges].sort((x, y) => x.start - y.start || x.end - y.end || x.amount - y.amount) })),
+    };
+  }
+
   /** Sizes, for logs. */
   counts(): { pools: number; nodes: number; reservations: number; holdings: number; quotas: number } {
     let nodes = 0;
