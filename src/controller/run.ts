@@ -24,6 +24,7 @@ import { ClientNodeExtenderKube } from '../extender/kube.ts';
 import { stopOnSignal } from '../cli/signals.ts';
 import { startPodReleaser } from '../extender/releaser.ts';
 import { createExtenderRouter } from '../extender/router.ts';
+import { StatePreviewer } from '../extender/preview.ts';
 import { ExtenderStateSync } from '../extender/state-sync.ts';
 import { errorFields, type Logger } from '../log.ts';
 import { registerCapacityGauges } from '../metrics/capacity.ts';
@@ -163,22 +164,7 @@ export async function runController(config: Config, log: Logger, opts: RunContro
     // The listeners, on every replica.
     let shuttingDown = false;
     const previews = new Ledger(database.db, { metrics: placement });
-    const health = healthChecks({
-      db: dbHealth,
-      informers: Object.values(controllers.ctx.informers),
-      dbLivenessMs: config.dbLivenessMs,
-      shuttingDown: () => shuttingDown,
-    });
-    const api = createApp({
-      service: new CapacityService({ db: database.db, previewer: previews, clock }),
-      authorizer: await authorizerFor(config, kc, log, controllers),
-      log,
-      http: httpMetrics(registry),
-      ready: health.ready,
-      live: health.live,
-    });
-    // The scheduler extender on every replica, with an unfenced ledger: its binds are not leader work (the database
-    // arbitrates between replicas). Filter and prioritize answer from the ledger in memory (ADR 0010).
+    // The ledger in memory (ADR 0010): the extender's filter and prioritize, and capacity.preview, answer from it.
     extenderState = new ExtenderStateSync({
       db: database.db,
       log,
@@ -187,6 +173,22 @@ export async function runController(config: Config, log: Logger, opts: RunContro
       callTimeoutMs: config.dbPingTimeoutMs,
     });
     const memory = extenderState;
+    const health = healthChecks({
+      db: dbHealth,
+      informers: Object.values(controllers.ctx.informers),
+      dbLivenessMs: config.dbLivenessMs,
+      shuttingDown: () => shuttingDown,
+    });
+    const api = createApp({
+      service: new CapacityService({ db: database.db, previewer: new StatePreviewer(memory, previews), clock }),
+      authorizer: await authorizerFor(config, kc, log, controllers),
+      log,
+      http: httpMetrics(registry),
+      ready: health.ready,
+      live: health.live,
+    });
+    // The scheduler extender on every replica, with an unfenced ledger: its binds are not leader work (the database
+    // arbitrates between replicas). Filter and prioritize answer from the ledger in memory (ADR 0010).
     const extender = createExtenderApp(
       createExtenderRouter({
         db: database.db,

@@ -3,7 +3,7 @@
 // it holds atoms on; per limited quota key its limit and its live charges. Pure: src/extender/state-sync.ts loads the
 // pieces from the ledger and hands them here; nothing here reads a clock or a database.
 import { summarizeNode } from '../core/planner.ts';
-import type { NodeSnap } from '../core/types.ts';
+import type { NodeSnap, PoolSnap } from '../core/types.ts';
 import type { PoolInfo } from '../db/snapshot.ts';
 
 /** A reservation as filter sees it (the shape of queries.ts reservationAtoms). */
@@ -42,6 +42,8 @@ export interface PoolState {
   readonly info: PoolInfo;
   /** The pool's nodes by id, each with its summary. */
   readonly byId: Map<string, NodeSnap>;
+  /** The planner's snapshot (nodes in id order, as the database path loads them), built on demand after a change. */
+  snap?: PoolSnap;
 }
 
 /** A node as loaded: its pool (null: none) and, when in a pool, its snapshot. */
@@ -137,12 +139,16 @@ export class ExtenderState {
         n.snap.summary = summarizeNode(n.snap);
         pool.byId.set(n.id, n.snap);
       } else pool.byId.delete(n.id);
+      delete pool.snap;
     }
   }
 
   private removeFromPool(nodeId: string): void {
     const poolId = this.nodePools.get(nodeId);
-    if (poolId) this.pools.get(poolId)?.byId.delete(nodeId);
+    const pool = poolId ? this.pools.get(poolId) : undefined;
+    if (!pool) return;
+    pool.byId.delete(nodeId);
+    delete pool.snap;
   }
 
   setReservation(id: string, r: ReservationView | undefined): void {
@@ -165,6 +171,19 @@ export class ExtenderState {
 
   pool(poolId: string): PoolState | undefined {
     return this.pools.get(poolId);
+  }
+
+  /** The pool as the planner's snapshot (capacity.preview plans on it). */
+  poolSnap(poolId: string): PoolSnap | undefined {
+    const p = this.pools.get(poolId);
+    if (!p) return undefined;
+    p.snap ??= {
+      id: p.info.id,
+      sharing: p.info.sharing,
+      topologyKey: p.info.topologyKey,
+      nodes: [...p.byId.values()].sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0)),
+    };
+    return p.snap;
   }
 
   poolOfNode(nodeId: string): string | null | undefined {

@@ -12,6 +12,7 @@ import { setDeviceHealth, setNodeState, setQuota, upsertPool } from '../../src/d
 import type { Db } from '../../src/db/pool.ts';
 import type { ExtenderKube } from '../../src/extender/kube.ts';
 import { reservationResourceName, TENANT_LABEL } from '../../src/extender/resources.ts';
+import { StatePreviewer } from '../../src/extender/preview.ts';
 import { ExtenderService } from '../../src/extender/service.ts';
 import { ExtenderState, quotaPeak, type QuotaCharge } from '../../src/extender/state.ts';
 import { ExtenderStateSync, loadAll } from '../../src/extender/state-sync.ts';
@@ -300,6 +301,38 @@ describe('filter and prioritize from memory', () => {
     expect(f.NodeNames).toEqual([A]);
     expect(db.calls).toBeGreaterThan(before);
     await setNodeState(ctx.db, B, { cordoned: false });
+  });
+});
+
+describe('capacity.preview from memory', () => {
+  it('answers as the ledger’s preview does, with no database read while fresh; stale, it asks the ledger', async () => {
+    let now = 0;
+    const sync = startSync({ monotonic: () => now, pingEveryMs: 3_600_000, resyncEveryMs: 3_600_000 });
+    await sync.ready();
+    const db = counting(ctx.db);
+    const previewer = new StatePreviewer(sync, new Ledger(db));
+    const ledger = new Ledger(ctx.db);
+    const spot = await ledger.reserve(reservation(poolId, { tenantId: 'acme', devices: [{ class: 'gpu', count: 2 }], spot: true }), ctx.clock.now());
+    if (!spot.ok) throw new Error(spot.message);
+    await sync.caughtUp();
+    const inputs = [
+      reservation(poolId, { devices: [{ class: 'gpu', count: 1 }] }),
+      reservation(poolId, { devices: [{ class: 'gpu', count: 2 }], gang: { size: 2 } }),
+      reservation(poolId, { devices: [{ class: 'gpu', count: 2 }], gang: { size: 3 } }),
+      reservation(poolId, { devices: [{ class: 'gpu', count: 2 }], start: ctx.clock.now() + 7200_000, duration: 600 }),
+      reservation(poolId, { devices: [{ class: 'gpu', count: 9 }] }),
+    ];
+    for (const input of inputs) {
+      const t = ctx.clock.now();
+      expect(await previewer.preview(input, t)).toEqual(await ledger.preview(input, t));
+    }
+    expect(db.calls).toBe(0);
+    now += 10_000;
+    expect(sync.fresh()).toBe(false);
+    const t = ctx.clock.now();
+    expect(await previewer.preview(inputs[0]!, t)).toEqual(await ledger.preview(inputs[0]!, t));
+    expect(db.calls).toBeGreaterThan(0);
+    await ledger.release(spot.reservation.id);
   });
 });
 
