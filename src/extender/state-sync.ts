@@ -35,7 +35,7 @@ export interface StateSyncOptions {
 
 /** A LISTEN client with the pool's connection settings and timeouts. */
 export function listenClientFor(db: Db): () => pg.Client {
-  return () => new pg.Client({ ...db.options, keepAlive: true });
+  return () => new pg.Client({ ...db.options, keepAlive: true, application_name: 'better-compute-extender-listen' });
 }
 
 interface Pending {
