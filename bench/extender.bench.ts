@@ -94,12 +94,20 @@ function quantile(sorted: number[], q: number): number {
 
 interface Stats {
   perSecond: number;
+  /** The round trip, client included. */
   p50: number;
   p99: number;
+  /** In the server: from the request's arrival to the answer handed to the socket (body read, parsed, answered). */
+  serverP50: number;
+  serverP99: number;
 }
+
+/** Server-side times of the calls being measured (one call at a time, so each entry is the current call's). */
+const serverTimes: number[] = [];
 
 async function measure(n: number, call: () => Promise<void>): Promise<Stats> {
   for (let i = 0; i < Math.min(10, n); i++) await call(); // warm-up
+  serverTimes.length = 0;
   const latencies: number[] = [];
   const started = performance.now();
   for (let i = 0; i < n; i++) {
@@ -109,7 +117,14 @@ async function measure(n: number, call: () => Promise<void>): Promise<Stats> {
   }
   const seconds = (performance.now() - started) / 1000;
   latencies.sort((a, b) => a - b);
-  return { perSecond: n / seconds, p50: quantile(latencies, 0.5), p99: quantile(latencies, 0.99) };
+  const server = [...serverTimes].sort((a, b) => a - b);
+  return {
+    perSecond: n / seconds,
+    p50: quantile(latencies, 0.5),
+    p99: quantile(latencies, 0.99),
+    serverP50: quantile(server, 0.5),
+    serverP99: quantile(server, 0.99),
+  };
 }
 
 // The filter reads no pod or node from the API server for an on-demand pod; the namespace's labels come from here.
@@ -158,6 +173,11 @@ async function main() {
   const database = new ExtenderService({ db, ledger, clock, kube, log: silentLogger });
 
   const app = express();
+  app.use((_req, res, next) => {
+    const t0 = performance.now();
+    res.on('finish', () => serverTimes.push(performance.now() - t0));
+    next();
+  });
   app.use('/memory', createExtenderRouter({ service: memory }));
   app.use('/database', createExtenderRouter({ service: database }));
   app.post('/empty-raw', (_req, res) => void res.json({}));
@@ -175,10 +195,12 @@ async function main() {
   };
 
   console.log(`extender filter and prioritize over HTTP, ${os.cpus().length} CPUs, node ${process.version}; one call at a time`);
-  console.log('nodes  what                                              calls   calls/s     p50 ms     p99 ms   calls/s ratio');
+  console.log('                                                                           round trip          in the server');
+  console.log('nodes  what                                              calls   calls/s     p50 ms     p99 ms     p50 ms     p99 ms   calls/s ratio');
+  const ms = (x: number) => x.toFixed(2).padStart(9);
   const row = (nodes: number, what: string, calls: number, s: Stats, ratio?: number) =>
     console.log(
-      `${String(nodes).padStart(5)}  ${what.padEnd(48)}  ${String(calls).padStart(5)}  ${s.perSecond.toFixed(1).padStart(8)}  ${s.p50.toFixed(2).padStart(9)}  ${s.p99.toFixed(2).padStart(9)}  ${ratio === undefined ? '' : `${(ratio * 100).toFixed(0).padStart(10)}%`}`,
+      `${String(nodes).padStart(5)}  ${what.padEnd(48)}  ${String(calls).padStart(5)}  ${s.perSecond.toFixed(1).padStart(8)}  ${ms(s.p50)}  ${ms(s.p99)}  ${ms(s.serverP50)}  ${ms(s.serverP99)}  ${ratio === undefined ? '' : `${(ratio * 100).toFixed(0).padStart(10)}%`}`,
     );
   const verdicts: string[] = [];
   for (const n of SIZES) {
@@ -218,7 +240,8 @@ async function main() {
     console.log(`       (${(body.length / 1024).toFixed(0)} KiB request; ratio = calls/s ÷ calls/s of the empty handler with parsed body; database reads during the in-memory rows: ${reads})`);
     const ratio = filter.perSecond / parsed.perSecond;
     verdicts.push(
-      `${n} nodes: filter p99 ${filter.p99.toFixed(2)} ms (target ≤ ${TARGET_P99_MS}: ${filter.p99 <= TARGET_P99_MS ? 'met' : 'MISSED'}), ` +
+      `${n} nodes: filter p99 in the server ${filter.serverP99.toFixed(2)} ms (target ≤ ${TARGET_P99_MS}: ${filter.serverP99 <= TARGET_P99_MS ? 'met' : 'MISSED'}; ` +
+        `the empty handler's own ${parsed.serverP99.toFixed(2)} ms; round trip ${filter.p99.toFixed(2)} ms), ` +
         `${(ratio * 100).toFixed(0)}% of the empty handler's calls/s (target ≥ ${TARGET_RATIO * 100}%: ${ratio >= TARGET_RATIO ? 'met' : 'MISSED'})`,
     );
   }
