@@ -124,7 +124,8 @@ export class ExtenderStateSync extends EventEmitter {
 
   /**
    * Resolves once every change committed before this call has been applied (a barrier notification through the same
-   * channel), or after `timeoutMs`. Bind calls it after its writes, so the scheduler's next filter sees them.
+   * channel); rejects after `timeoutMs`. At once while not listening (filter reads the database then). Bind calls it
+   * after its writes, so the scheduler's next filter sees them.
    */
   async caughtUp(timeoutMs = this.o.callTimeoutMs): Promise<void> {
     if (!this.listening) return;
@@ -180,7 +181,11 @@ export class ExtenderStateSync extends EventEmitter {
     try {
       await withTimeout(c.connect(), this.o.callTimeoutMs, 'the LISTEN connection');
       await c.query({ text: `LISTEN ${EXTENDER_CHANNEL}`, query_timeout: this.o.callTimeoutMs } as pg.QueryConfig);
-      if (this.client !== c) return;
+      if (this.client !== c) {
+        // Stopped (or replaced) meanwhile.
+        c.end().catch(() => undefined);
+        return;
+      }
       this.listening = true;
       this.generation++;
       this.vouchedAt = this.o.monotonic();
@@ -190,7 +195,8 @@ export class ExtenderStateSync extends EventEmitter {
       this.resyncWanted = true;
       this.kick();
     } catch (e) {
-      this.lost(c, e);
+      if (this.client === c) this.lost(c, e);
+      else c.end().catch(() => undefined);
     }
   }
 
