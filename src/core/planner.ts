@@ -180,30 +180,35 @@ function describeMisfits(misfits: Map<Misfit, number>, total: number): string {
 
 export type NodeVerdict = { readonly ok: true; readonly score: number } | { readonly ok: false; readonly reason: string };
 
+/** The request's scalar amounts above zero (what screenNode checks), computed once per request. */
+export function requestScalars(req: PlacementRequest): readonly [ScalarResource, number][] {
+  return (Object.entries(req.resources ?? {}) as [ScalarResource, number][]).filter(([, n]) => n > 0);
+}
+
+/**
+ * One node judged on its own, without allocating: the score of the best placement on it, or why nothing fits there.
+ * The scheduler extender calls it for thousands of nodes per call.
+ */
+export function scoreNode(node: NodeSnap, req: PlacementRequest, scalars: readonly [ScalarResource, number][] = requestScalars(req)): number | string {
+  const s = screenNode(node, req, scalars);
+  if (typeof s !== 'number') return misfitText(s);
+  // Most nodes are answered by their summary without visiting an atom.
+  const quick = scoreFromSummary(node, req, s);
+  if (quick !== undefined) return quick;
+  const f = fitNode(node, req);
+  return f.candidate ? f.candidate.score : misfitText(f.misfit ?? 'unschedulable');
+}
+
 /**
  * Each node judged on its own (the scheduler extender's filter: the scheduler picks the node, we say which fit and
  * how well): the score of the best placement on it, or why nothing fits there.
  */
 export function judgeNodes(nodes: readonly NodeSnap[], req: PlacementRequest): Map<string, NodeVerdict> {
-  const scalars = (Object.entries(req.resources ?? {}) as [ScalarResource, number][]).filter(([, n]) => n > 0);
+  const scalars = requestScalars(req);
   const verdicts = new Map<string, NodeVerdict>();
   for (const node of nodes) {
-    const s = screenNode(node, req, scalars);
-    if (typeof s !== 'number') {
-      verdicts.set(node.id, { ok: false, reason: misfitText(s) });
-      continue;
-    }
-    // Thousands of nodes per extender call: the summary answers most of them without visiting an atom.
-    const quick = scoreFromSummary(node, req, s);
-    if (quick !== undefined) {
-      verdicts.set(node.id, { ok: true, score: quick });
-      continue;
-    }
-    const f = fitNode(node, req);
-    verdicts.set(
-      node.id,
-      f.candidate ? { ok: true, score: f.candidate.score } : { ok: false, reason: misfitText(f.misfit ?? 'unschedulable') },
-    );
+    const r = scoreNode(node, req, scalars);
+    verdicts.set(node.id, typeof r === 'number' ? { ok: true, score: r } : { ok: false, reason: r });
   }
   return verdicts;
 }

@@ -7,7 +7,7 @@
 // Only pods that request one of our resources are filtered in and bound; a reservation's pod is bound only for a
 // namespace of the reservation's tenant and inside the reservation's window (checked again at bind, in the database).
 // Every call is logged with its pod, node(s), outcome and time.
-import { judgeNodes, summarizeNode } from '../core/planner.ts';
+import { requestScalars, scoreNode, summarizeNode } from '../core/planner.ts';
 import type { DeviceClass, NodeSnap } from '../core/types.ts';
 import type { Clock } from '../db/clock.ts';
 import { toPlacementRequest, type Ledger } from '../db/ledger.ts';
@@ -63,8 +63,9 @@ export interface ExtenderMemory {
   caughtUp(): Promise<void>;
 }
 
+/** Per name (by its index in the call's names): its score when it passes (NaN: it does not), and why not. */
 interface Verdict {
-  pass: Map<string, number>;
+  scores: Float64Array;
   failed: Record<string, string>;
   unresolvable: Record<string, string>;
 }
@@ -116,7 +117,7 @@ export class ExtenderService {
       const v = await this.judge(args.Pod, names);
       const result: ExtenderFilterResult = {
         Nodes: null,
-        NodeNames: names.filter((n) => v.pass.has(n)),
+        NodeNames: names.filter((_, i) => !Number.isNaN(v.scores[i])),
         FailedNodes: v.failed,
         FailedAndUnresolvableNodes: v.unresolvable,
         Error: '',
@@ -141,7 +142,10 @@ export class ExtenderService {
     const names = nodeNamesOf(args);
     try {
       const v = await this.judge(args.Pod, names);
-      const scores = names.map((n) => ({ Host: n, Score: Math.max(0, Math.min(this.maxPriority, Math.round(v.pass.get(n) ?? 0))) }));
+      const scores = names.map((n, i) => {
+        const s = v.scores[i]!;
+        return { Host: n, Score: Number.isNaN(s) ? 0 : Math.max(0, Math.min(this.maxPriority, Math.round(s))) };
+      });
       const best = scores.reduce<HostPriority | undefined>((b, s) => (!b || s.Score > b.Score ? s : b), undefined);
       this.logCall('prioritize', args.Pod.metadata, started, 'ok', { nodes: names.length, ...(best ? { best: best.Host, score: best.Score } : {}) });
       return scores;
@@ -191,7 +195,7 @@ export class ExtenderService {
   // ---- filter / prioritize ------------------------------------------------------------------------------------
 
   private async judge(pod: Pod, names: string[]): Promise<Verdict> {
-    const v: Verdict = { pass: new Map(), failed: {}, unresolvable: {} };
+    const v: Verdict = { scores: new Float64Array(names.length).fill(NaN), failed: {}, unresolvable: {} };
     const demand = podDemand(pod.spec);
     if (demand.invalid) {
       for (const n of names) v.unresolvable[n] = demand.invalid;
@@ -210,8 +214,10 @@ export class ExtenderService {
     const mem = this.d.memory?.fresh() ? this.d.memory.state : undefined;
     const holding = mem ? mem.podHolding(pod.metadata.uid) : await podHolding(this.d.db, pod.metadata.uid);
     if (holding && names.includes(holding)) {
-      v.pass.set(holding, this.maxPriority);
-      for (const n of names) if (n !== holding) v.failed[n] = `the pod holds atoms on node ${holding} already (a bind stopped before its Binding)`;
+      names.forEach((n, i) => {
+        if (n === holding) v.scores[i] = this.maxPriority;
+        else v.failed[n] = `the pod holds atoms on node ${holding} already (a bind stopped before its Binding)`;
+      });
       return v;
     }
     if (demand.reservation) await this.judgeReservation(pod, demand.reservation, names, v, mem);
@@ -239,7 +245,7 @@ export class ExtenderService {
     if (now < r.start) return all(`reservation ${want.id} starts at ${new Date(r.start).toISOString()}`);
     if (now >= r.end) return all(`reservation ${want.id} ended at ${new Date(r.end).toISOString()}`);
     await Promise.all(
-      names.map(async (n) => {
+      names.map(async (n, i) => {
         const atoms = r.atoms.get(n);
         if (!atoms) {
           v.unresolvable[n] = `reservation ${want.id} holds no atoms on this node`;
@@ -257,7 +263,7 @@ export class ExtenderService {
           return;
         }
         // Packing: the node this pod fills best (fewest of the reservation's atoms left over) scores highest.
-        v.pass.set(n, this.maxPriority - Math.min(this.maxPriority, free - want.count));
+        v.scores[i] = this.maxPriority - Math.min(this.maxPriority, free - want.count);
       }),
     );
   }
@@ -310,24 +316,33 @@ export class ExtenderService {
 
   private async judgeOnDemand(pod: Pod, devices: PodDemand['devices'], names: string[], v: Verdict, mem?: ExtenderState) {
     const [tenant, pools] = await Promise.all([this.tenantOf(pod.metadata.namespace), mem ? undefined : this.nodePools()]);
-    const byPool = new Map<string, string[]>();
-    for (const n of names) {
-      const poolId = pools ? pools.get(n) : mem!.poolOfNode(n);
+    // Each name looked up once: its pool, and (from memory) its snapshot; the members of each pool by index.
+    const byPool = new Map<string, number[]>();
+    const snaps: (NodeSnap | undefined)[] = mem ? new Array<NodeSnap | undefined>(names.length) : [];
+    for (let i = 0; i < names.length; i++) {
+      const n = names[i]!;
+      let poolId: string | null | undefined;
+      if (mem) {
+        const e = mem.node(n);
+        poolId = e?.poolId;
+        snaps[i] = e?.snap;
+      } else poolId = pools!.get(n);
       if (!poolId) {
         v.unresolvable[n] = 'not a GPU node of any pool in the ledger';
         continue;
       }
       const list = byPool.get(poolId);
-      if (list) list.push(n);
-      else byPool.set(poolId, [n]);
+      if (list) list.push(i);
+      else byPool.set(poolId, [i]);
     }
     const now = this.d.clock.now();
     const deadline = pod.spec.activeDeadlineSeconds ?? null;
     await Promise.all(
       [...byPool].map(async ([poolId, members]) => {
-        const c = mem?.pool(poolId) ?? (await this.snapshot(poolId));
+        const fromMemory = mem?.pool(poolId);
+        const c = fromMemory ?? (await this.snapshot(poolId));
         const fail = (reason: string, unresolvable = false) => {
-          for (const n of members) (unresolvable ? v.unresolvable : v.failed)[n] = reason;
+          for (const i of members) (unresolvable ? v.unresolvable : v.failed)[names[i]!] = reason;
         };
         if (!isPoolVisible(c.info, tenant)) return fail(`pool ${c.info.name} is not offered to tenant ${tenant}`, true);
         if (c.info.archived) return fail(`pool ${c.info.name} is archived`, true);
@@ -347,15 +362,17 @@ export class ExtenderService {
           now,
           deadline === null,
         );
-        const known: NodeSnap[] = [];
-        for (const n of members) {
-          const node = c.byId.get(n);
-          if (node) known.push(node);
-          else v.failed[n] = 'the node has reported no devices';
-        }
-        for (const [n, verdict] of judgeNodes(known, req)) {
-          if (verdict.ok) v.pass.set(n, (verdict.score / 110) * this.maxPriority);
-          else v.failed[n] = verdict.reason;
+        const scalars = requestScalars(req);
+        for (const i of members) {
+          const n = names[i]!;
+          const node = fromMemory ? snaps[i] : c.byId.get(n);
+          if (!node) {
+            v.failed[n] = 'the node has reported no devices';
+            continue;
+          }
+          const r = scoreNode(node, req, scalars);
+          if (typeof r === 'number') v.scores[i] = (r / 110) * this.maxPriority;
+          else v.failed[n] = r;
         }
       }),
     );

@@ -90,9 +90,15 @@ export function quotaPeak(charges: readonly QuotaCharge[], winStart: number, win
   return peak;
 }
 
+/** A node as filter looks it up: its pool (null: none) and, when in a known pool, its snapshot. One lookup per name. */
+export interface NodeEntry {
+  readonly poolId: string | null;
+  readonly snap?: NodeSnap;
+}
+
 export class ExtenderState {
   private pools = new Map<string, PoolState>();
-  private nodePools = new Map<string, string | null>();
+  private nodes = new Map<string, NodeEntry>();
   private reservations = new Map<string, ReservationView>();
   private holdings = new Map<string, string>();
   private quotas = new Map<string, QuotaState>();
@@ -103,8 +109,13 @@ export class ExtenderState {
     for (const p of load.pools) pools.set(p.info.id, { info: p.info, byId: indexNodes(p.nodes) });
     const quotas = new Map<string, QuotaState>();
     for (const q of load.quotas) if (q.max !== null) quotas.set(quotaKeyOf(q), { max: q.max, charges: q.charges });
+    const nodes = new Map<string, NodeEntry>();
+    for (const [id, poolId] of load.nodePools) {
+      const snap = poolId ? pools.get(poolId)?.byId.get(id) : undefined;
+      nodes.set(id, snap ? { poolId, snap } : { poolId });
+    }
     this.pools = pools;
-    this.nodePools = new Map(load.nodePools);
+    this.nodes = nodes;
     this.reservations = new Map(load.reservations);
     this.holdings = new Map(load.holdings);
     this.quotas = quotas;
@@ -114,37 +125,42 @@ export class ExtenderState {
   setPool(poolId: string, loaded: { info: PoolInfo; nodes: readonly NodeSnap[] } | undefined): void {
     if (!loaded) {
       this.pools.delete(poolId);
-      for (const [node, pool] of this.nodePools) if (pool === poolId) this.nodePools.set(node, null);
+      for (const [id, e] of this.nodes) if (e.poolId === poolId) this.nodes.set(id, { poolId: null });
       return;
     }
     const old = this.pools.get(poolId);
-    for (const id of old?.byId.keys() ?? []) if (this.nodePools.get(id) === poolId) this.nodePools.set(id, null);
-    this.pools.set(poolId, { info: loaded.info, byId: indexNodes(loaded.nodes) });
-    for (const n of loaded.nodes) this.nodePools.set(n.id, poolId);
+    for (const id of old?.byId.keys() ?? []) if (this.nodes.get(id)?.poolId === poolId) this.nodes.set(id, { poolId: null });
+    const pool: PoolState = { info: loaded.info, byId: indexNodes(loaded.nodes) };
+    this.pools.set(poolId, pool);
+    for (const n of pool.byId.values()) this.nodes.set(n.id, { poolId, snap: n });
   }
 
   /** Nodes reloaded: each moves to its pool (or out of every pool); `gone` are no longer in the ledger. */
   setNodes(nodes: readonly NodeLoad[], gone: readonly string[] = []): void {
     for (const id of gone) {
       this.removeFromPool(id);
-      this.nodePools.delete(id);
+      this.nodes.delete(id);
     }
     for (const n of nodes) {
-      const before = this.nodePools.get(n.id);
+      const before = this.nodes.get(n.id)?.poolId;
       if (before && before !== n.poolId) this.removeFromPool(n.id);
-      this.nodePools.set(n.id, n.poolId);
       const pool = n.poolId ? this.pools.get(n.poolId) : undefined;
-      if (!pool) continue; // its pool's own reload brings it
-      if (n.snap) {
-        n.snap.summary = summarizeNode(n.snap);
-        pool.byId.set(n.id, n.snap);
-      } else pool.byId.delete(n.id);
+      if (!pool || !n.snap) {
+        // Its pool's own reload brings its snapshot (a pool this state does not know yet).
+        pool?.byId.delete(n.id);
+        if (pool) delete pool.snap;
+        this.nodes.set(n.id, { poolId: n.poolId });
+        continue;
+      }
+      n.snap.summary = summarizeNode(n.snap);
+      pool.byId.set(n.id, n.snap);
       delete pool.snap;
+      this.nodes.set(n.id, { poolId: n.poolId, snap: n.snap });
     }
   }
 
   private removeFromPool(nodeId: string): void {
-    const poolId = this.nodePools.get(nodeId);
+    const poolId = this.nodes.get(nodeId)?.poolId;
     const pool = poolId ? this.pools.get(poolId) : undefined;
     if (!pool) return;
     pool.byId.delete(nodeId);
@@ -187,7 +203,12 @@ export class ExtenderState {
   }
 
   poolOfNode(nodeId: string): string | null | undefined {
-    return this.nodePools.get(nodeId);
+    return this.nodes.get(nodeId)?.poolId;
+  }
+
+  /** The node's pool and snapshot in one lookup (filter's per-name question). */
+  node(nodeId: string): NodeEntry | undefined {
+    return this.nodes.get(nodeId);
   }
 
   /** A reservation this state knows (held or confirmed when loaded, or changed since); undefined: not known here. */
@@ -226,7 +247,8 @@ export class ExtenderState {
           atoms: sortBy(n.atoms, (a) => a.id).map((a) => ({ ...a, bookings: [...a.bookings].sort((x, y) => x.start - y.start || x.end - y.end) })),
         })),
       })),
-      nodePools: sortBy(this.nodePools, ([id]) => id),
+      // With whether the node's entry holds the snapshot its pool holds (filter reads one, preview the other).
+      nodePools: sortBy(this.nodes, ([id]) => id).map(([id, e]) => [id, e.poolId, (e.poolId ? this.pools.get(e.poolId)?.byId.get(id) : undefined) === e.snap]),
       reservations: sortBy(
         [...this.reservations].filter(([, r]) => r.state === 'held' || r.state === 'confirmed'),
         ([id]) => id,
