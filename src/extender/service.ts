@@ -318,15 +318,10 @@ export class ExtenderService {
     const [tenant, pools] = await Promise.all([this.tenantOf(pod.metadata.namespace), mem ? undefined : this.nodePools()]);
     // Each name looked up once: its pool, and (from memory) its snapshot; the members of each pool by index.
     const byPool = new Map<string, number[]>();
-    const snaps: (NodeSnap | undefined)[] = mem ? new Array<NodeSnap | undefined>(names.length) : [];
+    const entries = mem ? mem.resolve(names) : undefined;
     for (let i = 0; i < names.length; i++) {
       const n = names[i]!;
-      let poolId: string | null | undefined;
-      if (mem) {
-        const e = mem.node(n);
-        poolId = e?.poolId;
-        snaps[i] = e?.snap;
-      } else poolId = pools!.get(n);
+      const poolId = entries ? entries[i]?.poolId : pools!.get(n);
       if (!poolId) {
         v.unresolvable[n] = 'not a GPU node of any pool in the ledger';
         continue;
@@ -365,7 +360,7 @@ export class ExtenderService {
         const scalars = requestScalars(req);
         for (const i of members) {
           const n = names[i]!;
-          const node = fromMemory ? snaps[i] : c.byId.get(n);
+          const node = fromMemory ? entries![i]?.snap : c.byId.get(n);
           if (!node) {
             v.failed[n] = 'the node has reported no devices';
             continue;

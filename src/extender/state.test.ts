@@ -45,6 +45,17 @@ describe('ExtenderState', () => {
     expect(s.poolSnap('p2')!.nodes).toEqual([]);
   });
 
+  it('resolves a call’s names to entries, and resolves them again after any node changed', () => {
+    const s = new ExtenderState();
+    s.replaceAll({ ...empty, pools: [{ info: info('p1'), nodes: [node('a'), node('b')] }], nodePools: new Map([['a', 'p1'], ['b', 'p1']]) });
+    const first = s.resolve(['a', 'b', 'c']);
+    expect(first.map((e) => e?.snap?.id)).toEqual(['a', 'b', undefined]);
+    expect(s.resolve(['a', 'b', 'c'])).toBe(first);
+    expect(s.resolve(['b', 'a', 'c']).map((e) => e?.snap?.id)).toEqual(['b', 'a', undefined]);
+    s.setNodes([{ id: 'a', poolId: 'p1', snap: node('a', 4) }]);
+    expect(s.resolve(['b', 'a', 'c'])[1]!.snap!.atoms).toHaveLength(4);
+  });
+
   it('a pool gone takes its nodes out of every pool', () => {
     const s = new ExtenderState();
     s.replaceAll({ ...empty, pools: [{ info: info('p1'), nodes: [node('a')] }], nodePools: new Map([['a', 'p1']]) });

@@ -99,6 +99,9 @@ export interface NodeEntry {
 export class ExtenderState {
   private pools = new Map<string, PoolState>();
   private nodes = new Map<string, NodeEntry>();
+  /** Bumped by every change of `nodes`: the resolution of the last names list is reused while it stands. */
+  private nodesVersion = 0;
+  private lastResolved: { version: number; names: readonly string[]; entries: (NodeEntry | undefined)[] } | undefined;
   private reservations = new Map<string, ReservationView>();
   private holdings = new Map<string, string>();
   private quotas = new Map<string, QuotaState>();
@@ -116,6 +119,7 @@ export class ExtenderState {
     }
     this.pools = pools;
     this.nodes = nodes;
+    this.nodesVersion++;
     this.reservations = new Map(load.reservations);
     this.holdings = new Map(load.holdings);
     this.quotas = quotas;
@@ -123,6 +127,7 @@ export class ExtenderState {
 
   /** A pool reloaded with all its nodes, or gone (undefined). */
   setPool(poolId: string, loaded: { info: PoolInfo; nodes: readonly NodeSnap[] } | undefined): void {
+    this.nodesVersion++;
     if (!loaded) {
       this.pools.delete(poolId);
       for (const [id, e] of this.nodes) if (e.poolId === poolId) this.nodes.set(id, { poolId: null });
@@ -137,6 +142,7 @@ export class ExtenderState {
 
   /** Nodes reloaded: each moves to its pool (or out of every pool); `gone` are no longer in the ledger. */
   setNodes(nodes: readonly NodeLoad[], gone: readonly string[] = []): void {
+    this.nodesVersion++;
     for (const id of gone) {
       this.removeFromPool(id);
       this.nodes.delete(id);
@@ -204,6 +210,28 @@ export class ExtenderState {
 
   poolOfNode(nodeId: string): string | null | undefined {
     return this.nodes.get(nodeId)?.poolId;
+  }
+
+  /**
+   * node() for every name of a call. kube-scheduler sends the same names call after call: while no node changed, the
+   * last call's answer is reused after comparing the names, which costs less than looking each one up.
+   */
+  resolve(names: readonly string[]): readonly (NodeEntry | undefined)[] {
+    const last = this.lastResolved;
+    if (last && last.version === this.nodesVersion && last.names.length === names.length) {
+      let same = true;
+      for (let i = 0; i < names.length; i++) {
+        if (last.names[i] !== names[i]) {
+          same = false;
+          break;
+        }
+      }
+      if (same) return last.entries;
+    }
+    const entries = new Array<NodeEntry | undefined>(names.length);
+    for (let i = 0; i < names.length; i++) entries[i] = this.nodes.get(names[i]!);
+    this.lastResolved = { version: this.nodesVersion, names: [...names], entries };
+    return entries;
   }
 
   /** The node's pool and snapshot in one lookup (filter's per-name question). */
