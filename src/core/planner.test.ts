@@ -1,6 +1,6 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { judgeNodes, MAX_CANDIDATES, plan, summarizeNode } from './planner.ts';
+import { judgeFromSummary, judgeNodes, MAX_CANDIDATES, plan, scoreNode, summarizeNode } from './planner.ts';
 import type { AtomSnap, DeviceClass, NodeSnap, PlacementRequest, PoolSnap } from './types.ts';
 
 // Builders: makeNode('n1').gpus(8).busy(0, [0, 10]).build()
@@ -227,6 +227,11 @@ describe('plan properties', () => {
           });
         const r = req(q.count, { window: { start: q.start, end: q.start + q.len }, binding: q.node ? 'node' : 'hold', ...(q.nvlink ? { topology: 'nvlink-all' as const } : {}) });
         expect(judgeNodes(build(true), r)).toEqual(judgeNodes(build(false), r));
+        // What the summary decides alone is what visiting the atoms decides.
+        for (const n of build(true)) {
+          const quick = judgeFromSummary(n.summary!, r);
+          if (quick !== undefined) expect(quick).toEqual(scoreNode({ ...n, summary: undefined }, r));
+        }
       }),
       { numRuns: 500 },
     );

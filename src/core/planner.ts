@@ -200,6 +200,22 @@ export function scoreNode(node: NodeSnap, req: PlacementRequest, scalars: readon
 }
 
 /**
+ * scoreNode of a schedulable node, for a request without scalars, from the node's summary alone — when the summary
+ * decides it (one device request without selector or sharing, no node lease, no NVLink requirement, no booking of the
+ * node near the window); else undefined. Nodes with one summary get one answer: the extender judges each distinct
+ * summary once per call.
+ */
+export function judgeFromSummary(sum: NodeSummary, req: PlacementRequest): number | string | undefined {
+  const d = req.devices.length === 1 ? req.devices[0]! : undefined;
+  if (!d || d.selector.length > 0 || d.sharing || req.binding === 'node' || (d.topology ?? req.topology) === 'nvlink-all') return undefined;
+  if (!(req.window.end <= sum.busyFrom || req.window.start >= sum.busyUntil)) return undefined;
+  const c = sum.classes.get(d.class);
+  if (!c || c.healthy < d.count) return misfitText(`devices:${d.class}`);
+  const packing = Math.round((100 * (c.bookable - c.healthy + d.count)) / c.bookable);
+  return packing + (c.largestNuma >= d.count ? LOCALITY_BONUS : 0);
+}
+
+/**
  * Each node judged on its own (the scheduler extender's filter: the scheduler picks the node, we say which fit and
  * how well): the score of the best placement on it, or why nothing fits there.
  */

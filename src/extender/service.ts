@@ -7,8 +7,8 @@
 // Only pods that request one of our resources are filtered in and bound; a reservation's pod is bound only for a
 // namespace of the reservation's tenant and inside the reservation's window (checked again at bind, in the database).
 // Every call is logged with its pod, node(s), outcome and time.
-import { requestScalars, scoreNode, summarizeNode } from '../core/planner.ts';
-import type { DeviceClass, NodeSnap } from '../core/types.ts';
+import { judgeFromSummary, requestScalars, scoreNode, summarizeNode } from '../core/planner.ts';
+import type { DeviceClass, NodeSnap, NodeSummary } from '../core/types.ts';
 import type { Clock } from '../db/clock.ts';
 import { toPlacementRequest, type Ledger } from '../db/ledger.ts';
 import type { Db } from '../db/pool.ts';
@@ -358,6 +358,8 @@ export class ExtenderService {
           deadline === null,
         );
         const scalars = requestScalars(req);
+        // Nodes that share a summary (the state keeps equal ones as one object) share a verdict the summary decides.
+        const bySummary = scalars.length === 0 ? new Map<NodeSummary, number | string | null>() : undefined;
         for (const i of members) {
           const n = names[i]!;
           const node = fromMemory ? entries![i]?.snap : c.byId.get(n);
@@ -365,7 +367,16 @@ export class ExtenderService {
             v.failed[n] = 'the node has reported no devices';
             continue;
           }
-          const r = scoreNode(node, req, scalars);
+          let r: number | string | null | undefined;
+          const sum = node.summary;
+          if (bySummary && sum && node.schedulable) {
+            r = bySummary.get(sum);
+            if (r === undefined) {
+              r = judgeFromSummary(sum, req) ?? null;
+              bySummary.set(sum, r);
+            }
+          }
+          r ??= scoreNode(node, req, scalars);
           if (typeof r === 'number') v.scores[i] = (r / 110) * this.maxPriority;
           else v.failed[n] = r;
         }

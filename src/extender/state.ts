@@ -3,7 +3,7 @@
 // it holds atoms on; per limited quota key its limit and its live charges. Pure: src/extender/state-sync.ts loads the
 // pieces from the ledger and hands them here; nothing here reads a clock or a database.
 import { summarizeNode } from '../core/planner.ts';
-import type { NodeSnap, PoolSnap } from '../core/types.ts';
+import type { NodeSnap, NodeSummary, PoolSnap } from '../core/types.ts';
 import type { PoolInfo } from '../db/snapshot.ts';
 
 /** A reservation as filter sees it (the shape of queries.ts reservationAtoms). */
@@ -102,14 +102,17 @@ export class ExtenderState {
   /** Bumped by every change of `nodes`: the resolution of the last names list is reused while it stands. */
   private nodesVersion = 0;
   private lastResolved: { version: number; names: readonly string[]; entries: (NodeEntry | undefined)[] } | undefined;
+  /** Equal summaries are one object, so that filter judges each distinct summary once per call. */
+  private summaries = new Map<string, NodeSummary>();
   private reservations = new Map<string, ReservationView>();
   private holdings = new Map<string, string>();
   private quotas = new Map<string, QuotaState>();
 
   /** Replaces everything (the initial load, a full resync). */
   replaceAll(load: FullLoad): void {
+    this.summaries = new Map();
     const pools = new Map<string, PoolState>();
-    for (const p of load.pools) pools.set(p.info.id, { info: p.info, byId: indexNodes(p.nodes) });
+    for (const p of load.pools) pools.set(p.info.id, { info: p.info, byId: this.indexNodes(p.nodes) });
     const quotas = new Map<string, QuotaState>();
     for (const q of load.quotas) if (q.max !== null) quotas.set(quotaKeyOf(q), { max: q.max, charges: q.charges });
     const nodes = new Map<string, NodeEntry>();
@@ -135,7 +138,7 @@ export class ExtenderState {
     }
     const old = this.pools.get(poolId);
     for (const id of old?.byId.keys() ?? []) if (this.nodes.get(id)?.poolId === poolId) this.nodes.set(id, { poolId: null });
-    const pool: PoolState = { info: loaded.info, byId: indexNodes(loaded.nodes) };
+    const pool: PoolState = { info: loaded.info, byId: this.indexNodes(loaded.nodes) };
     this.pools.set(poolId, pool);
     for (const n of pool.byId.values()) this.nodes.set(n.id, { poolId, snap: n });
   }
@@ -158,10 +161,30 @@ export class ExtenderState {
         this.nodes.set(n.id, { poolId: n.poolId });
         continue;
       }
-      n.snap.summary = summarizeNode(n.snap);
+      this.summarize(n.snap);
       pool.byId.set(n.id, n.snap);
       delete pool.snap;
       this.nodes.set(n.id, { poolId: n.poolId, snap: n.snap });
+    }
+  }
+
+  private indexNodes(nodes: readonly NodeSnap[]): Map<string, NodeSnap> {
+    const byId = new Map<string, NodeSnap>();
+    for (const n of nodes) {
+      this.summarize(n);
+      byId.set(n.id, n);
+    }
+    return byId;
+  }
+
+  private summarize(n: NodeSnap): void {
+    const s = summarizeNode(n);
+    const key = summaryKey(s);
+    const known = this.summaries.get(key);
+    if (known) n.summary = known;
+    else {
+      this.summaries.set(key, s);
+      n.summary = s;
     }
   }
 
@@ -294,11 +317,7 @@ export class ExtenderState {
   }
 }
 
-function indexNodes(nodes: readonly NodeSnap[]): Map<string, NodeSnap> {
-  const byId = new Map<string, NodeSnap>();
-  for (const n of nodes) {
-    n.summary = summarizeNode(n);
-    byId.set(n.id, n);
-  }
-  return byId;
+function summaryKey(s: NodeSummary): string {
+  const classes = [...s.classes].map(([c, v]) => `${c}:${v.bookable}/${v.healthy}/${v.largestNuma}`).sort();
+  return `${s.busyFrom};${s.busyUntil};${classes.join(',')}`;
 }
