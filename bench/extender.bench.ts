@@ -19,6 +19,7 @@ import { startEmbedded } from '../src/db/embedded.ts';
 import { Ledger } from '../src/db/ledger.ts';
 import { migrate } from '../src/db/migrate.ts';
 import { createPool } from '../src/db/pool.ts';
+import { newAllocationId } from '../src/ids.ts';
 import { seedPool } from './seed.ts';
 import type { ExtenderKube } from '../src/extender/kube.ts';
 import { createExtenderRouter } from '../src/extender/router.ts';
@@ -52,8 +53,12 @@ function counting(db: Db): Db & { calls: number } {
   }) as Db & { calls: number };
 }
 
-/** Books one GPU for a new pod on a random node, or releases the oldest, WRITER_RATE times a second, until stopped. */
-function startWriter(ledger: Ledger, clock: DbClock, poolId: string, nodes: string[]): { stop(): Promise<number> } {
+/**
+ * Books one GPU for a new pod on a random node, or releases the oldest booking, WRITER_RATE times a second, until
+ * stopped: bc_place and bc_release_allocations straight (the ledger's own functions, one statement each), so that this
+ * process spends its time on what the extender's state does with the notifications, not on planning the writes.
+ */
+function startWriter(db: Db, poolId: string, nodes: string[]): { stop(): Promise<number> } {
   let stopped = false;
   let writes = 0;
   const live: string[] = [];
@@ -63,13 +68,20 @@ function startWriter(ledger: Ledger, clock: DbClock, poolId: string, nodes: stri
     let next = performance.now();
     while (!stopped) {
       if (live.length >= 32 || (live.length > 0 && seq % 2 === 1)) {
-        await ledger.releasePod(live.shift()!);
+        await db.query('SELECT bc_release_allocations($1)', [[live.shift()!]]);
       } else {
-        const uid = `bench-writer-${process.pid}-${seq}`;
         const node = nodes[Math.floor(Math.random() * nodes.length)]!;
-        const out = await ledger.bookPod({ tenantId: 'bench', poolId, podUid: uid, nodeId: node, devices: [{ class: 'gpu', count: 1 }], durationSeconds: null }, clock.now());
-        if (!out.ok) throw new Error(`writer: ${out.code}: ${out.message}`);
-        live.push(uid);
+        const id = newAllocationId();
+        const { rows } = await db.query('SELECT bc_place($1::jsonb) AS r', [
+          JSON.stringify({
+            tenantId: 'bench',
+            poolId,
+            podUid: `bench-writer-${process.pid}-${seq}`,
+            durationSeconds: null,
+            allocations: [{ id, nodeId: node, atoms: [`GPU-${node}-${Math.floor(Math.random() * 8)}`] }],
+          }),
+        ]);
+        if ((rows[0].r as { ok: boolean }).ok) live.push(id);
       }
       seq++;
       writes++;
@@ -77,7 +89,7 @@ function startWriter(ledger: Ledger, clock: DbClock, poolId: string, nodes: stri
       const wait = next - performance.now();
       if (wait > 0) await new Promise((r) => setTimeout(r, wait));
     }
-    for (const uid of live) await ledger.releasePod(uid);
+    if (live.length) await db.query('SELECT bc_release_allocations($1)', [live]);
   })();
   return {
     async stop() {
@@ -104,10 +116,13 @@ interface Stats {
 
 /** Server-side times of the calls being measured (one call at a time, so each entry is the current call's). */
 const serverTimes: number[] = [];
+/** The in-memory service's own time per filter call (judging, without the body's parse and the answer's encoding). */
+const serviceTimes: number[] = [];
 
 async function measure(n: number, call: () => Promise<void>): Promise<Stats> {
   for (let i = 0; i < Math.min(10, n); i++) await call(); // warm-up
   serverTimes.length = 0;
+  serviceTimes.length = 0;
   const latencies: number[] = [];
   const started = performance.now();
   for (let i = 0; i < n; i++) {
@@ -169,7 +184,15 @@ async function main() {
   sync.start();
   await sync.ready();
   const memoryDb = counting(db);
-  const memory = new ExtenderService({ db: memoryDb, ledger, clock, kube, log: silentLogger, memory: sync });
+  const memory = new ExtenderService({
+    db: memoryDb,
+    ledger,
+    clock,
+    kube,
+    log: silentLogger,
+    memory: sync,
+    metrics: { onCall: (verb, seconds) => void (verb === 'filter' && serviceTimes.push(seconds * 1000)) },
+  });
   const database = new ExtenderService({ db, ledger, clock, kube, log: silentLogger });
 
   const app = express();
@@ -228,13 +251,14 @@ async function main() {
     const parsed = await measure(CALLS, () => post('/empty-json', body));
     const readsBefore = memoryDb.calls;
     const filter = await measure(CALLS, () => post('/memory/filter', body));
+    const own = [...serviceTimes].sort((a, b) => a - b);
     await post('/memory/filter', body, passAll);
     await post('/memory/prioritize', body, scored);
     const prioritize = await measure(CALLS, () => post('/memory/prioritize', body));
     await post('/memory/prioritize', body, scored);
     const reads = memoryDb.calls - readsBefore;
     if (reads !== 0) throw new Error(`the in-memory filter and prioritize read the database ${reads} times`);
-    const writer = startWriter(ledger, clock, poolId, names);
+    const writer = startWriter(db, poolId, names);
     const writeStarted = performance.now();
     const busy = await measure(CALLS, () => post('/memory/filter', body));
     await post('/memory/filter', body, passAll);
@@ -248,11 +272,13 @@ async function main() {
     row(n, 'prioritize, in-memory state', CALLS, prioritize, prioritize.perSecond / parsed.perSecond);
     row(n, `filter, in-memory, writer ${writesPerSecond.toFixed(0)} writes/s behind`, CALLS, busy, busy.perSecond / parsed.perSecond);
     row(n, 'filter, database reads (the stale-state path)', UNCACHED_CALLS, fallback, fallback.perSecond / parsed.perSecond);
+    console.log(`       filter's own work from memory (judging, without parsing the body or encoding the answer): p50 ${quantile(own, 0.5).toFixed(2)} ms, p99 ${quantile(own, 0.99).toFixed(2)} ms`);
     console.log(`       (${(body.length / 1024).toFixed(0)} KiB request; ratio = calls/s ÷ calls/s of the empty handler with parsed body; database reads during the in-memory rows: ${reads})`);
     const ratio = filter.perSecond / parsed.perSecond;
+    const own99 = quantile(own, 0.99);
     verdicts.push(
       `${n} nodes: filter p99 in the server ${filter.serverP99.toFixed(2)} ms (target ≤ ${TARGET_P99_MS}: ${filter.serverP99 <= TARGET_P99_MS ? 'met' : 'MISSED'}; ` +
-        `the empty handler's own ${parsed.serverP99.toFixed(2)} ms; round trip ${filter.p99.toFixed(2)} ms), ` +
+        `the empty handler's own ${parsed.serverP99.toFixed(2)} ms; round trip ${filter.p99.toFixed(2)} ms; judging alone ${own99.toFixed(2)} ms), ` +
         `${(ratio * 100).toFixed(0)}% of the empty handler's calls/s (target ≥ ${TARGET_RATIO * 100}%: ${ratio >= TARGET_RATIO ? 'met' : 'MISSED'})`,
     );
   }

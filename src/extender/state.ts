@@ -90,16 +90,24 @@ export function quotaPeak(charges: readonly QuotaCharge[], winStart: number, win
   return peak;
 }
 
-/** A node as filter looks it up: its pool (null: none) and, when in a known pool, its snapshot. One lookup per name. */
+/**
+ * A node as filter looks it up: its pool (null: none) and, when in a known pool, its snapshot. One lookup per name.
+ * One object per node for as long as the node is known, updated in place, so that a resolved names list stays current.
+ */
 export interface NodeEntry {
   readonly poolId: string | null;
   readonly snap?: NodeSnap;
 }
 
+interface MutableEntry {
+  poolId: string | null;
+  snap?: NodeSnap;
+}
+
 export class ExtenderState {
   private pools = new Map<string, PoolState>();
-  private nodes = new Map<string, NodeEntry>();
-  /** Bumped by every change of `nodes`: the resolution of the last names list is reused while it stands. */
+  private nodes = new Map<string, MutableEntry>();
+  /** Bumped when a node id comes or goes: the resolution of the last names list is reused while it stands. */
   private nodesVersion = 0;
   private lastResolved: { version: number; names: readonly string[]; entries: (NodeEntry | undefined)[] } | undefined;
   /** Equal summaries are one object, so that filter judges each distinct summary once per call. */
@@ -115,7 +123,7 @@ export class ExtenderState {
     for (const p of load.pools) pools.set(p.info.id, { info: p.info, byId: this.indexNodes(p.nodes) });
     const quotas = new Map<string, QuotaState>();
     for (const q of load.quotas) if (q.max !== null) quotas.set(quotaKeyOf(q), { max: q.max, charges: q.charges });
-    const nodes = new Map<string, NodeEntry>();
+    const nodes = new Map<string, MutableEntry>();
     for (const [id, poolId] of load.nodePools) {
       const snap = poolId ? pools.get(poolId)?.byId.get(id) : undefined;
       nodes.set(id, snap ? { poolId, snap } : { poolId });
@@ -130,25 +138,42 @@ export class ExtenderState {
 
   /** A pool reloaded with all its nodes, or gone (undefined). */
   setPool(poolId: string, loaded: { info: PoolInfo; nodes: readonly NodeSnap[] } | undefined): void {
-    this.nodesVersion++;
     if (!loaded) {
       this.pools.delete(poolId);
-      for (const [id, e] of this.nodes) if (e.poolId === poolId) this.nodes.set(id, { poolId: null });
+      for (const e of this.nodes.values()) if (e.poolId === poolId) this.setEntry(e, null);
       return;
     }
     const old = this.pools.get(poolId);
-    for (const id of old?.byId.keys() ?? []) if (this.nodes.get(id)?.poolId === poolId) this.nodes.set(id, { poolId: null });
+    for (const id of old?.byId.keys() ?? []) {
+      const e = this.nodes.get(id);
+      if (e?.poolId === poolId) this.setEntry(e, null);
+    }
     const pool: PoolState = { info: loaded.info, byId: this.indexNodes(loaded.nodes) };
     this.pools.set(poolId, pool);
-    for (const n of pool.byId.values()) this.nodes.set(n.id, { poolId, snap: n });
+    for (const n of pool.byId.values()) this.entry(n.id, poolId, n);
+  }
+
+  /** Sets a node's entry in place (a new node id makes the last resolution stale). */
+  private entry(id: string, poolId: string | null, snap?: NodeSnap): void {
+    const e = this.nodes.get(id);
+    if (e) this.setEntry(e, poolId, snap);
+    else {
+      this.nodes.set(id, snap ? { poolId, snap } : { poolId });
+      this.nodesVersion++;
+    }
+  }
+
+  private setEntry(e: MutableEntry, poolId: string | null, snap?: NodeSnap): void {
+    e.poolId = poolId;
+    if (snap) e.snap = snap;
+    else delete e.snap;
   }
 
   /** Nodes reloaded: each moves to its pool (or out of every pool); `gone` are no longer in the ledger. */
   setNodes(nodes: readonly NodeLoad[], gone: readonly string[] = []): void {
-    this.nodesVersion++;
     for (const id of gone) {
       this.removeFromPool(id);
-      this.nodes.delete(id);
+      if (this.nodes.delete(id)) this.nodesVersion++;
     }
     for (const n of nodes) {
       const before = this.nodes.get(n.id)?.poolId;
@@ -158,13 +183,13 @@ export class ExtenderState {
         // Its pool's own reload brings its snapshot (a pool this state does not know yet).
         pool?.byId.delete(n.id);
         if (pool) delete pool.snap;
-        this.nodes.set(n.id, { poolId: n.poolId });
+        this.entry(n.id, n.poolId);
         continue;
       }
       this.summarize(n.snap);
       pool.byId.set(n.id, n.snap);
       delete pool.snap;
-      this.nodes.set(n.id, { poolId: n.poolId, snap: n.snap });
+      this.entry(n.id, n.poolId, n.snap);
     }
   }
 
