@@ -5,7 +5,7 @@
 --   ["p", pool]                   a pool or its offerings
 --   ["r", reservation]            a reservation, its allocations or its pods' assignments
 --   ["u", pod uid]                what the pod holds (an on-demand allocation, or an assignment)
---   ["q", tenant, pool, resource] a quota key: its limit or its charges
+--   ["q", tenant, pool, resource] a quota key: its limit, or the charges of a limited key
 -- Identical payloads of one transaction are sent once. The hot tables (allocations, quota_charges, devices,
 -- node_resources) notify per statement from their transition tables; the others per row. Bookings are not watched:
 -- every booking statement goes with one on its allocation (bc_place, bc_release_allocations, a layout change), and the
@@ -67,9 +67,15 @@ CREATE TRIGGER trigger$allocations$extender_insert AFTER INSERT ON allocations R
 CREATE TRIGGER trigger$allocations$extender_update AFTER UPDATE ON allocations REFERENCING NEW TABLE AS new_rows
   FOR EACH STATEMENT EXECUTE FUNCTION bc_extender_allocations_changed();
 
+-- Only a limited key's charges matter to filter. A limit set later notifies through its quota row, and its reload
+-- reads the charges: bc_place holds a share lock on an unlimited key's row, so a limit waits for charges in flight.
 CREATE FUNCTION bc_extender_charges_changed() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-  PERFORM bc_extender_notify(ARRAY(SELECT json_build_array('q', tenant_id, pool_id, resource)::text FROM new_rows));
+  PERFORM bc_extender_notify(ARRAY(
+    SELECT json_build_array('q', k.tenant_id, k.pool_id, k.resource)::text
+    FROM (SELECT DISTINCT tenant_id, pool_id, resource FROM new_rows) k
+    JOIN quotas q ON q.tenant_id = k.tenant_id AND q.pool_id = k.pool_id AND q.resource = k.resource
+    WHERE q.max IS NOT NULL));
   RETURN NULL;
 END $$;
 CREATE TRIGGER trigger$quota_charges$extender_insert AFTER INSERT ON quota_charges REFERENCING NEW TABLE AS new_rows
