@@ -1,8 +1,13 @@
-// Scheduler extender filter latency and calls per second at 1,000 and 5,000 nodes (8 GPUs each, seeded in the ledger
-// with bulk SQL), over HTTP the way kube-scheduler calls it (nodeCacheCapable: the Pod and the NodeNames of every node),
-// beside empty express handlers on the same server, called the same way in the same run; the ratio is filter / empty.
+// Scheduler extender filter and prioritize at 1,000 and 5,000 nodes (8 GPUs each, seeded in the ledger with bulk SQL),
+// over HTTP the way kube-scheduler calls it (nodeCacheCapable: the Pod and the NodeNames of every node), beside empty
+// express handlers on the same server, called the same way in the same run. Filter and prioritize answer from the
+// extender's in-memory state (ADR 0010); one row measures filter while a writer books and releases in the background
+// (the state follows through its notifications), one the database reads it falls back to when the state is stale.
+// The ratio is calls/s of the row ÷ calls/s of the empty handler that parses the same body, called in turn with the
+// row (each call of the row follows one of the empty handler), so that a busy machine weighs on both alike.
 //   npm run bench:extender      (embedded PostgreSQL in a temporary directory; DATABASE_URL for another server)
-// Env: BENCH_NODES (default 1000,5000), BENCH_CALLS (default 300), BENCH_UNCACHED_CALLS (default 40).
+// Env: BENCH_NODES (default 1000,5000), BENCH_CALLS (default 300), BENCH_UNCACHED_CALLS (default 40),
+//      BENCH_WRITER_RATE (bookings and releases per second in the background row, default 50).
 // One call at a time: kube-scheduler calls the extender from its scheduling cycle, one pod after another.
 import fs from 'node:fs/promises';
 import { createServer, type Server } from 'node:http';
@@ -15,15 +20,86 @@ import { startEmbedded } from '../src/db/embedded.ts';
 import { Ledger } from '../src/db/ledger.ts';
 import { migrate } from '../src/db/migrate.ts';
 import { createPool } from '../src/db/pool.ts';
+import { newAllocationId } from '../src/ids.ts';
 import { seedPool } from './seed.ts';
 import type { ExtenderKube } from '../src/extender/kube.ts';
 import { createExtenderRouter } from '../src/extender/router.ts';
 import { ExtenderService } from '../src/extender/service.ts';
+import { ExtenderStateSync } from '../src/extender/state-sync.ts';
+import type { Db } from '../src/db/pool.ts';
 import { silentLogger } from '../src/log.ts';
 
 const SIZES = (process.env.BENCH_NODES ?? '1000,5000').split(',').map(Number);
 const CALLS = Number(process.env.BENCH_CALLS ?? 300);
 const UNCACHED_CALLS = Number(process.env.BENCH_UNCACHED_CALLS ?? 40);
+const WRITER_RATE = Number(process.env.BENCH_WRITER_RATE ?? 50);
+const TARGET_P99_MS = 2;
+const TARGET_RATIO = 0.5;
+
+/** The pool, counting what goes through it: the in-memory rows must read nothing. */
+function counting(db: Db): Db & { calls: number } {
+  const calls = { n: 0 };
+  return new Proxy(db, {
+    get(target, prop, receiver) {
+      if (prop === 'calls') return calls.n;
+      const v = Reflect.get(target, prop, receiver) as unknown;
+      if ((prop === 'query' || prop === 'connect') && typeof v === 'function') {
+        return (...args: unknown[]) => {
+          calls.n++;
+          return (v as (...a: unknown[]) => unknown).apply(target, args);
+        };
+      }
+      return v;
+    },
+  }) as Db & { calls: number };
+}
+
+/**
+ * Books one GPU for a new pod on a random node, or releases the oldest booking, WRITER_RATE times a second, until
+ * stopped: bc_place and bc_release_allocations straight (the ledger's own functions, one statement each), so that this
+ * process spends its time on what the extender's state does with the notifications, not on planning the writes.
+ */
+function startWriter(db: Db, poolId: string, nodes: string[]): { stop(): Promise<number> } {
+  let stopped = false;
+  let writes = 0;
+  const live: string[] = [];
+  let seq = 0;
+  const run = (async () => {
+    const every = 1000 / WRITER_RATE;
+    let next = performance.now();
+    while (!stopped) {
+      if (live.length >= 32 || (live.length > 0 && seq % 2 === 1)) {
+        await db.query('SELECT bc_release_allocations($1)', [[live.shift()!]]);
+      } else {
+        const node = nodes[Math.floor(Math.random() * nodes.length)]!;
+        const id = newAllocationId();
+        const { rows } = await db.query('SELECT bc_place($1::jsonb) AS r', [
+          JSON.stringify({
+            tenantId: 'bench',
+            poolId,
+            podUid: `bench-writer-${process.pid}-${seq}`,
+            durationSeconds: null,
+            allocations: [{ id, nodeId: node, atoms: [`GPU-${node}-${Math.floor(Math.random() * 8)}`] }],
+          }),
+        ]);
+        if ((rows[0].r as { ok: boolean }).ok) live.push(id);
+      }
+      seq++;
+      writes++;
+      next += every;
+      const wait = next - performance.now();
+      if (wait > 0) await new Promise((r) => setTimeout(r, wait));
+    }
+    if (live.length) await db.query('SELECT bc_release_allocations($1)', [live]);
+  })();
+  return {
+    async stop() {
+      stopped = true;
+      await run;
+      return writes;
+    },
+  };
+}
 
 function quantile(sorted: number[], q: number): number {
   return sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))] ?? NaN;
@@ -31,22 +107,57 @@ function quantile(sorted: number[], q: number): number {
 
 interface Stats {
   perSecond: number;
+  /** The round trip, client included. */
   p50: number;
   p99: number;
+  /** In the server: from the request's arrival to the answer handed to the socket (body read, parsed, answered). */
+  serverP50: number;
+  serverP99: number;
 }
 
-async function measure(n: number, call: () => Promise<void>): Promise<Stats> {
-  for (let i = 0; i < Math.min(10, n); i++) await call(); // warm-up
-  const latencies: number[] = [];
-  const started = performance.now();
-  for (let i = 0; i < n; i++) {
-    const t0 = performance.now();
-    await call();
-    latencies.push(performance.now() - t0);
+/** Server-side times of the calls being measured, by path (one call at a time). */
+const serverTimes = new Map<string, number[]>();
+/** The in-memory service's own time per filter call (judging, without the body's parse and the answer's encoding). */
+const serviceTimes: number[] = [];
+
+function stats(latencies: number[], server: number[]): Stats {
+  const sorted = [...latencies].sort((a, b) => a - b);
+  const s = [...server].sort((a, b) => a - b);
+  return {
+    // Calls per second of this kind of call alone: the interleaved baseline's time is not counted.
+    perSecond: latencies.length / (latencies.reduce((a, b) => a + b, 0) / 1000),
+    p50: quantile(sorted, 0.5),
+    p99: quantile(sorted, 0.99),
+    serverP50: quantile(s, 0.5),
+    serverP99: quantile(s, 0.99),
+  };
+}
+
+/**
+ * `n` calls of `path`, one at a time; with a baseline path, each call follows one call of the baseline, so that both
+ * meet the same moments of a busy machine and their ratio stays honest.
+ */
+async function measure(n: number, post: (path: string) => Promise<void>, path: string, baseline?: string): Promise<{ row: Stats; base?: Stats }> {
+  for (let i = 0; i < Math.min(10, n); i++) {
+    if (baseline) await post(baseline);
+    await post(path); // warm-up
   }
-  const seconds = (performance.now() - started) / 1000;
-  latencies.sort((a, b) => a - b);
-  return { perSecond: n / seconds, p50: quantile(latencies, 0.5), p99: quantile(latencies, 0.99) };
+  serverTimes.clear();
+  serviceTimes.length = 0;
+  const rowTimes: number[] = [];
+  const baseTimes: number[] = [];
+  for (let i = 0; i < n; i++) {
+    if (baseline) {
+      const b0 = performance.now();
+      await post(baseline);
+      baseTimes.push(performance.now() - b0);
+    }
+    const t0 = performance.now();
+    await post(path);
+    rowTimes.push(performance.now() - t0);
+  }
+  const row = stats(rowTimes, serverTimes.get(path) ?? []);
+  return baseline ? { row, base: stats(baseTimes, serverTimes.get(baseline) ?? []) } : { row };
 }
 
 // The filter reads no pod or node from the API server for an on-demand pod; the namespace's labels come from here.
@@ -87,12 +198,33 @@ async function main() {
   client.release();
   const clock = await DbClock.create(db);
   const ledger = new Ledger(db);
-  const cached = new ExtenderService({ db, ledger, clock, kube, log: silentLogger });
-  const uncached = new ExtenderService({ db, ledger, clock, kube, log: silentLogger, snapshotTtlMs: 0 });
+  const sync = new ExtenderStateSync({ db, log: silentLogger });
+  sync.start();
+  await sync.ready();
+  const memoryDb = counting(db);
+  const memory = new ExtenderService({
+    db: memoryDb,
+    ledger,
+    clock,
+    kube,
+    log: silentLogger,
+    memory: sync,
+    metrics: { onCall: (verb, seconds) => void (verb === 'filter' && serviceTimes.push(seconds * 1000)) },
+  });
+  const database = new ExtenderService({ db, ledger, clock, kube, log: silentLogger });
 
   const app = express();
-  app.use('/cached', createExtenderRouter({ service: cached }));
-  app.use('/uncached', createExtenderRouter({ service: uncached }));
+  app.use((req, res, next) => {
+    const t0 = performance.now();
+    res.on('finish', () => {
+      const list = serverTimes.get(req.originalUrl) ?? [];
+      list.push(performance.now() - t0);
+      serverTimes.set(req.originalUrl, list);
+    });
+    next();
+  });
+  app.use('/memory', createExtenderRouter({ service: memory }));
+  app.use('/database', createExtenderRouter({ service: database }));
   app.post('/empty-raw', (_req, res) => void res.json({}));
   app.post('/empty-json', express.json({ limit: '64mb' }), (_req, res) => void res.json({}));
   const server: Server = createServer(app);
@@ -100,38 +232,86 @@ async function main() {
   const addr = server.address();
   const base = `http://127.0.0.1:${typeof addr === 'object' && addr ? addr.port : 0}`;
 
+  // Timed calls read the answer's bytes without parsing them (kube-scheduler decodes them in its own process); the
+  // answers are checked, parsed, before and after each timed row.
   const post = async (p: string, body: string, check?: (json: unknown) => void) => {
     const res = await fetch(`${base}${p}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body });
+    if (!check && res.ok) {
+      await res.arrayBuffer();
+      return;
+    }
     const json = (await res.json()) as unknown;
     if (!res.ok) throw new Error(`${p}: HTTP ${res.status} ${JSON.stringify(json).slice(0, 200)}`);
     check?.(json);
   };
 
-  console.log(`extender filter over HTTP, ${os.cpus().length} CPUs, node ${process.version}; one call at a time`);
-  console.log('nodes  what                                  calls   calls/s     p50 ms     p99 ms   p50 ratio');
+  console.log(`extender filter and prioritize over HTTP, ${os.cpus().length} CPUs, node ${process.version}; one call at a time`);
+  console.log('                                                                           round trip          in the server');
+  console.log('nodes  what                                              calls   calls/s     p50 ms     p99 ms     p50 ms     p99 ms   calls/s ratio');
+  const ms = (x: number) => x.toFixed(2).padStart(9);
   const row = (nodes: number, what: string, calls: number, s: Stats, ratio?: number) =>
     console.log(
-      `${String(nodes).padStart(5)}  ${what.padEnd(36)}  ${String(calls).padStart(5)}  ${s.perSecond.toFixed(1).padStart(8)}  ${s.p50.toFixed(2).padStart(9)}  ${s.p99.toFixed(2).padStart(9)}  ${ratio === undefined ? '' : `${ratio.toFixed(1).padStart(8)}x`}`,
+      `${String(nodes).padStart(5)}  ${what.padEnd(48)}  ${String(calls).padStart(5)}  ${s.perSecond.toFixed(1).padStart(8)}  ${ms(s.p50)}  ${ms(s.p99)}  ${ms(s.serverP50)}  ${ms(s.serverP99)}  ${ratio === undefined ? '' : `${(ratio * 100).toFixed(0).padStart(10)}%`}`,
     );
+  const verdicts: string[] = [];
   for (const n of SIZES) {
-    const { nodeIds: names } = await seedPool(db, n, 'x');
+    const { poolId, nodeIds: names } = await seedPool(db, n, 'x');
+    await sync.caughtUp(60_000);
+    if (!sync.fresh()) throw new Error('the extender state is not fresh after seeding');
     const body = JSON.stringify({ Pod: pod, NodeNames: names });
     const passAll = (json: unknown) => {
       const r = json as { NodeNames?: string[]; Error?: string };
       if (r.Error || r.NodeNames?.length !== n) throw new Error(`filter: ${r.Error || `${r.NodeNames?.length} of ${n} nodes pass`}`);
     };
-    await post('/cached/filter', body, passAll); // correctness, and the first snapshot load
-    const raw = await measure(CALLS, () => post('/empty-raw', body));
-    const parsed = await measure(CALLS, () => post('/empty-json', body));
-    const filter = await measure(CALLS, () => post('/cached/filter', body));
-    const reload = await measure(UNCACHED_CALLS, () => post('/uncached/filter', body, passAll));
+    const scored = (json: unknown) => {
+      const r = json as { Host: string; Score: number }[];
+      if (!Array.isArray(r) || r.length !== n) throw new Error(`prioritize: ${JSON.stringify(json).slice(0, 200)}`);
+    };
+    await post('/memory/filter', body, passAll); // correctness
+    await post('/database/filter', body, passAll);
+    const call = (p: string) => post(p, body);
+    const raw = (await measure(CALLS, call, '/empty-raw')).row;
+    const parsed = (await measure(CALLS, call, '/empty-json')).row;
+    const readsBefore = memoryDb.calls;
+    const f = await measure(CALLS, call, '/memory/filter', '/empty-json');
+    const filter = f.row;
+    const own = [...serviceTimes].sort((a, b) => a - b);
+    await post('/memory/filter', body, passAll);
+    await post('/memory/prioritize', body, scored);
+    const p = await measure(CALLS, call, '/memory/prioritize', '/empty-json');
+    await post('/memory/prioritize', body, scored);
+    const reads = memoryDb.calls - readsBefore;
+    if (reads !== 0) throw new Error(`the in-memory filter and prioritize read the database ${reads} times`);
+    const writer = startWriter(db, poolId, names);
+    const writeStarted = performance.now();
+    const busy = await measure(CALLS, call, '/memory/filter', '/empty-json');
+    await post('/memory/filter', body, passAll);
+    const writes = await writer.stop();
+    const writesPerSecond = writes / ((performance.now() - writeStarted) / 1000);
+    const fallback = await measure(UNCACHED_CALLS, call, '/database/filter', '/empty-json');
+    await post('/database/filter', body, passAll);
+    const ratioOf = (m: { row: Stats; base?: Stats }) => m.row.perSecond / m.base!.perSecond;
     row(n, 'empty handler (body not read)', CALLS, raw);
-    row(n, 'empty handler (same JSON body parsed)', CALLS, parsed);
-    row(n, 'filter, snapshot cached (TTL 1 s)', CALLS, filter, filter.p50 / parsed.p50);
-    row(n, 'filter, snapshot reloaded every call', UNCACHED_CALLS, reload, reload.p50 / parsed.p50);
-    console.log(`       (${(body.length / 1024).toFixed(0)} KiB request; ratio = filter p50 / empty handler with parsed body p50)`);
+    row(n, 'empty handler (same JSON body parsed)', CALLS, parsed, 1);
+    row(n, 'filter, in-memory state', CALLS, filter, ratioOf(f));
+    row(n, 'prioritize, in-memory state', CALLS, p.row, ratioOf(p));
+    row(n, `filter, in-memory, writer ${writesPerSecond.toFixed(0)} writes/s behind`, CALLS, busy.row, ratioOf(busy));
+    row(n, 'filter, database reads (the stale-state path)', UNCACHED_CALLS, fallback.row, ratioOf(fallback));
+    console.log(`       filter's own work from memory (judging, without parsing the body or encoding the answer): p50 ${quantile(own, 0.5).toFixed(2)} ms, p99 ${quantile(own, 0.99).toFixed(2)} ms`);
+    console.log(
+      `       (${(body.length / 1024).toFixed(0)} KiB request; ratio = calls/s ÷ calls/s of the empty handler with parsed body, called in turn with the row; database reads during the in-memory rows: ${reads})`,
+    );
+    const ratio = ratioOf(f);
+    const own99 = quantile(own, 0.99);
+    verdicts.push(
+      `${n} nodes: filter p99 in the server ${filter.serverP99.toFixed(2)} ms (target ≤ ${TARGET_P99_MS}: ${filter.serverP99 <= TARGET_P99_MS ? 'met' : 'MISSED'}; ` +
+        `the empty handler's own ${f.base!.serverP99.toFixed(2)} ms; round trip ${filter.p99.toFixed(2)} ms; judging alone ${own99.toFixed(2)} ms), ` +
+        `${(ratio * 100).toFixed(0)}% of the empty handler's calls/s (target ≥ ${TARGET_RATIO * 100}%: ${ratio >= TARGET_RATIO ? 'met' : 'MISSED'})`,
+    );
   }
+  for (const v of verdicts) console.log(v);
 
+  await sync.stop();
   server.close();
   server.closeAllConnections();
   await db.end();

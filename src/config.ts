@@ -85,6 +85,12 @@ const ConfigSchema = z.object({
   dbPingEveryMs: durationMs('BETTER_COMPUTE_DB_PING_EVERY'),
   dbPingTimeoutMs: durationMs('BETTER_COMPUTE_DB_PING_TIMEOUT'),
   dbLivenessMs: durationMs('BETTER_COMPUTE_DB_LIVENESS'),
+  /**
+   * `controller` scheduler extender (ADR 0010): how often its in-memory state is reloaded in full, and how long its
+   * LISTEN connection may go without an answered ping before filter reads the database instead.
+   */
+  extenderResyncMs: durationMs('BETTER_COMPUTE_EXTENDER_RESYNC'),
+  extenderMaxStalenessMs: durationMs('BETTER_COMPUTE_EXTENDER_MAX_STALENESS'),
   /** `controller`: the longest a Kubernetes API call (not a watch) may take before it is aborted. */
   kubeCallTimeoutMs: durationMs('BETTER_COMPUTE_KUBE_CALL_TIMEOUT'),
   /** `agent`: this node's name (the downward API's spec.nodeName), and where its devices come from. */
@@ -191,6 +197,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       dbPingEveryMs: env.BETTER_COMPUTE_DB_PING_EVERY || '5s',
       dbPingTimeoutMs: env.BETTER_COMPUTE_DB_PING_TIMEOUT || '2s',
       dbLivenessMs: env.BETTER_COMPUTE_DB_LIVENESS || '60s',
+      extenderResyncMs: env.BETTER_COMPUTE_EXTENDER_RESYNC || '30s',
+      extenderMaxStalenessMs: env.BETTER_COMPUTE_EXTENDER_MAX_STALENESS || '5s',
       kubeCallTimeoutMs: env.BETTER_COMPUTE_KUBE_CALL_TIMEOUT || '30s',
       nodeName: env.NODE_NAME || undefined,
       devicesFile: env.BETTER_COMPUTE_DEVICES_FILE || undefined,

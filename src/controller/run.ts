@@ -24,6 +24,8 @@ import { ClientNodeExtenderKube } from '../extender/kube.ts';
 import { stopOnSignal } from '../cli/signals.ts';
 import { startPodReleaser } from '../extender/releaser.ts';
 import { createExtenderRouter } from '../extender/router.ts';
+import { StatePreviewer } from '../extender/preview.ts';
+import { ExtenderStateSync } from '../extender/state-sync.ts';
 import { errorFields, type Logger } from '../log.ts';
 import { registerCapacityGauges } from '../metrics/capacity.ts';
 import { ledgerMetrics } from '../metrics/ledger.ts';
@@ -130,6 +132,7 @@ export async function runController(config: Config, log: Logger, opts: RunContro
   let tls: TlsSource | undefined;
   const mounts: WebhookMount[] = [];
   let elector: LeaderElector | undefined;
+  let extenderState: ExtenderStateSync | undefined;
   const isLeader = () => elector?.isLeader ?? false;
   try {
     const registry = createRegistry();
@@ -161,6 +164,15 @@ export async function runController(config: Config, log: Logger, opts: RunContro
     // The listeners, on every replica.
     let shuttingDown = false;
     const previews = new Ledger(database.db, { metrics: placement });
+    // The ledger in memory (ADR 0010): the extender's filter and prioritize, and capacity.preview, answer from it.
+    extenderState = new ExtenderStateSync({
+      db: database.db,
+      log,
+      resyncEveryMs: config.extenderResyncMs,
+      maxStalenessMs: config.extenderMaxStalenessMs,
+      callTimeoutMs: config.dbPingTimeoutMs,
+    });
+    const memory = extenderState;
     const health = healthChecks({
       db: dbHealth,
       informers: Object.values(controllers.ctx.informers),
@@ -168,7 +180,7 @@ export async function runController(config: Config, log: Logger, opts: RunContro
       shuttingDown: () => shuttingDown,
     });
     const api = createApp({
-      service: new CapacityService({ db: database.db, previewer: previews, clock }),
+      service: new CapacityService({ db: database.db, previewer: new StatePreviewer(memory, previews), clock }),
       authorizer: await authorizerFor(config, kc, log, controllers),
       log,
       http: httpMetrics(registry),
@@ -176,7 +188,7 @@ export async function runController(config: Config, log: Logger, opts: RunContro
       live: health.live,
     });
     // The scheduler extender on every replica, with an unfenced ledger: its binds are not leader work (the database
-    // arbitrates between replicas).
+    // arbitrates between replicas). Filter and prioritize answer from the ledger in memory (ADR 0010).
     const extender = createExtenderApp(
       createExtenderRouter({
         db: database.db,
@@ -185,6 +197,7 @@ export async function runController(config: Config, log: Logger, opts: RunContro
         kube: new ClientNodeExtenderKube(kc),
         log,
         metrics: extenderMetrics(registry),
+        memory,
       }),
       log,
     );
@@ -331,6 +344,7 @@ export async function runController(config: Config, log: Logger, opts: RunContro
     });
 
     dbHealth.start();
+    memory.start();
     controllers.startInformers();
     elector.start();
     const l = listeners;
@@ -367,6 +381,7 @@ export async function runController(config: Config, log: Logger, opts: RunContro
           await controllers.stop();
           tlsSource.stop();
           await l.close(5_000);
+          await memory.stop();
           for (const m of mounts) await m.stop?.().catch((err: unknown) => log.warn('webhook router stop failed', { path: m.path, ...errorFields(err) }));
           dbHealth.stop();
           await database.close();
@@ -377,6 +392,7 @@ export async function runController(config: Config, log: Logger, opts: RunContro
     };
   } catch (e) {
     dbHealth.stop();
+    await extenderState?.stop();
     tls?.stop();
     await listeners?.close(0);
     for (const m of mounts) await m.stop?.().catch(() => undefined);

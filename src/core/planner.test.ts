@@ -1,6 +1,6 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { judgeNodes, MAX_CANDIDATES, plan, summarizeNode } from './planner.ts';
+import { judgeFromSummary, judgeNodes, MAX_CANDIDATES, plan, scoreNode, summarizeNode } from './planner.ts';
 import type { AtomSnap, DeviceClass, NodeSnap, PlacementRequest, PoolSnap } from './types.ts';
 
 // Builders: makeNode('n1').gpus(8).busy(0, [0, 10]).build()
@@ -194,6 +194,46 @@ describe('plan properties', () => {
         expect(withSummary).toEqual(without);
       }),
       { numRuns: 400 },
+    );
+  });
+
+  it('judging from the summary gives what visiting every atom gives (locality over any NUMA layout included)', () => {
+    const arbAtoms = fc.array(
+      // Bookable only, as the ledger's snapshots load them (src/db/snapshot.ts).
+      fc.record({ numa: fc.option(fc.constantFrom(0, 1, 2, '1'), { nil: undefined }), healthy: fc.boolean(), busy: fc.option(fc.integer({ min: 0, max: 300 }), { nil: undefined }) }),
+      { maxLength: 8 },
+    );
+    fc.assert(
+      fc.property(fc.array(arbAtoms, { minLength: 1, maxLength: 6 }), arbReq, (specs, q) => {
+        const build = (summarized: boolean) =>
+          specs.map((atoms, i) => {
+            const n: NodeSnap = {
+              id: `n${i}`,
+              schedulable: true,
+              labels: {},
+              scalars: {},
+              atoms: atoms.map((a, k) => ({
+                id: `n${i}-g${k}`,
+                class: 'gpu' as const,
+                parentId: null,
+                healthy: a.healthy,
+                bookable: true,
+                attributes: (a.numa === undefined ? {} : { numaNode: a.numa }) as AtomSnap['attributes'],
+                bookings: a.busy === undefined ? [] : [{ start: a.busy, end: a.busy + 50 }],
+              })),
+            };
+            if (summarized) n.summary = summarizeNode(n);
+            return n;
+          });
+        const r = req(q.count, { window: { start: q.start, end: q.start + q.len }, binding: q.node ? 'node' : 'hold', ...(q.nvlink ? { topology: 'nvlink-all' as const } : {}) });
+        expect(judgeNodes(build(true), r)).toEqual(judgeNodes(build(false), r));
+        // What the summary decides alone is what visiting the atoms decides.
+        for (const n of build(true)) {
+          const quick = judgeFromSummary(n.summary!, r);
+          if (quick !== undefined) expect(quick).toEqual(scoreNode({ ...n, summary: undefined }, r));
+        }
+      }),
+      { numRuns: 500 },
     );
   });
 

@@ -180,24 +180,51 @@ function describeMisfits(misfits: Map<Misfit, number>, total: number): string {
 
 export type NodeVerdict = { readonly ok: true; readonly score: number } | { readonly ok: false; readonly reason: string };
 
+/** The request's scalar amounts above zero (what screenNode checks), computed once per request. */
+export function requestScalars(req: PlacementRequest): readonly [ScalarResource, number][] {
+  return (Object.entries(req.resources ?? {}) as [ScalarResource, number][]).filter(([, n]) => n > 0);
+}
+
+/**
+ * One node judged on its own, without allocating: the score of the best placement on it, or why nothing fits there.
+ * The scheduler extender calls it for thousands of nodes per call.
+ */
+export function scoreNode(node: NodeSnap, req: PlacementRequest, scalars: readonly [ScalarResource, number][] = requestScalars(req)): number | string {
+  const s = screenNode(node, req, scalars);
+  if (typeof s !== 'number') return misfitText(s);
+  // Most nodes are answered by their summary without visiting an atom.
+  const quick = scoreFromSummary(node, req, s);
+  if (quick !== undefined) return quick;
+  const f = fitNode(node, req);
+  return f.candidate ? f.candidate.score : misfitText(f.misfit ?? 'unschedulable');
+}
+
+/**
+ * scoreNode of a schedulable node, for a request without scalars, from the node's summary alone — when the summary
+ * decides it (one device request without selector or sharing, no node lease, no NVLink requirement, no booking of the
+ * node near the window); else undefined. Nodes with one summary get one answer: the extender judges each distinct
+ * summary once per call.
+ */
+export function judgeFromSummary(sum: NodeSummary, req: PlacementRequest): number | string | undefined {
+  const d = req.devices.length === 1 ? req.devices[0]! : undefined;
+  if (!d || d.selector.length > 0 || d.sharing || req.binding === 'node' || (d.topology ?? req.topology) === 'nvlink-all') return undefined;
+  if (!(req.window.end <= sum.busyFrom || req.window.start >= sum.busyUntil)) return undefined;
+  const c = sum.classes.get(d.class);
+  if (!c || c.healthy < d.count) return misfitText(`devices:${d.class}`);
+  const packing = Math.round((100 * (c.bookable - c.healthy + d.count)) / c.bookable);
+  return packing + (c.largestNuma >= d.count ? LOCALITY_BONUS : 0);
+}
+
 /**
  * Each node judged on its own (the scheduler extender's filter: the scheduler picks the node, we say which fit and
  * how well): the score of the best placement on it, or why nothing fits there.
  */
 export function judgeNodes(nodes: readonly NodeSnap[], req: PlacementRequest): Map<string, NodeVerdict> {
-  const scalars = (Object.entries(req.resources ?? {}) as [ScalarResource, number][]).filter(([, n]) => n > 0);
+  const scalars = requestScalars(req);
   const verdicts = new Map<string, NodeVerdict>();
   for (const node of nodes) {
-    const s = screenNode(node, req, scalars);
-    if (typeof s !== 'number') {
-      verdicts.set(node.id, { ok: false, reason: misfitText(s) });
-      continue;
-    }
-    const f = fitNode(node, req);
-    verdicts.set(
-      node.id,
-      f.candidate ? { ok: true, score: f.candidate.score } : { ok: false, reason: misfitText(f.misfit ?? 'unschedulable') },
-    );
+    const r = scoreNode(node, req, scalars);
+    verdicts.set(node.id, typeof r === 'number' ? { ok: true, score: r } : { ok: false, reason: r });
   }
   return verdicts;
 }
@@ -274,14 +301,22 @@ function screenNode(node: NodeSnap, req: PlacementRequest, scalars: readonly [Sc
 
 /** The summary of a node's atoms; call again after changing their bookings or health. */
 export function summarizeNode(node: NodeSnap): NodeSummary {
-  const classes = new Map<AtomSnap['class'], { bookable: number; healthy: number }>();
+  const classes = new Map<AtomSnap['class'], { bookable: number; healthy: number; largestNuma: number }>();
+  const numa = new Map<string, number>();
   let busyFrom = Infinity;
   let busyUntil = -Infinity;
   for (const a of node.atoms) {
     if (!a.bookable) continue;
-    const c = classes.get(a.class) ?? { bookable: 0, healthy: 0 };
+    const c = classes.get(a.class) ?? { bookable: 0, healthy: 0, largestNuma: 0 };
     c.bookable++;
-    if (a.healthy) c.healthy++;
+    if (a.healthy) {
+      c.healthy++;
+      // Grouped as pickAtoms groups them.
+      const key = `${a.class}\u0000${attrKey(a, 'numaNode') ?? '\u0000'}`;
+      const n = (numa.get(key) ?? 0) + 1;
+      numa.set(key, n);
+      if (n > c.largestNuma) c.largestNuma = n;
+    }
     classes.set(a.class, c);
     for (const b of a.bookings) {
       if (b.start < busyFrom) busyFrom = b.start;
@@ -289,6 +324,21 @@ export function summarizeNode(node: NodeSnap): NodeSummary {
     }
   }
   return { classes, busyFrom, busyUntil };
+}
+
+/**
+ * The exact score of a node that screenNode found feasible with `packing`, from its summary alone, when fitNode would
+ * add nothing the summary does not know: one device request without selector or sharing, no node lease, no NVLink
+ * requirement, and no booking of the node near the window (every healthy atom free). Else undefined.
+ */
+function scoreFromSummary(node: NodeSnap, req: PlacementRequest, packing: number): number | undefined {
+  const sum = node.summary;
+  const d = req.devices.length === 1 ? req.devices[0]! : undefined;
+  if (!sum || !d || d.selector.length > 0 || d.sharing || req.binding === 'node' || (d.topology ?? req.topology) === 'nvlink-all') return undefined;
+  if (!(req.window.end <= sum.busyFrom || req.window.start >= sum.busyUntil)) return undefined;
+  const c = sum.classes.get(d.class);
+  if (!c) return undefined;
+  return packing + (c.largestNuma >= d.count ? LOCALITY_BONUS : 0);
 }
 
 export function plan(pool: PoolSnap, req: PlacementRequest): PlanResult {

@@ -43,8 +43,11 @@ export interface ScalarSnap {
 
 /** Per-node counts that let the planner screen a node without visiting its atoms (see summarizeNode). */
 export interface NodeSummary {
-  /** Bookable atoms per class, and how many of them are healthy. */
-  readonly classes: ReadonlyMap<DeviceClass, { readonly bookable: number; readonly healthy: number }>;
+  /**
+   * Bookable atoms per class, how many of them are healthy, and how many healthy ones the class's largest NUMA group
+   * holds (atoms without a numaNode form one group): whether a placement free of bookings gets the locality bonus.
+   */
+  readonly classes: ReadonlyMap<DeviceClass, { readonly bookable: number; readonly healthy: number; readonly largestNuma: number }>;
   /** The earliest start and the latest end of any booking of the node's atoms (Infinity / -Infinity if none). */
   readonly busyFrom: number;
   readonly busyUntil: number;

@@ -174,15 +174,7 @@ export class Ledger {
    */
   async preview(input: ReservationCreateInput, now: number): Promise<PreviewResult> {
     const c = await this.cached(input.poolId, true);
-    const req = toPlacementRequest(input, now);
-    const result = plan(c.snap, req);
-    if (result.ok || input.spot) return result;
-    const preempted = withoutSpot(c.snap);
-    const again = plan(preempted, req);
-    if (!again.ok) return result;
-    const count = spotVictims(c.snap, input.gang ? again.candidates : again.candidates.slice(0, 1), req.window);
-    if (count === 0) return result;
-    return { ...result, preemptible: { count, start: Math.max(req.window.start, now + this.spotNoticeMs) } };
+    return previewOn(c.snap, input, now, this.spotNoticeMs);
   }
 
   async reserve(input: ReservationCreateInput, now: number): Promise<ReserveOutcome> {
@@ -618,6 +610,18 @@ function assume(c: CachedPool, chosen: readonly Candidate[], window: { start: nu
     undone = true;
     for (const u of undo) u();
   };
+}
+
+/** Ledger.preview on a given snapshot (pure): the extender's in-memory state previews with it too. */
+export function previewOn(snap: PoolSnap, input: ReservationCreateInput, now: number, spotNoticeMs: number): PreviewResult {
+  const req = toPlacementRequest(input, now);
+  const result = plan(snap, req);
+  if (result.ok || input.spot) return result;
+  const again = plan(withoutSpot(snap), req);
+  if (!again.ok) return result;
+  const count = spotVictims(snap, input.gang ? again.candidates : again.candidates.slice(0, 1), req.window);
+  if (count === 0) return result;
+  return { ...result, preemptible: { count, start: Math.max(req.window.start, now + spotNoticeMs) } };
 }
 
 export function toPlacementRequest(input: ReservationCreateInput, now: number, openEnded = false): PlacementRequest {

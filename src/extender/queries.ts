@@ -156,3 +156,94 @@ export async function activeReservationsOnNode(
   );
   return rows.map((r) => ({ reservationId: r.id, start: r.start, end: r.end, atoms: r.atoms }));
 }
+
+// ---- the extender's in-memory state (state-sync.ts): the same reads, for many keys at once ----------------------
+
+/** Reservations by id (any state), or, with `ids` null, every held or confirmed one. */
+export async function loadReservations(c: Queryable, ids: readonly string[] | null): Promise<Map<string, ReservationAtoms>> {
+  const { rows } = await c.query(
+    `SELECT r.id, r.state, r.tenant_id, r.pool_id,
+            (extract(epoch FROM r.starts_at) * 1000)::float8 AS start, (extract(epoch FROM r.ends_at) * 1000)::float8 AS "end",
+            coalesce((SELECT json_object_agg(x.node_id, x.atoms) FROM (
+               SELECT a.node_id, array_agg(b.device_id ORDER BY b.device_id) AS atoms
+               FROM allocations a JOIN device_bookings b ON b.allocation_id = a.id
+               WHERE a.reservation_id = r.id AND a.released_at IS NULL AND NOT isempty(b.during)
+               GROUP BY a.node_id) x), '{}') AS atoms,
+            coalesce((SELECT json_object_agg(y.node_id, y.n) FROM (
+               SELECT node_id, sum(count)::int AS n FROM reservation_pod_assignments
+               WHERE reservation_id = r.id AND released_at IS NULL GROUP BY node_id) y), '{}') AS assigned
+     FROM reservations r WHERE CASE WHEN $1::text[] IS NULL THEN r.state IN ('held', 'confirmed') ELSE r.id = ANY ($1) END`,
+    [ids],
+  );
+  return new Map(
+    rows.map((r) => [
+      r.id as string,
+      {
+        state: r.state,
+        tenantId: r.tenant_id,
+        poolId: r.pool_id,
+        start: r.start,
+        end: r.end,
+        atoms: new Map(Object.entries(r.atoms as Record<string, string[]>)),
+        assigned: new Map(Object.entries(r.assigned as Record<string, number>)),
+      },
+    ]),
+  );
+}
+
+/** podHolding for many pods (or, with `uids` null, every pod that holds atoms): pod uid → node. */
+export async function loadHoldings(c: Queryable, uids: readonly string[] | null): Promise<Map<string, string>> {
+  const { rows } = await c.query<{ pod_uid: string; node_id: string }>(
+    `SELECT pod_uid, node_id, 0 AS o FROM allocations
+     WHERE kind = 'pod' AND released_at IS NULL AND pod_uid IS NOT NULL AND ($1::text[] IS NULL OR pod_uid = ANY ($1))
+     UNION ALL SELECT pod_uid, node_id, 1 FROM reservation_pod_assignments
+     WHERE released_at IS NULL AND ($1::text[] IS NULL OR pod_uid = ANY ($1))
+     ORDER BY 3`,
+    [uids],
+  );
+  const out = new Map<string, string>();
+  // As podHolding: an on-demand booking first.
+  for (const r of rows) if (!out.has(r.pod_uid)) out.set(r.pod_uid, r.node_id);
+  return out;
+}
+
+export interface QuotaRow {
+  tenantId: string;
+  poolId: string;
+  resource: string;
+  max: number | null;
+  /** Charges that have not ended, [start, end) in epoch ms (end Infinity when unbounded). */
+  charges: { start: number; end: number; amount: number }[];
+}
+
+/** Quota keys (every one, with `keys` null) with their limit and, when limited, their charges that have not ended. */
+export async function loadQuotas(c: Queryable, keys: readonly { tenantId: string; poolId: string; resource: string }[] | null): Promise<QuotaRow[]> {
+  const { rows } = await c.query(
+    `SELECT q.tenant_id, q.pool_id, q.resource, q.max,
+            CASE WHEN q.max IS NULL THEN '[]'::json ELSE coalesce((
+              SELECT json_agg(json_build_array((extract(epoch FROM lower(ch.during)) * 1000)::float8,
+                                               CASE WHEN upper_inf(ch.during) OR upper(ch.during) = 'infinity' THEN NULL
+                                                    ELSE (extract(epoch FROM upper(ch.during)) * 1000)::float8 END,
+                                               ch.amount))
+              FROM quota_charges ch
+              WHERE ch.tenant_id = q.tenant_id AND ch.pool_id = q.pool_id AND ch.resource = q.resource
+                AND NOT isempty(ch.during) AND upper(ch.during) > compute_now()), '[]'::json) END AS charges
+     FROM quotas q
+     WHERE $1::jsonb IS NULL OR (q.tenant_id, q.pool_id, q.resource) IN (
+       SELECT k ->> 0, k ->> 1, k ->> 2 FROM jsonb_array_elements($1::jsonb) k)`,
+    [keys ? JSON.stringify(keys.map((k) => [k.tenantId, k.poolId, k.resource])) : null],
+  );
+  return rows.map((r) => ({
+    tenantId: r.tenant_id,
+    poolId: r.pool_id,
+    resource: r.resource,
+    max: r.max,
+    charges: (r.charges as [number, number | null, number][]).map(([start, end, amount]) => ({ start, end: end ?? Infinity, amount })),
+  }));
+}
+
+/** node id → pool id (null: none) for the given nodes (those not in the ledger are missing). */
+export async function nodePoolsOf(c: Queryable, ids: readonly string[]): Promise<Map<string, string | null>> {
+  const { rows } = await c.query<{ id: string; pool_id: string | null }>('SELECT id, pool_id FROM nodes WHERE id = ANY ($1)', [ids]);
+  return new Map(rows.map((r) => [r.id, r.pool_id]));
+}

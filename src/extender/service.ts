@@ -1,4 +1,5 @@
-// The extender's decisions: filter and prioritize read the ledger (no writes); bind writes first (assignment or
+// The extender's decisions: filter and prioritize answer from the in-memory state while it vouches for itself
+// (state.ts, state-sync.ts, ADR 0010), else read the ledger (no writes); bind writes first (assignment or
 // booking, and the node's on-demand admission lease, through the ledger gateway), then creates the Binding, and undoes
 // its writes if that fails. A bind that stopped between its booking and its Binding (the Binding failed and so did the
 // undo, or the process died) leaves the pod holding atoms: filter and bind recognise them by the pod's uid and honour
@@ -6,8 +7,8 @@
 // Only pods that request one of our resources are filtered in and bound; a reservation's pod is bound only for a
 // namespace of the reservation's tenant and inside the reservation's window (checked again at bind, in the database).
 // Every call is logged with its pod, node(s), outcome and time.
-import { judgeNodes, summarizeNode } from '../core/planner.ts';
-import type { DeviceClass, NodeSnap, PoolSnap } from '../core/types.ts';
+import { judgeFromSummary, requestScalars, scoreNode, summarizeNode } from '../core/planner.ts';
+import type { DeviceClass, NodeSnap, NodeSummary } from '../core/types.ts';
 import type { Clock } from '../db/clock.ts';
 import { toPlacementRequest, type Ledger } from '../db/ledger.ts';
 import type { Db } from '../db/pool.ts';
@@ -15,6 +16,7 @@ import { getPool, isPoolVisible, loadNodes, type PoolInfo } from '../db/snapshot
 import { errorFields, type Logger } from '../log.ts';
 import type { ExtenderKube } from './kube.ts';
 import { nodePools, podHolding, quotaHeadroom, reservationAtoms } from './queries.ts';
+import type { ExtenderState } from './state.ts';
 import { ALLOCATION_ANNOTATION, ATOMS_ANNOTATION, podDemand, RESOURCE_OF_CLASS, TENANT_LABEL, type PodDemand } from './resources.ts';
 import {
   nodeNamesOf,
@@ -48,10 +50,22 @@ export interface ExtenderDeps {
   snapshotTtlMs?: number;
   /** How long a bind retries the undo of its writes after a failed Binding before it answers (default 5 s). */
   undoRetryMs?: number;
+  /**
+   * The ledger in memory (ExtenderStateSync): filter and prioritize answer from it while it is fresh, and read the
+   * database otherwise; bind waits for it to catch up with its writes.
+   */
+  memory?: ExtenderMemory;
 }
 
+export interface ExtenderMemory {
+  readonly state: ExtenderState;
+  fresh(): boolean;
+  caughtUp(): Promise<void>;
+}
+
+/** Per name (by its index in the call's names): its score when it passes (NaN: it does not), and why not. */
 interface Verdict {
-  pass: Map<string, number>;
+  scores: Float64Array;
   failed: Record<string, string>;
   unresolvable: Record<string, string>;
 }
@@ -59,7 +73,6 @@ interface Verdict {
 interface CachedSnap {
   at: number;
   info: PoolInfo;
-  snap: PoolSnap;
   byId: Map<string, NodeSnap>;
 }
 
@@ -104,7 +117,7 @@ export class ExtenderService {
       const v = await this.judge(args.Pod, names);
       const result: ExtenderFilterResult = {
         Nodes: null,
-        NodeNames: names.filter((n) => v.pass.has(n)),
+        NodeNames: names.filter((_, i) => !Number.isNaN(v.scores[i])),
         FailedNodes: v.failed,
         FailedAndUnresolvableNodes: v.unresolvable,
         Error: '',
@@ -129,7 +142,10 @@ export class ExtenderService {
     const names = nodeNamesOf(args);
     try {
       const v = await this.judge(args.Pod, names);
-      const scores = names.map((n) => ({ Host: n, Score: Math.max(0, Math.min(this.maxPriority, Math.round(v.pass.get(n) ?? 0))) }));
+      const scores = names.map((n, i) => {
+        const s = v.scores[i]!;
+        return { Host: n, Score: Number.isNaN(s) ? 0 : Math.max(0, Math.min(this.maxPriority, Math.round(s))) };
+      });
       const best = scores.reduce<HostPriority | undefined>((b, s) => (!b || s.Score > b.Score ? s : b), undefined);
       this.logCall('prioritize', args.Pod.metadata, started, 'ok', { nodes: names.length, ...(best ? { best: best.Host, score: best.Score } : {}) });
       return scores;
@@ -142,6 +158,15 @@ export class ExtenderService {
   async bind(args: ExtenderBindingArgs): Promise<ExtenderBindingResult> {
     const started = performance.now();
     const who = { namespace: args.PodNamespace, name: args.PodName, uid: args.PodUID };
+    try {
+      return await this.bindAndLog(args, who, started);
+    } finally {
+      // The scheduler's next filter must see what this bind wrote (or undid): the state applies it first.
+      await this.d.memory?.caughtUp().catch((e: unknown) => this.d.log.warn('extender state did not catch up after a bind', errorFields(e)));
+    }
+  }
+
+  private async bindAndLog(args: ExtenderBindingArgs, who: { namespace: string; name: string; uid: string }, started: number): Promise<ExtenderBindingResult> {
     try {
       const raw = await this.d.kube.getPod(args.PodNamespace, args.PodName);
       if (!raw) throw new BindError(`pod ${args.PodNamespace}/${args.PodName} not found`);
@@ -170,7 +195,7 @@ export class ExtenderService {
   // ---- filter / prioritize ------------------------------------------------------------------------------------
 
   private async judge(pod: Pod, names: string[]): Promise<Verdict> {
-    const v: Verdict = { pass: new Map(), failed: {}, unresolvable: {} };
+    const v: Verdict = { scores: new Float64Array(names.length).fill(NaN), failed: {}, unresolvable: {} };
     const demand = podDemand(pod.spec);
     if (demand.invalid) {
       for (const n of names) v.unresolvable[n] = demand.invalid;
@@ -185,14 +210,18 @@ export class ExtenderService {
     // scheduler free them and book others for nothing (and judging that node again would count the pod's own booking
     // against it). Only when the scheduler does not offer that node (cordoned, tainted, gone) are the others judged,
     // and bind on one of them moves the pod's holding in one transaction.
-    const holding = await podHolding(this.d.db, pod.metadata.uid);
+    // One look at freshness per call: the whole answer comes from memory, or the whole answer from the database.
+    const mem = this.d.memory?.fresh() ? this.d.memory.state : undefined;
+    const holding = mem ? mem.podHolding(pod.metadata.uid) : await podHolding(this.d.db, pod.metadata.uid);
     if (holding && names.includes(holding)) {
-      v.pass.set(holding, this.maxPriority);
-      for (const n of names) if (n !== holding) v.failed[n] = `the pod holds atoms on node ${holding} already (a bind stopped before its Binding)`;
+      names.forEach((n, i) => {
+        if (n === holding) v.scores[i] = this.maxPriority;
+        else v.failed[n] = `the pod holds atoms on node ${holding} already (a bind stopped before its Binding)`;
+      });
       return v;
     }
-    if (demand.reservation) await this.judgeReservation(pod, demand.reservation, names, v);
-    else await this.judgeOnDemand(pod, demand.devices, names, v);
+    if (demand.reservation) await this.judgeReservation(pod, demand.reservation, names, v, mem);
+    else await this.judgeOnDemand(pod, demand.devices, names, v, mem);
     return v;
   }
 
@@ -201,11 +230,13 @@ export class ExtenderService {
     return labels[TENANT_LABEL] ?? namespace;
   }
 
-  private async judgeReservation(pod: Pod, want: NonNullable<PodDemand['reservation']>, names: string[], v: Verdict) {
+  private async judgeReservation(pod: Pod, want: NonNullable<PodDemand['reservation']>, names: string[], v: Verdict, mem?: ExtenderState) {
     const all = (reason: string) => {
       for (const n of names) v.unresolvable[n] = reason;
     };
-    const r = await reservationAtoms(this.d.db, want.id);
+    // The state knows the reservations that were live when it loaded and every one changed since; another (ended
+    // long ago, or never there) is read from the database, for the reason.
+    const r = mem?.reservation(want.id) ?? (await reservationAtoms(this.d.db, want.id));
     if (!r) return all(`reservation ${want.id} not found`);
     if (r.state !== 'held' && r.state !== 'confirmed') return all(`reservation ${want.id} is ${r.state}`);
     const tenant = await this.tenantOf(pod.metadata.namespace);
@@ -214,7 +245,7 @@ export class ExtenderService {
     if (now < r.start) return all(`reservation ${want.id} starts at ${new Date(r.start).toISOString()}`);
     if (now >= r.end) return all(`reservation ${want.id} ended at ${new Date(r.end).toISOString()}`);
     await Promise.all(
-      names.map(async (n) => {
+      names.map(async (n, i) => {
         const atoms = r.atoms.get(n);
         if (!atoms) {
           v.unresolvable[n] = `reservation ${want.id} holds no atoms on this node`;
@@ -232,7 +263,7 @@ export class ExtenderService {
           return;
         }
         // Packing: the node this pod fills best (fewest of the reservation's atoms left over) scores highest.
-        v.pass.set(n, this.maxPriority - Math.min(this.maxPriority, free - want.count));
+        v.scores[i] = this.maxPriority - Math.min(this.maxPriority, free - want.count);
       }),
     );
   }
@@ -269,7 +300,6 @@ export class ExtenderService {
       return {
         at: performance.now(),
         info,
-        snap: { id: info.id, sharing: info.sharing, topologyKey: info.topologyKey, nodes },
         byId: new Map(nodes.map((n) => [n.id, n])),
       };
     })();
@@ -284,30 +314,36 @@ export class ExtenderService {
     else this.snaps.clear();
   }
 
-  private async judgeOnDemand(pod: Pod, devices: PodDemand['devices'], names: string[], v: Verdict) {
-    const [tenant, pools] = await Promise.all([this.tenantOf(pod.metadata.namespace), this.nodePools()]);
-    const byPool = new Map<string, string[]>();
-    for (const n of names) {
-      const poolId = pools.get(n);
+  private async judgeOnDemand(pod: Pod, devices: PodDemand['devices'], names: string[], v: Verdict, mem?: ExtenderState) {
+    const [tenant, pools] = await Promise.all([this.tenantOf(pod.metadata.namespace), mem ? undefined : this.nodePools()]);
+    // Each name looked up once: its pool, and (from memory) its snapshot; the members of each pool by index.
+    const byPool = new Map<string, number[]>();
+    const entries = mem ? mem.resolve(names) : undefined;
+    for (let i = 0; i < names.length; i++) {
+      const n = names[i]!;
+      const poolId = entries ? entries[i]?.poolId : pools!.get(n);
       if (!poolId) {
         v.unresolvable[n] = 'not a GPU node of any pool in the ledger';
         continue;
       }
       const list = byPool.get(poolId);
-      if (list) list.push(n);
-      else byPool.set(poolId, [n]);
+      if (list) list.push(i);
+      else byPool.set(poolId, [i]);
     }
     const now = this.d.clock.now();
     const deadline = pod.spec.activeDeadlineSeconds ?? null;
     await Promise.all(
       [...byPool].map(async ([poolId, members]) => {
-        const c = await this.snapshot(poolId);
+        const fromMemory = mem?.pool(poolId);
+        const c = fromMemory ?? (await this.snapshot(poolId));
         const fail = (reason: string, unresolvable = false) => {
-          for (const n of members) (unresolvable ? v.unresolvable : v.failed)[n] = reason;
+          for (const i of members) (unresolvable ? v.unresolvable : v.failed)[names[i]!] = reason;
         };
         if (!isPoolVisible(c.info, tenant)) return fail(`pool ${c.info.name} is not offered to tenant ${tenant}`, true);
         if (c.info.archived) return fail(`pool ${c.info.name} is archived`, true);
-        const quota = await quotaHeadroom(this.d.db, tenant, poolId, devices.map((d) => d.class), deadline ? now + deadline * 1000 : null);
+        const classes = devices.map((d) => d.class);
+        const windowEnd = deadline ? now + deadline * 1000 : null;
+        const quota = mem ? mem.quotaHeadroom(tenant, poolId, classes, now, windowEnd) : await quotaHeadroom(this.d.db, tenant, poolId, classes, windowEnd);
         for (const d of devices) {
           const q = quota.get(d.class);
           if (q && q.peak + d.count > q.max) {
@@ -321,15 +357,28 @@ export class ExtenderService {
           now,
           deadline === null,
         );
-        const known: NodeSnap[] = [];
-        for (const n of members) {
-          const node = c.byId.get(n);
-          if (node) known.push(node);
-          else v.failed[n] = 'the node has reported no devices';
-        }
-        for (const [n, verdict] of judgeNodes(known, req)) {
-          if (verdict.ok) v.pass.set(n, (verdict.score / 110) * this.maxPriority);
-          else v.failed[n] = verdict.reason;
+        const scalars = requestScalars(req);
+        // Nodes that share a summary (the state keeps equal ones as one object) share a verdict the summary decides.
+        const bySummary = scalars.length === 0 ? new Map<NodeSummary, number | string | null>() : undefined;
+        for (const i of members) {
+          const n = names[i]!;
+          const node = fromMemory ? entries![i]?.snap : c.byId.get(n);
+          if (!node) {
+            v.failed[n] = 'the node has reported no devices';
+            continue;
+          }
+          let r: number | string | null | undefined;
+          const sum = node.summary;
+          if (bySummary && sum && node.schedulable) {
+            r = bySummary.get(sum);
+            if (r === undefined) {
+              r = judgeFromSummary(sum, req) ?? null;
+              bySummary.set(sum, r);
+            }
+          }
+          r ??= scoreNode(node, req, scalars);
+          if (typeof r === 'number') v.scores[i] = (r / 110) * this.maxPriority;
+          else v.failed[n] = r;
         }
       }),
     );

@@ -1,0 +1,383 @@
+// The extender's in-memory state (ADR 0010): it follows every kind of ledger change through the notifications of
+// migrations/0006, filter and prioritize answer from it without a database read while it is fresh, a state it cannot
+// vouch for (LISTEN connection lost, staleness bound passed) sends them back to the database, the full resync repairs
+// a notification that never came, and a bind's writes are in it when the bind answers. Its quota peak is
+// bc_quota_peak's, on random charges and windows.
+import { once } from 'node:events';
+import fc from 'fast-check';
+import pg from 'pg';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { Ledger } from '../../src/db/ledger.ts';
+import { setDeviceHealth, setNodeState, setQuota, upsertPool } from '../../src/db/inventory.ts';
+import type { Db } from '../../src/db/pool.ts';
+import type { ExtenderKube } from '../../src/extender/kube.ts';
+import { reservationResourceName, TENANT_LABEL } from '../../src/extender/resources.ts';
+import { StatePreviewer } from '../../src/extender/preview.ts';
+import { ExtenderService } from '../../src/extender/service.ts';
+import { ExtenderState, quotaPeak, type QuotaCharge } from '../../src/extender/state.ts';
+import { ExtenderStateSync, loadAll } from '../../src/extender/state-sync.ts';
+import { silentLogger } from '../../src/log.ts';
+import { makeNode, makePool, reservation } from '../support/builders.ts';
+import { useTestDatabase } from '../support/db.ts';
+
+const ctx = useTestDatabase();
+const LISTENER = 'bc-extender-state-test';
+
+class FakeKube implements ExtenderKube {
+  allocatable: Record<string, string> = {};
+  bound: { name: string; node: string }[] = [];
+  pods = new Map<string, unknown>();
+  async getPod(namespace: string, name: string) {
+    return this.pods.get(`${namespace}/${name}`);
+  }
+  async nodeAllocatable() {
+    return this.allocatable;
+  }
+  async namespaceLabels(name: string): Promise<Record<string, string>> {
+    return name === 'acme-train' ? { [TENANT_LABEL]: 'acme' } : {};
+  }
+  async annotatePod() {}
+  async bindPod(_ns: string, name: string, _uid: string, node: string) {
+    this.bound.push({ name, node });
+  }
+  async evictPod() {}
+}
+
+/** The pool, counting the statements and transactions that go through it. */
+function counting(db: Db): Db & { calls: number } {
+  const calls = { n: 0 };
+  return new Proxy(db, {
+    get(target, prop, receiver) {
+      if (prop === 'calls') return calls.n;
+      const v = Reflect.get(target, prop, receiver) as unknown;
+      if ((prop === 'query' || prop === 'connect') && typeof v === 'function') {
+        return (...args: unknown[]) => {
+          calls.n++;
+          return (v as (...a: unknown[]) => unknown).apply(target, args);
+        };
+      }
+      return v;
+    },
+  }) as Db & { calls: number };
+}
+
+let seq = 0;
+function pod(limits: Record<string, string>) {
+  const n = ++seq;
+  return { metadata: { name: `st-${n}`, namespace: 'acme-train', uid: `st-uid-${n}` }, spec: { containers: [{ name: 'main', resources: { limits } }] } };
+}
+
+function startSync(o: Partial<ConstructorParameters<typeof ExtenderStateSync>[0]> = {}): ExtenderStateSync {
+  const sync = new ExtenderStateSync({
+    db: ctx.db,
+    listenClient: () => new pg.Client({ connectionString: ctx.url, application_name: LISTENER }),
+    log: silentLogger,
+    ...o,
+  });
+  syncs.push(sync);
+  sync.start();
+  return sync;
+}
+
+/** The state describes exactly what a full load from the ledger now describes. */
+async function expectMirrors(sync: ExtenderStateSync) {
+  await sync.caughtUp();
+  const fresh = new ExtenderState();
+  fresh.replaceAll(await loadAll(ctx.db));
+  expect(sync.state.describe()).toEqual(fresh.describe());
+}
+
+const syncs: ExtenderStateSync[] = [];
+let poolId: string;
+const A = 'st-node-a';
+const B = 'st-node-b';
+
+beforeAll(async () => {
+  poolId = await makePool('st-pool').owner('acme').offer('beta').create(ctx.db);
+  await makeNode(A).gpus(2).create(ctx.db, poolId);
+  await makeNode(B).gpus(2).create(ctx.db, poolId);
+});
+
+afterEach(async () => {
+  for (const s of syncs.splice(0)) await s.stop();
+});
+
+afterAll(async () => {
+  for (const s of syncs.splice(0)) await s.stop();
+});
+
+describe('the state follows the ledger through its notifications', () => {
+  it('each kind of change: node and pool, booking and release, reservation and its state, assignment, quota', async () => {
+    const sync = startSync({ resyncEveryMs: 3_600_000 });
+    await sync.ready();
+    await expectMirrors(sync);
+    const ledger = new Ledger(ctx.db);
+    const s = sync.state;
+
+    // A new node in the pool (inventory), then a pool with its node.
+    await makeNode('st-node-c').gpus(1).create(ctx.db, poolId);
+    await expectMirrors(sync);
+    expect(s.poolOfNode('st-node-c')).toBe(poolId);
+    const other = await makePool('st-other').owner('acme').create(ctx.db);
+    await makeNode('st-node-d').gpus(1).create(ctx.db, other);
+    await expectMirrors(sync);
+    expect([...s.pool(other)!.byId.keys()]).toEqual(['st-node-d']);
+
+    // An on-demand booking, and its release.
+    const booked = await ledger.bookPod({ tenantId: 'acme', poolId, podUid: 'st-pod-1', nodeId: A, devices: [{ class: 'gpu', count: 1 }], durationSeconds: 600 }, ctx.clock.now());
+    expect(booked.ok).toBe(true);
+    await expectMirrors(sync);
+    expect(s.podHolding('st-pod-1')).toBe(A);
+    expect(s.pool(poolId)!.byId.get(A)!.atoms.filter((a) => a.bookings.length).length).toBe(1);
+    await ledger.releasePod('st-pod-1');
+    await expectMirrors(sync);
+    expect(s.podHolding('st-pod-1')).toBeUndefined();
+    expect(s.pool(poolId)!.byId.get(A)!.atoms.filter((a) => a.bookings.length).length).toBe(0);
+
+    // A reservation, a pod's assignment, the reservation's release.
+    const out = await ledger.reserve(reservation(poolId, { tenantId: 'acme', devices: [{ class: 'gpu', count: 2 }] }), ctx.clock.now());
+    if (!out.ok) throw new Error(out.message);
+    const id = out.reservation.id;
+    await expectMirrors(sync);
+    const node = out.reservation.allocations[0]!.nodeId;
+    expect(s.reservation(id)).toMatchObject({ state: 'confirmed', tenantId: 'acme', poolId });
+    expect(s.reservation(id)!.atoms.get(node)).toHaveLength(2);
+    await ctx.clock.sync();
+    const assigned = await ledger.assignPod({ podUid: 'st-pod-2', reservationId: id, tenantId: 'acme', nodeId: node, namespace: 'acme-train', podName: 'p2', count: 1 });
+    expect(assigned.ok).toBe(true);
+    await expectMirrors(sync);
+    expect(s.reservation(id)!.assigned.get(node)).toBe(1);
+    expect(s.podHolding('st-pod-2')).toBe(node);
+    await ledger.release(id);
+    await expectMirrors(sync);
+    expect(s.reservation(id)!.state).toBe('released');
+
+    // A node cordoned, a GPU unhealthy; a pool archived and offered to another tenant.
+    await setNodeState(ctx.db, B, { cordoned: true });
+    const gpu = s.pool(poolId)!.byId.get(A)!.atoms[0]!.id;
+    await setDeviceHealth(ctx.db, gpu, false);
+    await expectMirrors(sync);
+    expect(s.pool(poolId)!.byId.get(B)!.schedulable).toBe(false);
+    expect(s.pool(poolId)!.byId.get(A)!.atoms.find((a) => a.id === gpu)!.healthy).toBe(false);
+    await upsertPool(ctx.db, { name: 'st-other', ownerTenant: 'acme', archived: true, offerings: [{ tenantId: 'gamma' }] });
+    await expectMirrors(sync);
+    expect(s.pool(other)!.info.archived).toBe(true);
+    expect([...s.pool(other)!.info.offeredTo]).toEqual(['gamma']);
+    expect(s.pool(other)!.byId.get('st-node-d')!.schedulable).toBe(false);
+
+    // A quota limit, then a booking charged against it.
+    await setQuota(ctx.db, 'beta', poolId, 'gpu', 3);
+    await expectMirrors(sync);
+    expect(s.quotaHeadroom('beta', poolId, ['gpu'], ctx.clock.now(), null).get('gpu')).toEqual({ max: 3, peak: 0 });
+    const charged = await ledger.bookPod({ tenantId: 'beta', poolId, podUid: 'st-pod-3', nodeId: 'st-node-c', devices: [{ class: 'gpu', count: 1 }], durationSeconds: 600 }, ctx.clock.now());
+    expect(charged.ok).toBe(true);
+    await expectMirrors(sync);
+    expect(s.quotaHeadroom('beta', poolId, ['gpu'], ctx.clock.now(), null).get('gpu')).toEqual({ max: 3, peak: 1 });
+
+    // Everything put back for the next tests.
+    await ledger.releasePod('st-pod-3');
+    await setNodeState(ctx.db, B, { cordoned: false });
+    await setDeviceHealth(ctx.db, gpu, true);
+    await setQuota(ctx.db, 'beta', poolId, 'gpu', null);
+    await expectMirrors(sync);
+  });
+
+  it('the full resync repairs a change whose notification never came', async () => {
+    const sync = startSync({ resyncEveryMs: 3_600_000 });
+    await sync.ready();
+    // The cordon commits without its notification.
+    await ctx.db.query('ALTER TABLE nodes DISABLE TRIGGER "trigger$nodes$extender"');
+    try {
+      await setNodeState(ctx.db, B, { cordoned: true });
+    } finally {
+      await ctx.db.query('ALTER TABLE nodes ENABLE TRIGGER "trigger$nodes$extender"');
+    }
+    await sync.caughtUp();
+    expect(sync.state.pool(poolId)!.byId.get(B)!.schedulable).toBe(true);
+    await sync.resyncNow();
+    expect(sync.state.pool(poolId)!.byId.get(B)!.schedulable).toBe(false);
+    await setNodeState(ctx.db, B, { cordoned: false });
+    await expectMirrors(sync);
+  });
+});
+
+describe('filter and prioritize from memory', () => {
+  function services(sync: ExtenderStateSync) {
+    const kube = new FakeKube();
+    const db = counting(ctx.db);
+    const memory = new ExtenderService({ db, ledger: new Ledger(db), clock: ctx.clock, kube, log: silentLogger, memory: sync });
+    const database = new ExtenderService({ db: ctx.db, ledger: new Ledger(ctx.db), clock: ctx.clock, kube, log: silentLogger, snapshotTtlMs: 0 });
+    return { kube, db, memory, database };
+  }
+
+  it('answers with no database read while fresh, exactly as the database reads answer', async () => {
+    const sync = startSync();
+    await sync.ready();
+    const { kube, db, memory, database } = services(sync);
+    const out = await new Ledger(ctx.db).reserve(reservation(poolId, { tenantId: 'acme', devices: [{ class: 'gpu', count: 1 }] }), ctx.clock.now());
+    if (!out.ok) throw new Error(out.message);
+    await ctx.clock.sync();
+    const resource = reservationResourceName(out.reservation.id);
+    kube.allocatable = { [resource]: '1' };
+    await setQuota(ctx.db, 'acme', poolId, 'gpu', 3);
+    await sync.caughtUp();
+    const names = [A, B, 'st-node-c', 'st-node-d', 'not-a-node'];
+    const pods = [
+      pod({ 'bettercompute.io/gpu': '1' }),
+      pod({ 'bettercompute.io/gpu': '2' }),
+      pod({ 'bettercompute.io/gpu': '4' }),
+      pod({ [resource]: '1' }),
+      pod({ 'reservations.bettercompute.io/rsv_00000000000000000000000000': '1' }),
+      pod({ cpu: '1' }),
+    ];
+    for (const p of pods) {
+      const args = { Pod: p, NodeNames: names } as never;
+      expect(sync.fresh()).toBe(true);
+      const before = db.calls;
+      const [f, pr] = [await memory.filter(args), await memory.prioritize(args)];
+      expect(db.calls - before, JSON.stringify(p.spec.containers[0]!.resources)).toBe(p === pods[4] ? 2 : 0);
+      expect(f).toEqual(await database.filter(args));
+      expect(pr).toEqual(await database.prioritize(args));
+    }
+    await new Ledger(ctx.db).release(out.reservation.id);
+    await setQuota(ctx.db, 'acme', poolId, 'gpu', null);
+  });
+
+  it('a bind’s booking is in the state when the bind answers: the next filter sees the node taken', async () => {
+    const sync = startSync();
+    await sync.ready();
+    const { kube, memory } = services(sync);
+    const first = pod({ 'bettercompute.io/gpu': '2' });
+    kube.pods.set(`acme-train/${first.metadata.name}`, first);
+    expect((await memory.filter({ Pod: first, NodeNames: [A] } as never)).NodeNames).toEqual([A]);
+    expect(await memory.bind({ PodName: first.metadata.name, PodNamespace: 'acme-train', PodUID: first.metadata.uid, Node: A })).toEqual({ Error: '' });
+    expect(sync.state.podHolding(first.metadata.uid)).toBe(A);
+    const second = pod({ 'bettercompute.io/gpu': '1' });
+    expect(sync.fresh()).toBe(true);
+    const f = await memory.filter({ Pod: second, NodeNames: [A] } as never);
+    expect(f.NodeNames).toEqual([]);
+    expect(f.FailedNodes[A]).toMatch(/without enough free gpu atoms/);
+    await new Ledger(ctx.db).releasePod(first.metadata.uid);
+  });
+
+  it('the LISTEN connection lost: filter reads the database at once, and memory serves again after the reload', async () => {
+    const sync = startSync();
+    await sync.ready();
+    const { db, memory } = services(sync);
+    const lost = once(sync, 'lost');
+    await ctx.db.query('SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1', [LISTENER]);
+    await lost;
+    expect(sync.fresh()).toBe(false);
+    const reloaded = once(sync, 'loaded');
+    const p = pod({ 'bettercompute.io/gpu': '1' });
+    const before = db.calls;
+    expect((await memory.filter({ Pod: p, NodeNames: [A, B] } as never)).NodeNames).toEqual([A, B]);
+    expect(db.calls).toBeGreaterThan(before);
+    await reloaded;
+    expect(sync.fresh()).toBe(true);
+    const again = db.calls;
+    expect((await memory.filter({ Pod: p, NodeNames: [A, B] } as never)).NodeNames).toEqual([A, B]);
+    expect(db.calls).toBe(again);
+  });
+
+  it('past the staleness bound without a ping answered: filter reads the database, and sees what changed', async () => {
+    let now = 0;
+    // No ping and no periodic resync run in this test: only the clock moves.
+    const sync = startSync({ monotonic: () => now, maxStalenessMs: 5000, pingEveryMs: 3_600_000, resyncEveryMs: 3_600_000 });
+    await sync.ready();
+    const { db, memory } = services(sync);
+    now += 5001;
+    expect(sync.fresh()).toBe(false);
+    // A change the state never hears of.
+    await ctx.db.query('ALTER TABLE nodes DISABLE TRIGGER "trigger$nodes$extender"');
+    try {
+      await setNodeState(ctx.db, B, { cordoned: true });
+    } finally {
+      await ctx.db.query('ALTER TABLE nodes ENABLE TRIGGER "trigger$nodes$extender"');
+    }
+    const p = pod({ 'bettercompute.io/gpu': '1' });
+    const before = db.calls;
+    const f = await memory.filter({ Pod: p, NodeNames: [A, B] } as never);
+    expect(f.NodeNames).toEqual([A]);
+    expect(db.calls).toBeGreaterThan(before);
+    await setNodeState(ctx.db, B, { cordoned: false });
+  });
+});
+
+describe('capacity.preview from memory', () => {
+  it('answers as the ledger’s preview does, with no database read while fresh; stale, it asks the ledger', async () => {
+    let now = 0;
+    const sync = startSync({ monotonic: () => now, pingEveryMs: 3_600_000, resyncEveryMs: 3_600_000 });
+    await sync.ready();
+    const db = counting(ctx.db);
+    const previewer = new StatePreviewer(sync, new Ledger(db));
+    const ledger = new Ledger(ctx.db);
+    const spot = await ledger.reserve(reservation(poolId, { tenantId: 'acme', devices: [{ class: 'gpu', count: 2 }], spot: true }), ctx.clock.now());
+    if (!spot.ok) throw new Error(spot.message);
+    await sync.caughtUp();
+    const inputs = [
+      reservation(poolId, { devices: [{ class: 'gpu', count: 1 }] }),
+      reservation(poolId, { devices: [{ class: 'gpu', count: 2 }], gang: { size: 2 } }),
+      reservation(poolId, { devices: [{ class: 'gpu', count: 2 }], gang: { size: 3 } }),
+      reservation(poolId, { devices: [{ class: 'gpu', count: 2 }], start: ctx.clock.now() + 7200_000, duration: 600 }),
+      reservation(poolId, { devices: [{ class: 'gpu', count: 9 }] }),
+    ];
+    for (const input of inputs) {
+      const t = ctx.clock.now();
+      expect(await previewer.preview(input, t)).toEqual(await ledger.preview(input, t));
+    }
+    expect(db.calls).toBe(0);
+    now += 10_000;
+    expect(sync.fresh()).toBe(false);
+    const t = ctx.clock.now();
+    expect(await previewer.preview(inputs[0]!, t)).toEqual(await ledger.preview(inputs[0]!, t));
+    expect(db.calls).toBeGreaterThan(0);
+    await ledger.release(spot.reservation.id);
+  });
+});
+
+describe('quotaPeak', () => {
+  it('equals bc_quota_peak on random charges and windows (bounded, unbounded and infinite)', async () => {
+    const base = 1_900_000_000_000;
+    const step = 1000;
+    const { rows } = await ctx.db.query(
+      `INSERT INTO allocations (id, kind, node_id, during) VALUES ('st-quota-alloc', 'layout', $1, tstzrange(compute_now(), NULL)) RETURNING id`,
+      [A],
+    );
+    expect(rows).toHaveLength(1);
+    await ctx.db.query(`INSERT INTO quotas (tenant_id, pool_id, resource, max) VALUES ('st-peak', $1, 'gpu', NULL)`, [poolId]);
+    const charge = fc.record({ start: fc.integer({ min: 0, max: 40 }), length: fc.option(fc.integer({ min: 0, max: 20 }), { nil: null }), amount: fc.integer({ min: 1, max: 4 }) });
+    const window = fc.record({ start: fc.integer({ min: 0, max: 50 }), length: fc.oneof(fc.constant(null), fc.constant(Infinity), fc.integer({ min: 1, max: 30 })) });
+    await fc.assert(
+      fc.asyncProperty(fc.array(charge, { maxLength: 12 }), fc.array(window, { minLength: 1, maxLength: 6 }), async (cs, ws) => {
+        await ctx.db.query(`DELETE FROM quota_charges WHERE tenant_id = 'st-peak'`);
+        const charges: QuotaCharge[] = cs.map((c) => ({
+          start: base + c.start * step,
+          end: c.length === null ? Infinity : base + (c.start + c.length) * step,
+          amount: c.amount,
+        }));
+        if (charges.length) {
+          await ctx.db.query(
+            `INSERT INTO quota_charges (tenant_id, pool_id, resource, allocation_id, amount, during)
+             SELECT 'st-peak', $1, 'gpu', 'st-quota-alloc', c.amount,
+                    tstzrange(to_timestamp(c.s / 1000.0), CASE WHEN c.e IS NULL THEN 'infinity' ELSE to_timestamp(c.e / 1000.0) END)
+             FROM json_to_recordset($2::json) AS c(s float8, e float8, amount int)`,
+            [poolId, JSON.stringify(charges.map((c) => ({ s: c.start, e: c.end === Infinity ? null : c.end, amount: c.amount })))],
+          );
+        }
+        for (const w of ws) {
+          const start = base + w.start * step;
+          const end = w.length === null ? null : w.length === Infinity ? Infinity : start + w.length * step;
+          const { rows: r } = await ctx.db.query(
+            `SELECT bc_quota_peak('st-peak', $1, 'gpu',
+                      tstzrange(to_timestamp($2 / 1000.0), CASE WHEN $3::text IS NULL THEN NULL WHEN $3 = 'inf' THEN 'infinity'
+                                                                ELSE to_timestamp($3::float8 / 1000.0) END)) AS peak`,
+            [poolId, start, end === null ? null : end === Infinity ? 'inf' : String(end)],
+          );
+          expect(quotaPeak(charges, start, end), JSON.stringify({ charges, start, end })).toBe(r[0].peak);
+        }
+      }),
+      { numRuns: 150 },
+    );
+  });
+});
