@@ -23,6 +23,7 @@ import { createPool } from '../src/db/pool.ts';
 import { ClientNodeExtenderKube, loadKubeConfig } from '../src/extender/kube.ts';
 import { createExtenderRouter } from '../src/extender/router.ts';
 import { ExtenderService } from '../src/extender/service.ts';
+import { ExtenderStateSync } from '../src/extender/state-sync.ts';
 import { silentLogger } from '../src/log.ts';
 import { schedulerConfigWithExtender } from '../e2e/cluster/controller-support.ts';
 import {
@@ -135,7 +136,21 @@ async function main() {
   client.release();
   const clock = await DbClock.create(db);
   const ledger = new Ledger(db);
-  const service = new ExtenderService({ db, ledger, clock, kube: new ClientNodeExtenderKube(kc), log: silentLogger });
+  // Each extender call's verb and outcome, counted per run (a bind refused or in error sends the pod back to the queue).
+  const calls = new Map<string, { n: number; seconds: number }>();
+  const metrics = {
+    onCall(verb: string, seconds: number, outcome: string) {
+      const c = calls.get(`${verb} ${outcome}`) ?? { n: 0, seconds: 0 };
+      c.n++;
+      c.seconds += seconds;
+      calls.set(`${verb} ${outcome}`, c);
+    },
+  };
+  // As the controller runs it: filter and prioritize from the ledger in memory (ADR 0010).
+  const memory = new ExtenderStateSync({ db, log: silentLogger });
+  memory.start();
+  await memory.ready();
+  const service = new ExtenderService({ db, ledger, clock, kube: new ClientNodeExtenderKube(kc), log: silentLogger, metrics, memory });
   const app = express();
   app.use('/scheduler', createExtenderRouter({ service }));
   const server: Server = createServer(app);
@@ -171,6 +186,10 @@ async function main() {
 
       row(n, 'kube-scheduler alone (example.com/gpu)', plain);
       row(n, 'kube-scheduler + extender (bettercompute.io/gpu)', viaExtender, viaExtender.podsPerSecond / plain.podsPerSecond);
+      console.log(
+        `       extender calls: ${[...calls].sort().map(([k, c]) => `${k} ${c.n} (mean ${((c.seconds / c.n) * 1000).toFixed(1)} ms)`).join(', ')}`,
+      );
+      calls.clear();
       await removeSimulatedNodes(nodes);
       nodes = [];
     }
@@ -180,6 +199,7 @@ async function main() {
     await kubectl(['delete', 'namespace', NAMESPACE, '--ignore-not-found', '--wait=false']).catch(() => undefined);
     server.close();
     server.closeAllConnections();
+    await memory.stop();
     await db.end();
     await pgServer.stop();
     await fs.rm(dir, { recursive: true, force: true });
