@@ -1,6 +1,7 @@
-// The booking service: plans on a cached snapshot with the pure core, commits with bc_place() in one round trip, and
-// replans with fresh rows when the database says the snapshot was stale. PostgreSQL is the arbiter; the cache only
-// saves reads, so a stale cache costs a replan, never a double booking.
+// The booking service: plans on a cached snapshot with the pure core, commits with bc_place() (group-committed:
+// placements waiting at the same time go in one bc_place_batch() statement), and replans with fresh rows when the
+// database says the snapshot was stale. PostgreSQL is the arbiter; the cache only saves reads, so a stale cache costs a
+// replan, never a double booking.
 import { createHash } from 'node:crypto';
 import type { ReservationCreateInput } from '../api/schemas.ts';
 import { plan, spotVictims, summarizeNode, withoutSpot } from '../core/planner.ts';
@@ -9,6 +10,7 @@ import type { Candidate, NodeSnap, PlacementRequest, PlanResult, PoolSnap } from
 import { newAllocationId, newReservationId } from '../ids.ts';
 import type pg from 'pg';
 import { isRetryable, sqlState } from './errors.ts';
+import { GroupCommit, type ItemOutcome } from './group-commit.ts';
 import * as handoff from './handoff.ts';
 import { withRetriedTransaction, withTransaction, type Db } from './pool.ts';
 import { getPool, isPoolVisible, loadNodes, type PoolInfo } from './snapshot.ts';
@@ -68,6 +70,11 @@ export interface LedgerOptions {
   fence?: () => Fence | undefined;
   /** How long a spot reservation is warned before preemption (what preview's `preemptible.start` adds). Default 120 s. */
   spotNoticeSeconds?: number;
+  /**
+   * Group commit of placements: at most `maxBatch` (default 32, the most bc_place_batch allows) per statement, at most
+   * `maxInFlight` (default 1) statements at once. Placements that arrive while those run wait for the next batch.
+   */
+  groupCommit?: { maxBatch?: number; maxInFlight?: number };
 }
 
 export class FencedError extends Error {
@@ -77,6 +84,20 @@ export class FencedError extends Error {
   }
 }
 
+/** An error that bc_place raised for one placement of a batch (its writes undone, the others' kept): SQLSTATE in `code`. */
+export class PlacementError extends Error {
+  constructor(
+    message: string,
+    readonly code: string,
+    readonly constraint?: string,
+  ) {
+    super(message);
+  }
+}
+
+/** bc_place_batch answers at most this many items per statement (see migrations/0007_placer.sql). */
+const MAX_PLACE_BATCH = 32;
+
 interface CachedPool {
   info: PoolInfo;
   nodes: Map<string, NodeSnap>;
@@ -85,6 +106,8 @@ interface CachedPool {
 
 interface PlaceResult {
   ok: boolean;
+  /** Set by bc_place_batch when bc_place raised for this item. */
+  error?: { code: string; message: string; constraint: string | null };
   code?: string;
   nodeId?: string;
   existing?: boolean;
@@ -99,6 +122,7 @@ export class Ledger {
   private readonly pools = new Map<string, Promise<CachedPool>>();
   private readonly maxReplans: number;
   private readonly spotNoticeMs: number;
+  private readonly placements: GroupCommit<unknown, PlaceResult>;
 
   constructor(
     readonly db: Db,
@@ -106,15 +130,9 @@ export class Ledger {
   ) {
     this.maxReplans = opts.maxReplans ?? 16;
     this.spotNoticeMs = (opts.spotNoticeSeconds ?? 120) * 1000;
-  }
-
-  /** One statement, fenced when this ledger belongs to a leader: the fence check and the statement commit together. */
-  private async write<R extends pg.QueryResultRow>(sql: string, params: unknown[]): Promise<pg.QueryResult<R>> {
-    const fence = this.opts.fence?.();
-    if (!fence) return this.db.query<R>(sql, params);
-    return withTransaction(this.db, async (c) => {
-      await this.checkFence(c, fence);
-      return c.query<R>(sql, params);
+    this.placements = new GroupCommit((items) => this.placeBatch(items), {
+      maxBatch: Math.min(MAX_PLACE_BATCH, opts.groupCommit?.maxBatch ?? MAX_PLACE_BATCH),
+      maxInFlight: opts.groupCommit?.maxInFlight ?? 1,
     });
   }
 
@@ -413,9 +431,30 @@ export class Ledger {
     }
   }
 
-  /** bc_place; when `replacing` (a pod's allocation elsewhere), that one is released in the same transaction first. */
+  /** One batch of placements in one statement (fenced: in one transaction with the fence check). */
+  private async placeBatch(items: unknown[]): Promise<ItemOutcome<PlaceResult>[]> {
+    // Named: prepared once per connection, then only bound and executed.
+    const query = { name: 'bc_place_batch', text: 'SELECT bc_place_batch($1) AS r', values: [JSON.stringify(items)] };
+    const fence = this.opts.fence?.();
+    const { rows } = fence
+      ? await withTransaction(this.db, async (c) => {
+          await this.checkFence(c, fence);
+          return c.query<{ r: PlaceResult[] }>(query);
+        })
+      : await this.db.query<{ r: PlaceResult[] }>(query);
+    return rows[0]!.r.map((r) =>
+      r.error
+        ? { ok: false, error: new PlacementError(r.error.message, r.error.code, r.error.constraint ?? undefined) }
+        : { ok: true, value: r },
+    );
+  }
+
+  /**
+   * bc_place, group-committed with the placements waiting at the same time; when `replacing` (a pod's allocation
+   * elsewhere), alone, in one transaction that first releases that one.
+   */
   private async place(arg: unknown, replacing?: string): Promise<PlaceResult> {
-    if (!replacing) return (await this.write<{ r: PlaceResult }>('SELECT bc_place($1) AS r', [arg])).rows[0]!.r;
+    if (!replacing) return this.placements.submit(arg);
     const notPlaced = new Error('not placed');
     let result: PlaceResult | undefined;
     try {
