@@ -154,6 +154,11 @@ export class Ledger {
     }
   }
 
+  /** Placements planned and waiting for the next group-commit batch (not yet being written). */
+  get waitingPlacements(): number {
+    return this.placements.waiting;
+  }
+
   /** Drops every cached snapshot (e.g. after inventory or pool changes made elsewhere). */
   invalidate(poolId?: string): void {
     if (poolId) this.pools.delete(poolId);
