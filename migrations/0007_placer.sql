@@ -8,6 +8,14 @@
 -- back as {"ok": false, "error": {"code": SQLSTATE, "message", "constraint"}} for that item's caller to raise.
 -- A statement timeout or cancel (which no handler catches) still fails the whole batch, as it failed one placement.
 --
+-- Before the items, the transaction itself (no subtransaction) locks the rows that many items lock again: the pools
+-- (FOR KEY SHARE, what the foreign keys of reservations and allocations take), the chosen nodes (FOR SHARE, what
+-- bc_place takes), and the unlimited quota rows (FOR SHARE, what bc_place takes for them). A row a subtransaction locks
+-- in a mode its top transaction already holds is not locked again; without this, every item's subtransactions join the
+-- row's lockers in a MultiXact that grows with the batch. Only locks bc_place would take anyway, in its order (nodes,
+-- then quota rows), taken earlier; bc_place still checks every guard under them. A quota row that gets a limit meanwhile
+-- is not locked here (the limit's UPDATE and this lock wait for each other), and bc_place takes it FOR UPDATE as before.
+--
 -- Every item takes two subtransaction ids (this block and bc_place's own); callers keep batches at or under 32 items so
 -- that a transaction stays within the 64 subtransactions PostgreSQL tracks per backend in shared memory (beyond that,
 -- every other session's snapshots look subtransactions up in pg_subtrans, which is slow).
@@ -19,6 +27,15 @@ DECLARE
   v_message text;
   v_constraint text;
 BEGIN
+  PERFORM 1 FROM pools WHERE id = ANY (ARRAY(SELECT x ->> 'poolId' FROM jsonb_array_elements(p) x)) ORDER BY id
+    FOR KEY SHARE;
+  PERFORM 1 FROM nodes
+  WHERE id = ANY (ARRAY(SELECT a ->> 'nodeId' FROM jsonb_array_elements(p) x, jsonb_array_elements(x -> 'allocations') a))
+  ORDER BY id FOR SHARE;
+  PERFORM 1 FROM quotas q
+  WHERE (q.tenant_id, q.pool_id) IN (SELECT DISTINCT x ->> 'tenantId', x ->> 'poolId' FROM jsonb_array_elements(p) x)
+    AND q.max IS NULL
+  ORDER BY q.tenant_id, q.pool_id, q.resource FOR SHARE;
   FOR v_item IN SELECT value FROM jsonb_array_elements(p) WITH ORDINALITY ORDER BY ordinality LOOP
     BEGIN
       v_out := v_out || bc_place(v_item);
