@@ -4,9 +4,9 @@
 // replan, never a double booking.
 import { createHash } from 'node:crypto';
 import type { ReservationCreateInput } from '../api/schemas.ts';
-import { plan, spotVictims, summarizeNode, withoutSpot } from '../core/planner.ts';
+import { plan, spotVictims, summarizeShared, withoutSpot } from '../core/planner.ts';
 import { selectorFromObject } from '../core/selector.ts';
-import type { Candidate, NodeSnap, PlacementRequest, PlanResult, PoolSnap } from '../core/types.ts';
+import type { Candidate, NodeSnap, NodeSummary, PlacementRequest, PlanResult, PoolSnap } from '../core/types.ts';
 import { newAllocationId, newReservationId } from '../ids.ts';
 import type pg from 'pg';
 import { isRetryable, sqlState } from './errors.ts';
@@ -102,6 +102,8 @@ interface CachedPool {
   info: PoolInfo;
   nodes: Map<string, NodeSnap>;
   snap: PoolSnap;
+  /** Summaries shared by nodes without bookings (summarizeShared): the planner screens each once per request. */
+  summaries: Map<string, NodeSummary>;
 }
 
 interface PlaceResult {
@@ -168,8 +170,9 @@ export class Ledger {
   private async load(poolId: string): Promise<CachedPool> {
     const info = await getPool(this.db, poolId);
     if (!info) throw new Error(`pool ${poolId} not found`);
-    const nodes = new Map(withSummaries(await loadNodes(this.db, poolId)).map((n) => [n.id, n]));
-    return { info, nodes, snap: toSnap(info, nodes) };
+    const summaries = new Map<string, NodeSummary>();
+    const nodes = new Map(withSummaries(await loadNodes(this.db, poolId), summaries).map((n) => [n.id, n]));
+    return { info, nodes, snap: toSnap(info, nodes), summaries };
   }
 
   private cached(poolId: string, fresh = false): Promise<CachedPool> {
@@ -184,7 +187,7 @@ export class Ledger {
 
   private async reloadNodes(poolId: string, nodeIds: string[]): Promise<void> {
     const c = await this.cached(poolId);
-    const fresh = withSummaries(await loadNodes(this.db, poolId, nodeIds));
+    const fresh = withSummaries(await loadNodes(this.db, poolId, nodeIds), c.summaries);
     for (const id of nodeIds) c.nodes.delete(id);
     for (const n of fresh) c.nodes.set(n.id, n);
     c.snap = toSnap(c.info, c.nodes);
@@ -618,8 +621,8 @@ export class Ledger {
   }
 }
 
-function withSummaries(nodes: NodeSnap[]): NodeSnap[] {
-  for (const n of nodes) n.summary = summarizeNode(n);
+function withSummaries(nodes: NodeSnap[], shared: Map<string, NodeSummary>): NodeSnap[] {
+  for (const n of nodes) n.summary = summarizeShared(n, shared);
   return nodes;
 }
 
@@ -651,9 +654,9 @@ function assume(c: CachedPool, chosen: readonly Candidate[], window: { start: nu
         s.allocated -= amount;
       });
     }
-    node.summary = summarizeNode(node);
+    node.summary = summarizeShared(node, c.summaries);
     undo.push(() => {
-      node.summary = summarizeNode(node);
+      node.summary = summarizeShared(node, c.summaries);
     });
   }
   let undone = false;
