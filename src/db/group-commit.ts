@@ -1,6 +1,8 @@
 // Group commit: requests that arrive while a batch is being written wait and go together in the next batch, so that
-// under load many of them share one statement and one commit, and alone a request goes at once (no added delay).
-// Each request gets its own item's outcome; a failure of the whole batch (the connection, a timeout) reaches all.
+// under load many of them share one statement and one commit. A batch starts at the end of the event loop's turn, not at
+// once: the callers of a batch that just finished submit their next requests in that turn, and go together instead of
+// one alone and the rest behind it. Each request gets its own item's outcome; a failure of the whole batch (the
+// connection, a timeout) reaches all.
 
 export type ItemOutcome<R> = { ok: true; value: R } | { ok: false; error: unknown };
 
@@ -20,6 +22,7 @@ interface Waiting<T, R> {
 export class GroupCommit<T, R> {
   private readonly queue: Waiting<T, R>[] = [];
   private inFlight = 0;
+  private scheduled = false;
 
   constructor(
     /** Writes one batch; answers one outcome per item, in the items' order. */
@@ -37,6 +40,15 @@ export class GroupCommit<T, R> {
   submit(item: T): Promise<R> {
     return new Promise<R>((resolve, reject) => {
       this.queue.push({ item, resolve, reject });
+      this.schedule();
+    });
+  }
+
+  private schedule(): void {
+    if (this.scheduled) return;
+    this.scheduled = true;
+    setImmediate(() => {
+      this.scheduled = false;
       this.pump();
     });
   }
@@ -47,7 +59,7 @@ export class GroupCommit<T, R> {
       this.inFlight++;
       void this.run(batch).finally(() => {
         this.inFlight--;
-        this.pump();
+        this.schedule();
       });
     }
   }
