@@ -3,6 +3,8 @@
 // same server, with the same number of concurrent callers, so the ratio compares like with like. One row per size with
 // BENCH_CONCURRENCY callers, and one more at the largest size with BENCH_CONTENTION (64) callers: its p99 is the
 // latency under 64-way contention. The placer group-commits: callers that wait at the same time share one statement.
+// Before each size, BENCH_WARMUP (300) unmeasured placements and an ANALYZE, so that neither side pays for cold plans
+// or for statistics taken on empty booking tables (the row measured first had been a third slower on both sides).
 //   npm run bench:placer     (embedded PostgreSQL in a temporary directory; DATABASE_URL for another server)
 //   BENCH_NODES=1000 BENCH_PLACEMENTS=500 npm run bench:placer     (a short run)
 import fs from 'node:fs/promises';
@@ -19,6 +21,7 @@ import { seedPool } from './seed.ts';
 const CONCURRENCY = Number(process.env.BENCH_CONCURRENCY ?? 16);
 const CONTENTION = Number(process.env.BENCH_CONTENTION ?? 64);
 const PLACEMENTS = Number(process.env.BENCH_PLACEMENTS ?? 3000);
+const WARMUP = Number(process.env.BENCH_WARMUP ?? 300);
 const SIZES = (process.env.BENCH_NODES ?? '1000,10000').split(',').map(Number);
 
 function quantile(sorted: number[], q: number): number {
@@ -86,6 +89,16 @@ async function main() {
       { tenantId: 'bench', poolId, devices: [{ class: 'gpu', count: 1 }], duration: 3600, binding: 'hold', idempotencyKey: 'warm' },
       clock.now(),
     );
+    // Warm-up, not measured: the planner's code compiled, the server's plans cached and its statistics taken with
+    // bookings in the tables (as autovacuum would after the first ones), on both sides alike.
+    await runConcurrent(WARMUP, CONCURRENCY, async (i) => {
+      const r = await ledger.reserve(
+        { tenantId: 'bench', poolId, devices: [{ class: 'gpu', count: 1 }], duration: 3600, binding: 'hold', idempotencyKey: `w${nodes}-${i}` },
+        clock.now(),
+      );
+      if (!r.ok) throw new Error(r.message);
+    });
+    await db.query('ANALYZE');
     const { rows: devices } = await db.query<{ id: string }>(
       `SELECT id FROM devices WHERE node_id LIKE 'b${nodes}-%' ORDER BY id DESC LIMIT $1`,
       [PLACEMENTS],
