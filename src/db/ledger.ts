@@ -71,7 +71,7 @@ export interface LedgerOptions {
   /** How long a spot reservation is warned before preemption (what preview's `preemptible.start` adds). Default 120 s. */
   spotNoticeSeconds?: number;
   /**
-   * Group commit of placements: at most `maxBatch` (default 32, the most bc_place_batch allows) per statement, at most
+   * Group commit of placements: at most `maxBatch` (default and most 32; see migrations/0007) per statement, at most
    * `maxInFlight` (default 1) statements at once. Placements that arrive while those run wait for the next batch.
    */
   groupCommit?: { maxBatch?: number; maxInFlight?: number };
@@ -95,7 +95,7 @@ export class PlacementError extends Error {
   }
 }
 
-/** bc_place_batch answers at most this many items per statement (see migrations/0007_placer.sql). */
+/** The most items one bc_place_batch statement carries (two subtransactions each; see migrations/0007_placer.sql). */
 const MAX_PLACE_BATCH = 32;
 
 interface CachedPool {
