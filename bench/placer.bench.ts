@@ -1,7 +1,12 @@
 // Placement throughput and latency at 1,000 and 10,000 nodes (8 GPUs each), beside the raw floor: plain INSERTs into
-// device_bookings under the same exclusion constraint, no placer. Both run in this process, on the same server, with
-// the same concurrency, so the ratio compares like with like.
-//   npm run bench            (embedded PostgreSQL in a temporary directory; DATABASE_URL for another server)
+// device_bookings under the same exclusion constraint, one per transaction, no placer. Both run in this process, on the
+// same server, with the same number of concurrent callers, so the ratio compares like with like. One row per size with
+// BENCH_CONCURRENCY callers, and one more at the largest size with BENCH_CONTENTION (64) callers: its p99 is the
+// latency under 64-way contention. The placer group-commits: callers that wait at the same time share one statement.
+// Before each size, BENCH_WARMUP (300) unmeasured placements and an ANALYZE, so that neither side pays for cold plans
+// or for statistics taken on empty booking tables (the row measured first had been a third slower on both sides).
+//   npm run bench:placer     (embedded PostgreSQL in a temporary directory; DATABASE_URL for another server)
+//   BENCH_NODES=1000 BENCH_PLACEMENTS=500 npm run bench:placer     (a short run)
 import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
@@ -14,20 +19,22 @@ import { createPool } from '../src/db/pool.ts';
 import { seedPool } from './seed.ts';
 
 const CONCURRENCY = Number(process.env.BENCH_CONCURRENCY ?? 16);
+const CONTENTION = Number(process.env.BENCH_CONTENTION ?? 64);
 const PLACEMENTS = Number(process.env.BENCH_PLACEMENTS ?? 3000);
+const WARMUP = Number(process.env.BENCH_WARMUP ?? 300);
 const SIZES = (process.env.BENCH_NODES ?? '1000,10000').split(',').map(Number);
 
 function quantile(sorted: number[], q: number): number {
   return sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))] ?? NaN;
 }
 
-async function runConcurrent(n: number, fn: (i: number) => Promise<void>) {
+async function runConcurrent(n: number, callers: number, fn: (i: number) => Promise<void>) {
   const latencies: number[] = [];
   let next = 0;
   const cpu0 = process.cpuUsage();
   const started = performance.now();
   await Promise.all(
-    Array.from({ length: CONCURRENCY }, async () => {
+    Array.from({ length: callers }, async () => {
       while (next < n) {
         const i = next++;
         const t0 = performance.now();
@@ -65,14 +72,16 @@ async function main() {
   await admin.end();
   const benchUrl = new URL(url);
   benchUrl.pathname = '/bc_bench';
-  const db = createPool(benchUrl.toString(), CONCURRENCY + 4);
+  const db = createPool(benchUrl.toString(), Math.max(CONCURRENCY, CONTENTION) + 4);
   const c = await db.connect();
   await migrate(c);
   c.release();
   const clock = await DbClock.create(db);
 
-  console.log(`# ${PLACEMENTS} single-GPU placements per size, concurrency ${CONCURRENCY}, ${os.cpus().length} cores`);
-  console.log('nodes\tplacer/s\tp50 ms\tp99 ms\tclient cpu\tfloor/s\tfloor p50\tfloor p99\tclient cpu\tratio');
+  console.log(`# ${PLACEMENTS} single-GPU placements per row, ${os.cpus().length} cores`);
+  console.log('nodes\tcallers\tplacer/s\tp50 ms\tp99 ms\tclient cpu\tfloor/s\tfloor p50\tfloor p99\tclient cpu\tratio');
+  const largest = Math.max(...SIZES);
+  let row = 0;
   for (const nodes of SIZES) {
     const { poolId } = await seedPool(db, nodes, 'b');
     const ledger = new Ledger(db);
@@ -80,40 +89,56 @@ async function main() {
       { tenantId: 'bench', poolId, devices: [{ class: 'gpu', count: 1 }], duration: 3600, binding: 'hold', idempotencyKey: 'warm' },
       clock.now(),
     );
-    let failures = 0;
-    const placer = await runConcurrent(PLACEMENTS, async (i) => {
+    // Warm-up, not measured: the planner's code compiled, the server's plans cached and its statistics taken with
+    // bookings in the tables (as autovacuum would after the first ones), on both sides alike.
+    await runConcurrent(WARMUP, CONCURRENCY, async (i) => {
       const r = await ledger.reserve(
-        { tenantId: 'bench', poolId, devices: [{ class: 'gpu', count: 1 }], duration: 3600, binding: 'hold', idempotencyKey: `b${nodes}-${i}` },
+        { tenantId: 'bench', poolId, devices: [{ class: 'gpu', count: 1 }], duration: 3600, binding: 'hold', idempotencyKey: `w${nodes}-${i}` },
         clock.now(),
       );
-      if (!r.ok) {
-        failures++;
-        if (failures <= 3) console.error(r);
-      }
+      if (!r.ok) throw new Error(r.message);
     });
-    if (failures) throw new Error(`${failures} placements failed`);
-
-    // The floor: the same number of bookings, one INSERT each, on atoms nobody else books, a year out.
-    await db.query(
-      `INSERT INTO allocations (id, kind, pod_uid, node_id, during) VALUES ('alloc_floor_${nodes}', 'pod', 'floor-${nodes}', 'b${nodes}-1', tstzrange(compute_now(), 'infinity'))`,
-    );
+    await db.query('ANALYZE');
     const { rows: devices } = await db.query<{ id: string }>(
       `SELECT id FROM devices WHERE node_id LIKE 'b${nodes}-%' ORDER BY id DESC LIMIT $1`,
       [PLACEMENTS],
     );
-    const floor = await runConcurrent(PLACEMENTS, async (i) => {
+    for (const callers of nodes === largest && CONTENTION !== CONCURRENCY ? [CONCURRENCY, CONTENTION] : [CONCURRENCY]) {
+      row++;
+      let failures = 0;
+      const placer = await runConcurrent(PLACEMENTS, callers, async (i) => {
+        const r = await ledger.reserve(
+          { tenantId: 'bench', poolId, devices: [{ class: 'gpu', count: 1 }], duration: 3600, binding: 'hold', idempotencyKey: `b${row}-${i}` },
+          clock.now(),
+        );
+        if (!r.ok) {
+          failures++;
+          if (failures <= 3) console.error(r);
+        }
+      });
+      if (failures) throw new Error(`${failures} placements failed`);
+
+      // The floor: the same number of bookings, one INSERT each, on atoms nobody else books, a year out (a later hour
+      // for each row, so that rows do not collide).
+      const alloc = `alloc_floor_${row}`;
       await db.query(
-        `INSERT INTO device_bookings (device_id, allocation_id, during, planned)
-         VALUES ($1, $2, tstzrange(compute_now() + interval '1 year', compute_now() + interval '1 year 1 hour'),
-                         tstzrange(compute_now() + interval '1 year', compute_now() + interval '1 year 1 hour'))`,
-        [devices[i % devices.length]!.id, `alloc_floor_${nodes}`],
+        `INSERT INTO allocations (id, kind, pod_uid, node_id, during) VALUES ($1, 'pod', $1, 'b${nodes}-1', tstzrange(compute_now(), 'infinity'))`,
+        [alloc],
       );
-    });
-    console.log(
-      [nodes, placer.perSecond.toFixed(0), placer.p50.toFixed(2), placer.p99.toFixed(2), placer.clientCpu.toFixed(2),
-        floor.perSecond.toFixed(0), floor.p50.toFixed(2), floor.p99.toFixed(2), floor.clientCpu.toFixed(2),
-        `${((100 * placer.perSecond) / floor.perSecond).toFixed(0)}%`].join('\t'),
-    );
+      const floor = await runConcurrent(PLACEMENTS, callers, async (i) => {
+        await db.query(
+          `WITH w AS (SELECT tstzrange(compute_now() + interval '1 year' + make_interval(hours => $3),
+                                       compute_now() + interval '1 year' + make_interval(hours => $3 + 1)) AS r)
+           INSERT INTO device_bookings (device_id, allocation_id, during, planned) SELECT $1, $2, r, r FROM w`,
+          [devices[i % devices.length]!.id, alloc, row],
+        );
+      });
+      console.log(
+        [nodes, callers, placer.perSecond.toFixed(0), placer.p50.toFixed(2), placer.p99.toFixed(2), placer.clientCpu.toFixed(2),
+          floor.perSecond.toFixed(0), floor.p50.toFixed(2), floor.p99.toFixed(2), floor.clientCpu.toFixed(2),
+          `${((100 * placer.perSecond) / floor.perSecond).toFixed(0)}%`].join('\t'),
+      );
+    }
   }
   await db.end();
   await stop();

@@ -1,14 +1,16 @@
-// The booking service: plans on a cached snapshot with the pure core, commits with bc_place() in one round trip, and
-// replans with fresh rows when the database says the snapshot was stale. PostgreSQL is the arbiter; the cache only
-// saves reads, so a stale cache costs a replan, never a double booking.
+// The booking service: plans on a cached snapshot with the pure core, commits with bc_place() (group-committed:
+// placements waiting at the same time go in one bc_place_batch() statement), and replans with fresh rows when the
+// database says the snapshot was stale. PostgreSQL is the arbiter; the cache only saves reads, so a stale cache costs a
+// replan, never a double booking.
 import { createHash } from 'node:crypto';
 import type { ReservationCreateInput } from '../api/schemas.ts';
-import { plan, spotVictims, summarizeNode, withoutSpot } from '../core/planner.ts';
+import { plan, spotVictims, summarizeShared, withoutSpot } from '../core/planner.ts';
 import { selectorFromObject } from '../core/selector.ts';
-import type { Candidate, NodeSnap, PlacementRequest, PlanResult, PoolSnap } from '../core/types.ts';
+import type { Candidate, NodeSnap, NodeSummary, PlacementRequest, PlanResult, PoolSnap } from '../core/types.ts';
 import { newAllocationId, newReservationId } from '../ids.ts';
 import type pg from 'pg';
 import { isRetryable, sqlState } from './errors.ts';
+import { GroupCommit, type ItemOutcome } from './group-commit.ts';
 import * as handoff from './handoff.ts';
 import { withRetriedTransaction, withTransaction, type Db } from './pool.ts';
 import { getPool, isPoolVisible, loadNodes, type PoolInfo } from './snapshot.ts';
@@ -68,6 +70,11 @@ export interface LedgerOptions {
   fence?: () => Fence | undefined;
   /** How long a spot reservation is warned before preemption (what preview's `preemptible.start` adds). Default 120 s. */
   spotNoticeSeconds?: number;
+  /**
+   * Group commit of placements: at most `maxBatch` (default and most 32; see migrations/0007) per statement, at most
+   * `maxInFlight` (default 1) statements at once. Placements that arrive while those run wait for the next batch.
+   */
+  groupCommit?: { maxBatch?: number; maxInFlight?: number };
 }
 
 export class FencedError extends Error {
@@ -77,14 +84,32 @@ export class FencedError extends Error {
   }
 }
 
+/** An error that bc_place raised for one placement of a batch (its writes undone, the others' kept): SQLSTATE in `code`. */
+export class PlacementError extends Error {
+  constructor(
+    message: string,
+    readonly code: string,
+    readonly constraint?: string,
+  ) {
+    super(message);
+  }
+}
+
+/** The most items one bc_place_batch statement carries (two subtransactions each; see migrations/0007_placer.sql). */
+const MAX_PLACE_BATCH = 32;
+
 interface CachedPool {
   info: PoolInfo;
   nodes: Map<string, NodeSnap>;
   snap: PoolSnap;
+  /** Summaries shared by nodes without bookings (summarizeShared): the planner screens each once per request. */
+  summaries: Map<string, NodeSummary>;
 }
 
 interface PlaceResult {
   ok: boolean;
+  /** Set by bc_place_batch when bc_place raised for this item. */
+  error?: { code: string; message: string; constraint: string | null };
   code?: string;
   nodeId?: string;
   existing?: boolean;
@@ -99,6 +124,7 @@ export class Ledger {
   private readonly pools = new Map<string, Promise<CachedPool>>();
   private readonly maxReplans: number;
   private readonly spotNoticeMs: number;
+  private readonly placements: GroupCommit<unknown, PlaceResult>;
 
   constructor(
     readonly db: Db,
@@ -106,15 +132,9 @@ export class Ledger {
   ) {
     this.maxReplans = opts.maxReplans ?? 16;
     this.spotNoticeMs = (opts.spotNoticeSeconds ?? 120) * 1000;
-  }
-
-  /** One statement, fenced when this ledger belongs to a leader: the fence check and the statement commit together. */
-  private async write<R extends pg.QueryResultRow>(sql: string, params: unknown[]): Promise<pg.QueryResult<R>> {
-    const fence = this.opts.fence?.();
-    if (!fence) return this.db.query<R>(sql, params);
-    return withTransaction(this.db, async (c) => {
-      await this.checkFence(c, fence);
-      return c.query<R>(sql, params);
+    this.placements = new GroupCommit((items) => this.placeBatch(items), {
+      maxBatch: Math.min(MAX_PLACE_BATCH, opts.groupCommit?.maxBatch ?? MAX_PLACE_BATCH),
+      maxInFlight: opts.groupCommit?.maxInFlight ?? 1,
     });
   }
 
@@ -136,6 +156,11 @@ export class Ledger {
     }
   }
 
+  /** Placements planned and waiting for the next group-commit batch (not yet being written). */
+  get waitingPlacements(): number {
+    return this.placements.waiting;
+  }
+
   /** Drops every cached snapshot (e.g. after inventory or pool changes made elsewhere). */
   invalidate(poolId?: string): void {
     if (poolId) this.pools.delete(poolId);
@@ -145,8 +170,9 @@ export class Ledger {
   private async load(poolId: string): Promise<CachedPool> {
     const info = await getPool(this.db, poolId);
     if (!info) throw new Error(`pool ${poolId} not found`);
-    const nodes = new Map(withSummaries(await loadNodes(this.db, poolId)).map((n) => [n.id, n]));
-    return { info, nodes, snap: toSnap(info, nodes) };
+    const summaries = new Map<string, NodeSummary>();
+    const nodes = new Map(withSummaries(await loadNodes(this.db, poolId), summaries).map((n) => [n.id, n]));
+    return { info, nodes, snap: toSnap(info, nodes), summaries };
   }
 
   private cached(poolId: string, fresh = false): Promise<CachedPool> {
@@ -161,7 +187,7 @@ export class Ledger {
 
   private async reloadNodes(poolId: string, nodeIds: string[]): Promise<void> {
     const c = await this.cached(poolId);
-    const fresh = withSummaries(await loadNodes(this.db, poolId, nodeIds));
+    const fresh = withSummaries(await loadNodes(this.db, poolId, nodeIds), c.summaries);
     for (const id of nodeIds) c.nodes.delete(id);
     for (const n of fresh) c.nodes.set(n.id, n);
     c.snap = toSnap(c.info, c.nodes);
@@ -405,9 +431,30 @@ export class Ledger {
     }
   }
 
-  /** bc_place; when `replacing` (a pod's allocation elsewhere), that one is released in the same transaction first. */
+  /** One batch of placements in one statement (fenced: in one transaction with the fence check). */
+  private async placeBatch(items: unknown[]): Promise<ItemOutcome<PlaceResult>[]> {
+    // Named: prepared once per connection, then only bound and executed.
+    const query = { name: 'bc_place_batch', text: 'SELECT bc_place_batch($1) AS r', values: [JSON.stringify(items)] };
+    const fence = this.opts.fence?.();
+    const { rows } = fence
+      ? await withTransaction(this.db, async (c) => {
+          await this.checkFence(c, fence);
+          return c.query<{ r: PlaceResult[] }>(query);
+        })
+      : await this.db.query<{ r: PlaceResult[] }>(query);
+    return rows[0]!.r.map((r) =>
+      r.error
+        ? { ok: false, error: new PlacementError(r.error.message, r.error.code, r.error.constraint ?? undefined) }
+        : { ok: true, value: r },
+    );
+  }
+
+  /**
+   * bc_place, group-committed with the placements waiting at the same time; when `replacing` (a pod's allocation
+   * elsewhere), alone, in one transaction that first releases that one.
+   */
   private async place(arg: unknown, replacing?: string): Promise<PlaceResult> {
-    if (!replacing) return (await this.write<{ r: PlaceResult }>('SELECT bc_place($1) AS r', [arg])).rows[0]!.r;
+    if (!replacing) return this.placements.submit(arg);
     const notPlaced = new Error('not placed');
     let result: PlaceResult | undefined;
     try {
@@ -566,8 +613,8 @@ export class Ledger {
   }
 }
 
-function withSummaries(nodes: NodeSnap[]): NodeSnap[] {
-  for (const n of nodes) n.summary = summarizeNode(n);
+function withSummaries(nodes: NodeSnap[], shared: Map<string, NodeSummary>): NodeSnap[] {
+  for (const n of nodes) n.summary = summarizeShared(n, shared);
   return nodes;
 }
 
@@ -599,9 +646,9 @@ function assume(c: CachedPool, chosen: readonly Candidate[], window: { start: nu
         s.allocated -= amount;
       });
     }
-    node.summary = summarizeNode(node);
+    node.summary = summarizeShared(node, c.summaries);
     undo.push(() => {
-      node.summary = summarizeNode(node);
+      node.summary = summarizeShared(node, c.summaries);
     });
   }
   let undone = false;
