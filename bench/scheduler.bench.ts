@@ -33,7 +33,6 @@ import {
   defaultSchedulerConfig,
   kubectl,
   releaseCluster,
-  removeSimulatedNodes,
   restartScheduler,
 } from '../e2e/cluster/harness.ts';
 import { seedNodes } from './seed.ts';
@@ -123,6 +122,11 @@ async function deletePods(): Promise<void> {
   await kubectl(['-n', NAMESPACE, 'delete', 'pods', '--all', '--grace-period=0', '--force', '--wait=true', '--timeout=300s'], { timeoutMs: 310_000 });
 }
 
+/** The bench's nodes in one deletecollection call (kubectl deletes thousands one by one, minutes). Its pods are gone. */
+async function removeBenchNodes(kc: k8s.KubeConfig): Promise<void> {
+  await kc.makeApiClient(k8s.CoreV1Api).deleteCollectionNode({ labelSelector: `${BENCH_LABEL}=true` });
+}
+
 async function main() {
   await acquireCluster();
   const c = clusterInfo();
@@ -190,12 +194,12 @@ async function main() {
         `       extender calls: ${[...calls].sort().map(([k, c]) => `${k} ${c.n} (mean ${((c.seconds / c.n) * 1000).toFixed(1)} ms)`).join(', ')}`,
       );
       calls.clear();
-      await removeSimulatedNodes(nodes);
+      await removeBenchNodes(kc);
       nodes = [];
     }
   } finally {
     await restartScheduler(defaultSchedulerConfig()).catch((e: unknown) => console.error(`restoring the scheduler: ${String(e)}`));
-    if (nodes.length) await removeSimulatedNodes(nodes).catch(() => undefined);
+    if (nodes.length) await removeBenchNodes(kc).catch(() => undefined);
     await kubectl(['delete', 'namespace', NAMESPACE, '--ignore-not-found', '--wait=false']).catch(() => undefined);
     server.close();
     server.closeAllConnections();
