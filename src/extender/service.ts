@@ -51,6 +51,12 @@ export interface ExtenderDeps {
   /** How long a bind retries the undo of its writes after a failed Binding before it answers (default 5 s). */
   undoRetryMs?: number;
   /**
+   * How long a node counts as admitting an on-demand pod after prioritize ranked it first for that pod, and again after
+   * the pod's bind there (default 2 s, about a kubelet's admission): prioritize ranks such nodes last for other
+   * on-demand pods, whose binds would wait for that admission (one per node, ADR 0003).
+   */
+  admittingMs?: number;
+  /**
    * The ledger in memory (ExtenderStateSync): filter and prioritize answer from it while it is fresh, and read the
    * database otherwise; bind waits for it to catch up with its writes.
    */
@@ -91,6 +97,9 @@ export class ExtenderService {
   private readonly waitMs: number;
   private readonly snapshotTtlMs: number;
   private readonly undoRetryMs: number;
+  private readonly admittingMs: number;
+  /** node → on-demand pod uid → until (performance.now()): the nodes admitting, or about to admit, a pod. */
+  private readonly admitting = new Map<string, Map<string, number>>();
   private readonly snaps = new Map<string, Promise<CachedSnap>>();
   private pools?: { at: number; map: Promise<Map<string, string | null>> };
 
@@ -100,6 +109,49 @@ export class ExtenderService {
     this.waitMs = d.admissionWaitMs ?? 20_000;
     this.snapshotTtlMs = d.snapshotTtlMs ?? 1000;
     this.undoRetryMs = d.undoRetryMs ?? 5000;
+    this.admittingMs = d.admittingMs ?? 2000;
+  }
+
+  private markAdmitting(node: string, podUid: string, until: number): void {
+    const pods = this.admitting.get(node) ?? new Map<string, number>();
+    pods.set(podUid, until);
+    this.admitting.set(node, pods);
+  }
+
+  private unmarkAdmitting(node: string, podUid: string): void {
+    const pods = this.admitting.get(node);
+    pods?.delete(podUid);
+    if (pods?.size === 0) this.admitting.delete(node);
+  }
+
+  /** Whether the node is admitting an on-demand pod other than this one; forgets what has run out. */
+  private admittingOther(node: string, podUid: string, now: number): boolean {
+    const pods = this.admitting.get(node);
+    if (!pods) return false;
+    let other = false;
+    for (const [uid, until] of pods) {
+      if (until <= now) pods.delete(uid);
+      else if (uid !== podUid) other = true;
+    }
+    if (pods.size === 0) this.admitting.delete(node);
+    return other;
+  }
+
+  /**
+   * An on-demand pod's scores: nodes admitting another on-demand pod last (0), every other passing node at least 1, so
+   * that consecutive pods spread over the nodes that pack best instead of queueing behind one node's admission; the
+   * node ranked first is marked as admitting this pod.
+   */
+  private spreadOnDemand(podUid: string, scores: HostPriority[]): void {
+    const now = performance.now();
+    if (this.admitting.size > 1024) for (const node of [...this.admitting.keys()]) this.admittingOther(node, '', now);
+    let best: HostPriority | undefined;
+    for (const s of scores) {
+      if (s.Score <= 0) continue;
+      s.Score = this.admittingOther(s.Host, podUid, now) ? 0 : Math.max(1, s.Score);
+      if (s.Score > 0 && (!best || s.Score > best.Score)) best = s;
+    }
+    if (best) this.markAdmitting(best.Host, podUid, now + this.admittingMs);
   }
 
   /** One structured log line per call. */
@@ -146,6 +198,8 @@ export class ExtenderService {
         const s = v.scores[i]!;
         return { Host: n, Score: Number.isNaN(s) ? 0 : Math.max(0, Math.min(this.maxPriority, Math.round(s))) };
       });
+      const demand = podDemand(args.Pod.spec);
+      if (!demand.invalid && !demand.reservation && demand.devices.length > 0) this.spreadOnDemand(args.Pod.metadata.uid, scores);
       const best = scores.reduce<HostPriority | undefined>((b, s) => (!b || s.Score > b.Score ? s : b), undefined);
       this.logCall('prioritize', args.Pod.metadata, started, 'ok', { nodes: names.length, ...(best ? { best: best.Host, score: best.Score } : {}) });
       return scores;
@@ -470,12 +524,14 @@ export class ExtenderService {
         [ALLOCATION_ANNOTATION]: out.allocationId,
       });
       await this.d.kube.bindPod(namespace, name, uid, node);
+      this.markAdmitting(node, uid, performance.now() + this.admittingMs);
       this.invalidate(poolId);
       this.d.log.info('bound on-demand pod', { pod: `${namespace}/${name}`, uid, node, atoms: out.atoms, allocation: out.allocationId });
     } catch (e) {
       // A new booking is released with the admission (one transaction); an existing one stays the pod's.
       if (booked && !booked.existing) await this.undo(pod, node, () => this.d.ledger.releasePod(uid));
       else await this.undo(pod, node, () => this.d.ledger.dropAdmission(node, uid));
+      this.unmarkAdmitting(node, uid);
       this.invalidate(poolId);
       throw e;
     }

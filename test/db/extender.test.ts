@@ -179,6 +179,34 @@ describe('bind', () => {
   });
 });
 
+describe('prioritize of on-demand pods', () => {
+  // One admission in flight per node (ADR 0003): a second on-demand pod sent to the node the first was just ranked
+  // onto would wait for the first's admission in its bind. Prioritize ranks that node last for the second pod.
+  it('ranks a node that is admitting another on-demand pod below every other passing node, but not for that pod itself', async () => {
+    const pool = await makePool('spread-pool').owner('acme').create(ctx.db);
+    const nodes = ['spread-a', 'spread-b'];
+    for (const n of nodes) await makeNode(n).gpus(8).create(ctx.db, pool);
+    const score = async (p: FakePod) =>
+      Object.fromEntries((await service.prioritize({ Pod: p, NodeNames: nodes } as never)).map((h) => [h.Host, h.Score]));
+
+    const first = pod('acme-train', { 'bettercompute.io/gpu': '1' });
+    const one = await score(first);
+    const top = one['spread-a']! >= one['spread-b']! ? 'spread-a' : 'spread-b';
+    const other = top === 'spread-a' ? 'spread-b' : 'spread-a';
+    expect(one[top]).toBeGreaterThan(0);
+
+    const second = await score(pod('acme-train', { 'bettercompute.io/gpu': '1' }));
+    expect(second[top]).toBe(0);
+    expect(second[other]).toBeGreaterThan(0);
+    // The first pod asked again (a retry) still sees its own node as before.
+    expect((await score(first))[top]).toBe(one[top]);
+    // A reservation's pod takes no admission: nothing of this applies to it.
+    const { resource } = await reserve();
+    const rsv = await service.prioritize({ Pod: pod('acme-train', { [resource]: '1' }), NodeNames: [NODE] } as never);
+    expect(rsv[0]!.Score).toBeGreaterThan(0);
+  });
+});
+
 describe('the extender router', () => {
   let server: http.Server;
   let base: string;
