@@ -28,6 +28,7 @@ import { ExtenderService } from '../src/extender/service.ts';
 import { ExtenderStateSync } from '../src/extender/state-sync.ts';
 import type { Db } from '../src/db/pool.ts';
 import { silentLogger } from '../src/log.ts';
+import { countingDb } from '../test/support/counting-db.ts';
 
 const SIZES = (process.env.BENCH_NODES ?? '1000,5000').split(',').map(Number);
 const CALLS = Number(process.env.BENCH_CALLS ?? 300);
@@ -36,23 +37,6 @@ const WRITER_RATE = Number(process.env.BENCH_WRITER_RATE ?? 50);
 const TARGET_P99_MS = 2;
 const TARGET_RATIO = 0.5;
 
-/** The pool, counting what goes through it: the in-memory rows must read nothing. */
-function counting(db: Db): Db & { calls: number } {
-  const calls = { n: 0 };
-  return new Proxy(db, {
-    get(target, prop, receiver) {
-      if (prop === 'calls') return calls.n;
-      const v = Reflect.get(target, prop, receiver) as unknown;
-      if ((prop === 'query' || prop === 'connect') && typeof v === 'function') {
-        return (...args: unknown[]) => {
-          calls.n++;
-          return (v as (...a: unknown[]) => unknown).apply(target, args);
-        };
-      }
-      return v;
-    },
-  }) as Db & { calls: number };
-}
 
 /**
  * Books one GPU for a new pod on a random node, or releases the oldest booking, WRITER_RATE times a second, until
@@ -201,7 +185,7 @@ async function main() {
   const sync = new ExtenderStateSync({ db, log: silentLogger });
   sync.start();
   await sync.ready();
-  const memoryDb = counting(db);
+  const memoryDb = countingDb(db);
   const memory = new ExtenderService({
     db: memoryDb,
     ledger,

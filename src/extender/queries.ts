@@ -18,33 +18,9 @@ export interface ReservationAtoms {
   assigned: Map<string, number>;
 }
 
-/** A reservation's atoms per node and its live assignments per node (two statements, one round trip each). */
+/** A reservation's atoms per node and its live assignments per node, in one statement. */
 export async function reservationAtoms(db: Queryable, reservationId: string): Promise<ReservationAtoms | undefined> {
-  const { rows } = await db.query(
-    `SELECT r.state, r.tenant_id, r.pool_id,
-            (extract(epoch FROM r.starts_at) * 1000)::float8 AS start, (extract(epoch FROM r.ends_at) * 1000)::float8 AS "end",
-            coalesce((SELECT json_object_agg(x.node_id, x.atoms) FROM (
-               SELECT a.node_id, array_agg(b.device_id ORDER BY b.device_id) AS atoms
-               FROM allocations a JOIN device_bookings b ON b.allocation_id = a.id
-               WHERE a.reservation_id = r.id AND a.released_at IS NULL AND NOT isempty(b.during)
-               GROUP BY a.node_id) x), '{}') AS atoms,
-            coalesce((SELECT json_object_agg(y.node_id, y.n) FROM (
-               SELECT node_id, sum(count)::int AS n FROM reservation_pod_assignments
-               WHERE reservation_id = r.id AND released_at IS NULL GROUP BY node_id) y), '{}') AS assigned
-     FROM reservations r WHERE r.id = $1`,
-    [reservationId],
-  );
-  const r = rows[0];
-  if (!r) return undefined;
-  return {
-    state: r.state,
-    tenantId: r.tenant_id,
-    poolId: r.pool_id,
-    start: r.start,
-    end: r.end,
-    atoms: new Map(Object.entries(r.atoms as Record<string, string[]>)),
-    assigned: new Map(Object.entries(r.assigned as Record<string, number>)),
-  };
+  return (await loadReservations(db, [reservationId])).get(reservationId);
 }
 
 export interface Admission {

@@ -5,19 +5,10 @@
 import { summarizeNode } from '../core/planner.ts';
 import type { NodeSnap, NodeSummary, PoolSnap } from '../core/types.ts';
 import type { PoolInfo } from '../db/snapshot.ts';
+import type { ReservationAtoms } from './queries.ts';
 
-/** A reservation as filter sees it (the shape of queries.ts reservationAtoms). */
-export interface ReservationView {
-  state: string;
-  tenantId: string;
-  poolId: string;
-  start: number;
-  end: number;
-  /** node → the reservation's atoms there */
-  atoms: Map<string, string[]>;
-  /** node → atoms counted by live pod assignments */
-  assigned: Map<string, number>;
-}
+/** A reservation as filter sees it. */
+export type ReservationView = ReservationAtoms;
 
 /** A quota charge: `amount` over [start, end) in epoch milliseconds; end Infinity when unbounded. */
 export interface QuotaCharge {

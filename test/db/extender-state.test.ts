@@ -9,7 +9,6 @@ import pg from 'pg';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { Ledger } from '../../src/db/ledger.ts';
 import { setDeviceHealth, setNodeState, setQuota, upsertPool } from '../../src/db/inventory.ts';
-import type { Db } from '../../src/db/pool.ts';
 import type { ExtenderKube } from '../../src/extender/kube.ts';
 import { reservationResourceName, TENANT_LABEL } from '../../src/extender/resources.ts';
 import { StatePreviewer } from '../../src/extender/preview.ts';
@@ -19,6 +18,7 @@ import { ExtenderStateSync, loadAll } from '../../src/extender/state-sync.ts';
 import { silentLogger } from '../../src/log.ts';
 import { makeNode, makePool, reservation } from '../support/builders.ts';
 import { useTestDatabase } from '../support/db.ts';
+import { countingDb } from '../support/counting-db.ts';
 
 const ctx = useTestDatabase();
 const LISTENER = 'bc-extender-state-test';
@@ -43,23 +43,6 @@ class FakeKube implements ExtenderKube {
   async evictPod() {}
 }
 
-/** The pool, counting the statements and transactions that go through it. */
-function counting(db: Db): Db & { calls: number } {
-  const calls = { n: 0 };
-  return new Proxy(db, {
-    get(target, prop, receiver) {
-      if (prop === 'calls') return calls.n;
-      const v = Reflect.get(target, prop, receiver) as unknown;
-      if ((prop === 'query' || prop === 'connect') && typeof v === 'function') {
-        return (...args: unknown[]) => {
-          calls.n++;
-          return (v as (...a: unknown[]) => unknown).apply(target, args);
-        };
-      }
-      return v;
-    },
-  }) as Db & { calls: number };
-}
 
 let seq = 0;
 function pod(limits: Record<string, string>) {
@@ -204,7 +187,7 @@ describe('the state follows the ledger through its notifications', () => {
 describe('filter and prioritize from memory', () => {
   function services(sync: ExtenderStateSync) {
     const kube = new FakeKube();
-    const db = counting(ctx.db);
+    const db = countingDb(ctx.db);
     const memory = new ExtenderService({ db, ledger: new Ledger(db), clock: ctx.clock, kube, log: silentLogger, memory: sync });
     const database = new ExtenderService({ db: ctx.db, ledger: new Ledger(ctx.db), clock: ctx.clock, kube, log: silentLogger, snapshotTtlMs: 0 });
     return { kube, db, memory, database };
@@ -309,7 +292,7 @@ describe('capacity.preview from memory', () => {
     let now = 0;
     const sync = startSync({ monotonic: () => now, pingEveryMs: 3_600_000, resyncEveryMs: 3_600_000 });
     await sync.ready();
-    const db = counting(ctx.db);
+    const db = countingDb(ctx.db);
     const previewer = new StatePreviewer(sync, new Ledger(db));
     const ledger = new Ledger(ctx.db);
     const spot = await ledger.reserve(reservation(poolId, { tenantId: 'acme', devices: [{ class: 'gpu', count: 2 }], spot: true }), ctx.clock.now());
