@@ -248,7 +248,7 @@ describe('filter and prioritize from memory', () => {
     await sync.ready();
     const { db, memory } = services(sync);
     const lost = once(sync, 'lost');
-    await ctx.db.query('SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1', [LISTENER]);
+    await ctx.db.query('SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND application_name = $1', [LISTENER]);
     await lost;
     expect(sync.fresh()).toBe(false);
     const reloaded = once(sync, 'loaded');

@@ -1,5 +1,5 @@
 import pg from 'pg';
-import { describe, expect, it, vi } from 'vitest';
+import { describe, expect, it, onTestFinished, vi } from 'vitest';
 import { setQuota } from '../../src/db/inventory.ts';
 import { Ledger } from '../../src/db/ledger.ts';
 import { makeNode, makePool, reservation } from '../support/builders.ts';
@@ -24,13 +24,14 @@ describe('group commit', () => {
     // Holds the first batch at its first foreign-key check on the pool row, so the next requests queue behind it.
     const blocker = new pg.Client({ connectionString: ctx.url });
     await blocker.connect();
+    onTestFinished(() => blocker.end().catch(() => undefined)); // a failed wait must not leave the pool row locked
     await blocker.query('BEGIN');
     await blocker.query('SELECT 1 FROM pools WHERE id = $1 FOR UPDATE', [poolId]);
     const now = ctx.clock.now();
     const first = ledger.reserve(reservation(poolId, { devices: [{ class: 'gpu', count: 1 }] }), now);
     await vi.waitFor(async () => {
       const { rows } = await ctx.db.query(
-        `SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%bc_place_batch%'`,
+        `SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%bc_place_batch%'`,
       );
       expect(rows[0].n).toBe(1);
     });
@@ -44,7 +45,6 @@ describe('group commit', () => {
     const raced = ledger.reserve(reservation(racePool, { tenantId: 'beta' }), now);
     await vi.waitFor(() => expect(ledger.waitingPlacements).toBe(5));
     await blocker.query('COMMIT');
-    await blocker.end();
 
     expect((await first).ok).toBe(true);
     const a = await fits;

@@ -22,7 +22,7 @@ async function sqlError(p: Promise<unknown>): Promise<{ code?: string; constrain
 async function untilLockWait(pattern: string): Promise<void> {
   for (let i = 0; i < 200; i++) {
     const { rows } = await ctx.db.query(
-      `SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE $1`,
+      `SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE $1`,
       [pattern],
     );
     if (rows[0].n > 0) return;
