@@ -79,7 +79,6 @@ export function registerCapacityGauges(registry: Registry, db: Db): void {
       for (const r of all) this.set(labelsOf(r), r.updated);
     },
   });
-  registerDomainGauges(registry, db);
 }
 
 /** Per placement domain: node counts, and rollup columns per resource (`available` of `gpu`: free whole GPUs). */
@@ -95,8 +94,8 @@ const DOMAIN_ROW_GAUGES = [
 ] as const;
 
 /**
- * The domain gauges, one query per scrape shared by all of them (as above). Nodes without the pool's topology label
- * are the series with domain="(unlabelled)".
+ * The domain gauges, one query per scrape shared by all of them (as above; a second query beside the rollup's, since
+ * the rollup has no domain). Nodes without the pool's topology label are the series with domain="(unlabelled)".
  */
 export function registerDomainGauges(registry: Registry, db: Db): void {
   let inFlight: Promise<PoolDomains[]> | undefined;

@@ -8,6 +8,9 @@ import { loadConfig, type Config } from '../../src/config.ts';
 import { poolCapacity, rebuildRollup, type CapacityRow, type DomainCapacity } from '../../src/db/capacity.ts';
 import { setDeviceHealth, setNodeState } from '../../src/db/inventory.ts';
 import { Ledger } from '../../src/db/ledger.ts';
+import type { Db } from '../../src/db/pool.ts';
+import { registerDomainGauges } from '../../src/metrics/capacity.ts';
+import { createRegistry } from '../../src/metrics/registry.ts';
 import { startTestApi, TOKENS, type TestApi } from '../support/api.ts';
 import { makeNode, makePool, reservation } from '../support/builders.ts';
 import { createTestDatabase, type TestDatabase } from '../support/db.ts';
@@ -243,6 +246,15 @@ describe('domain gauges', () => {
     expect(value('bettercompute_domain_free_nodes', `pool="dom",domain="rack-b"`)).toBe(2);
     expect(value('bettercompute_domain_nodes', `pool="dom-mixed",domain="(unlabelled)"`)).toBe(1);
     expect(value('bettercompute_domain_capacity', `pool="dom-mixed",domain="(unlabelled)",resource="gpu"`)).toBe(2);
+  });
+
+  it('a scrape runs one query for all the domain gauges', async () => {
+    let queries = 0;
+    const counting = { query: (...args: unknown[]) => (queries++, (t.db.query as (...a: unknown[]) => unknown)(...args)) } as unknown as Db;
+    const registry = createRegistry({ defaultMetrics: false });
+    registerDomainGauges(registry, counting);
+    expect(await registry.metrics()).toContain('bettercompute_domain_free_nodes{');
+    expect(queries).toBe(1);
   });
 });
 
