@@ -1,12 +1,28 @@
 // The capacity methods behind the HTTP routes (and the CLI's --direct mode): visibility (NOT_FOUND) rules, the
 // clock-dependent timeline defaults, and the shape of each answer. Reads only; nothing here writes.
 import { DbClock, type Clock } from '../db/clock.ts';
-import { capacitySummary, gpuTimeline, poolCapacity, type CapacityRow, type Summary, type TimelineBucket } from '../db/capacity.ts';
+import {
+  capacitySummary,
+  domainCapacity,
+  gpuTimeline,
+  poolCapacity,
+  type CapacityRow,
+  type DomainCapacity,
+  type Summary,
+  type TimelineBucket,
+} from '../db/capacity.ts';
 import { Ledger, type LedgerMetrics } from '../db/ledger.ts';
 import type { Db } from '../db/pool.ts';
 import { getPool, isPoolVisible, type PoolInfo } from '../db/snapshot.ts';
 import { notFound } from './errors.ts';
-import { resolveTimelineWindow, type ByPoolInput, type PreviewInput, type SummaryInput, type TimelineInput } from './schemas.ts';
+import {
+  resolveTimelineWindow,
+  type ByDomainInput,
+  type ByPoolInput,
+  type PreviewInput,
+  type SummaryInput,
+  type TimelineInput,
+} from './schemas.ts';
 
 /** The most candidates a preview returns (a gang returns all its members). */
 export const MAX_PREVIEW_CANDIDATES = 10;
@@ -38,6 +54,14 @@ export interface PreviewResult {
 export interface ByPoolResult {
   poolId: string;
   capacity: CapacityRow[];
+}
+
+export interface ByDomainResult {
+  poolId: string;
+  /** The node label the domains are values of. */
+  topologyKey: string;
+  /** Ordered by domain; nodes without the label last, as `domain: null`. */
+  domains: DomainCapacity[];
 }
 
 export interface TimelineResult {
@@ -90,6 +114,14 @@ export class CapacityService {
   async byPool(input: ByPoolInput): Promise<ByPoolResult> {
     await this.visiblePool(input.poolId, input.tenantId);
     return { poolId: input.poolId, capacity: await poolCapacity(this.deps.db, input.poolId) };
+  }
+
+  /** The pool's capacity per placement domain: where a gang (`gang.size` nodes in one domain) could go. */
+  async byDomain(input: ByDomainInput): Promise<ByDomainResult> {
+    const pool = await this.visiblePool(input.poolId, input.tenantId);
+    const topologyKey = input.topologyKey ?? pool.topologyKey;
+    const [found] = await domainCapacity(this.deps.db, { poolIds: [input.poolId], topologyKey });
+    return { poolId: input.poolId, topologyKey, domains: found?.domains ?? [] };
   }
 
   async preview(input: PreviewInput): Promise<PreviewResult> {

@@ -2,6 +2,7 @@ import { describe, expect, it } from 'vitest';
 import type { z } from 'zod';
 import { MAX_DURATION_SECONDS } from '../core/duration.ts';
 import {
+  ByDomainInput,
   ByPoolInput,
   formatPath,
   MAX_EPOCH_MS,
@@ -426,6 +427,21 @@ describe('ByPoolInput', () => {
     ...tenantIdRows,
     ...poolIdRows,
     ['unknown key', { projectId: prj(26) }, bad('projectId', /^is not a known field$/)],
+  ]);
+});
+
+describe('ByDomainInput', () => {
+  runRows(ByDomainInput, { tenantId: 'acme', poolId: POOL }, [
+    ...tenantIdRows,
+    ...poolIdRows,
+    ['topologyKey: absent (the pool\'s own)', {}, ok('topologyKey', undefined)],
+    ['topologyKey: a label key', { topologyKey: 'example.com/rack' }, ok('topologyKey', 'example.com/rack')],
+    ['topologyKey: empty', { topologyKey: '' }, ok('topologyKey', '')],
+    ['topologyKey: 128 characters', { topologyKey: 't'.repeat(128) }, ok('topologyKey', 't'.repeat(128))],
+    ['topologyKey: 129 characters', { topologyKey: 't'.repeat(129) }, bad('topologyKey', /^must be at most 128 characters$/)],
+    ['topologyKey: number', { topologyKey: 5 }, bad('topologyKey', /^must be a string$/)],
+    ['topologyKey: null', { topologyKey: null }, bad('topologyKey', /^must be a string$/)],
+    ['unknown key', { domain: 'rack-a' }, bad('domain', /^is not a known field$/)],
   ]);
 });
 

@@ -226,6 +226,16 @@ export const ByPoolInput = z.strictObject({
 });
 
 /**
+ * `capacity.byDomain` (ours, not in the spec): one pool's capacity per placement domain. `topologyKey` is the node
+ * label to group by, constrained as `gang.topologyKey` (a preview's gang may name any key); default: the pool's own.
+ */
+export const ByDomainInput = z.strictObject({
+  tenantId: TenantId,
+  poolId: PoolId,
+  topologyKey: GangOptions.shape.topologyKey,
+});
+
+/**
  * `reservations.create` input. Output differences from the wire: `duration` becomes whole seconds and `binding`
  * defaults to "hold". `binding` is any string, as the reference says; which bindings exist is the reservations
  * module's business.
@@ -261,6 +271,7 @@ export const TimelineInput = z.strictObject({
 
 export type SummaryInput = z.output<typeof SummaryInput>;
 export type ByPoolInput = z.output<typeof ByPoolInput>;
+export type ByDomainInput = z.output<typeof ByDomainInput>;
 export type DeviceRequest = z.output<typeof DeviceRequest>;
 export type ReservationCreateInput = z.output<typeof ReservationCreateInput>;
 export type ReservationCreateRequest = z.input<typeof ReservationCreateInput>;

@@ -5,13 +5,19 @@
 import { parseArgs } from 'node:util';
 import { CAPACITY_PATHS } from '../api/app.ts';
 import { ApiError } from '../api/errors.ts';
-import { createCapacityService, type ByPoolResult, type PreviewResult, type TimelineResult } from '../api/capacity-service.ts';
-import { ByPoolInput, parseInput, PreviewInput, SummaryInput, TimelineInput, ValidationError } from '../api/schemas.ts';
+import {
+  createCapacityService,
+  type ByDomainResult,
+  type ByPoolResult,
+  type PreviewResult,
+  type TimelineResult,
+} from '../api/capacity-service.ts';
+import { ByDomainInput, ByPoolInput, parseInput, PreviewInput, SummaryInput, TimelineInput, ValidationError } from '../api/schemas.ts';
 import type { Config } from '../config.ts';
 import { SelectorError } from '../core/selector.ts';
 import type { Summary } from '../db/capacity.ts';
 import { openDatabase } from '../db/connect.ts';
-import { renderPoolRows, renderPreview, renderSummary, renderTimeline } from './render.ts';
+import { renderDomains, renderPoolRows, renderPreview, renderSummary, renderTimeline } from './render.ts';
 import { selectorTextToObject } from './selector-object.ts';
 
 export const CAPACITY_USAGE = `usage: better-compute capacity --tenant T [what] [options]
@@ -19,6 +25,8 @@ export const CAPACITY_USAGE = `usage: better-compute capacity --tenant T [what] 
 what:
   (nothing)                    the tenant's summary: every pool it owns or is offered, with totals per GPU model
   --pool P                     one pool's rollup rows
+  --domains --pool P           one pool's capacity per placement domain: nodes, free whole nodes, rows per resource
+      --topology-key K         the node label that names a domain (default: the pool's; also for --gang)
   --preview --pool P           would a request fit now, and where (nothing is booked)
       --gpus N                 whole GPUs (default 1); --class C for another device class
       --for D                  duration, e.g. 1d, 8h, PT90M (default 1h)
@@ -52,12 +60,13 @@ export class CliError extends Error {
 
 const usage = (message: string) => new CliError('USAGE', message, 2);
 
-/** The four capacity calls, over HTTP or directly on the database. */
+/** The capacity calls (the spec's four and byDomain), over HTTP or directly on the database. */
 export interface CapacityClient {
   summary(body: unknown): Promise<Summary>;
   byPool(body: unknown): Promise<ByPoolResult>;
   preview(body: unknown): Promise<PreviewResult>;
   timeline(body: unknown): Promise<TimelineResult>;
+  byDomain(body: unknown): Promise<ByDomainResult>;
   close(): Promise<void>;
 }
 
@@ -93,6 +102,7 @@ export function httpClient(serverUrl: string, token: string | undefined): Capaci
     byPool: (b) => call(CAPACITY_PATHS.byPool, b),
     preview: (b) => call(CAPACITY_PATHS.preview, b),
     timeline: (b) => call(CAPACITY_PATHS.timeline, b),
+    byDomain: (b) => call(CAPACITY_PATHS.byDomain, b),
     async close() {},
   };
 }
@@ -106,6 +116,7 @@ export async function directClient(config: Config): Promise<CapacityClient> {
       byPool: async (b) => service.byPool(parseInput(ByPoolInput, b)),
       preview: async (b) => service.preview(parseInput(PreviewInput, b)),
       timeline: async (b) => service.timeline(parseInput(TimelineInput, b)),
+      byDomain: async (b) => service.byDomain(parseInput(ByDomainInput, b)),
       close: () => database.close(),
     };
   } catch (e) {
@@ -148,6 +159,7 @@ export async function capacityCommand(argv: string[], config: Config, io: Capaci
         pool: { type: 'string' },
         preview: { type: 'boolean' },
         timeline: { type: 'boolean' },
+        domains: { type: 'boolean' },
         gpus: { type: 'string' },
         class: { type: 'string' },
         for: { type: 'string' },
@@ -180,12 +192,14 @@ export async function capacityCommand(argv: string[], config: Config, io: Capaci
     if (output !== 'table' && output !== 'json') throw usage(`-o: table or json, not ${output}`);
     const tenantId = values.tenant ?? config.tenant;
     if (!tenantId) throw usage('--tenant is required (or set BETTER_COMPUTE_TENANT)');
-    if (values.preview && values.timeline) throw usage('--preview and --timeline do not go together');
-    const previewOnly = ['gpus', 'class', 'for', 'start', 'selector', 'gang', 'topology-key', 'binding', 'spot'] as const;
+    const views = (['preview', 'timeline', 'domains'] as const).filter((v) => values[v]);
+    if (views.length > 1) throw usage(`--${views[0]} and --${views[1]} do not go together`);
+    const previewOnly = ['gpus', 'class', 'for', 'start', 'selector', 'gang', 'binding', 'spot'] as const;
     const timelineOnly = ['from', 'to', 'step'] as const;
     for (const f of previewOnly) if (values[f] !== undefined && !values.preview) throw usage(`--${f} needs --preview`);
     for (const f of timelineOnly) if (values[f] !== undefined && !values.timeline) throw usage(`--${f} needs --timeline`);
-    if ((values.preview || values.timeline) && !values.pool) throw usage(`--${values.preview ? 'preview' : 'timeline'} needs --pool`);
+    if (values['topology-key'] !== undefined && !values.preview && !values.domains) throw usage('--topology-key needs --preview or --domains');
+    if (views[0] && !values.pool) throw usage(`--${views[0]} needs --pool`);
 
     const makeClient =
       io.client ??
@@ -238,6 +252,14 @@ export async function capacityCommand(argv: string[], config: Config, io: Capaci
         });
         result = r;
         text = renderTimeline(r);
+      } else if (values.domains) {
+        const r = await client.byDomain({
+          tenantId,
+          poolId: values.pool,
+          ...(values['topology-key'] !== undefined ? { topologyKey: values['topology-key'] } : {}),
+        });
+        result = r;
+        text = renderDomains(r);
       } else if (values.pool) {
         const r = await client.byPool({ tenantId, poolId: values.pool });
         result = r;

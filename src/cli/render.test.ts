@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import type { TimelineResult } from '../api/capacity-service.ts';
 import type { CapacityRow } from '../db/capacity.ts';
-import { CHART_WIDTH, renderPoolRows, renderPreview, renderSummary, renderTimeline, table } from './render.ts';
+import { CHART_WIDTH, renderDomains, renderPoolRows, renderPreview, renderSummary, renderTimeline, table } from './render.ts';
 
 const T0 = Date.UTC(2026, 0, 15, 10, 0, 0, 0);
 const HOUR = 3_600_000;
@@ -72,6 +72,47 @@ describe('renderPoolRows', () => {
       'gpu.mig       7           12          4         2          6             1          1            2            0  2026-01-15 10:00Z',
       '',
     ]);
+  });
+});
+
+describe('renderDomains', () => {
+  const cap = (resource: string, total: number, allocated: number) => {
+    const { poolId: _p, updatedAt: _u, ...r } = row(resource, { total, allocatable: total, allocated, reserved: 0, available: total - allocated, provisioning: 0, unhealthy: 0, maintenance: 0 });
+    return r;
+  };
+
+  it('one line per domain and resource with the node counts; a domain without rows; the unlabelled nodes named and explained', () => {
+    const out = renderDomains({
+      poolId: 'pool_x',
+      topologyKey: 'example.com/rack',
+      domains: [
+        { domain: 'rack-a', nodes: { total: 2, allocatable: 2, free: 1 }, capacity: [cap('gpu', 8, 3), cap('vcpu', 64, 8)] },
+        { domain: 'rack-b', nodes: { total: 1, allocatable: 0, free: 0 }, capacity: [] },
+        { domain: null, nodes: { total: 1, allocatable: 1, free: 1 }, capacity: [cap('gpu', 2, 0)] },
+      ],
+    });
+    expect(out.split('\n')).toEqual([
+      'Pool pool_x: capacity per placement domain (example.com/rack)',
+      '',
+      'DOMAIN        NODES  ALLOCATABLE NODES  FREE NODES  RESOURCE  TOTAL  ALLOCATABLE  ALLOCATED  RESERVED  AVAILABLE  PROVISIONING  UNHEALTHY  MAINTENANCE  UNREACHABLE',
+      'rack-a            2                  2           1  gpu           8            8          3         0          5             0          0            0            0',
+      'rack-a            2                  2           1  vcpu         64           64          8         0         56             0          0            0            0',
+      'rack-b            1                  0           0  -             -            -          -         -          -             -          -            -            -',
+      '(unlabelled)      1                  1           1  gpu           2            2          0         0          2             0          0            0            0',
+      '',
+      '(unlabelled): nodes without the label example.com/rack; a gang never uses them.',
+      '',
+    ]);
+  });
+
+  it('every node labelled: no footnote', () => {
+    const out = renderDomains({ poolId: 'pool_x', topologyKey: 'k', domains: [{ domain: 'a', nodes: { total: 1, allocatable: 1, free: 1 }, capacity: [cap('gpu', 4, 0)] }] });
+    expect(out).not.toContain('(unlabelled)');
+    expect(out.endsWith('0\n')).toBe(true);
+  });
+
+  it('a pool without nodes', () => {
+    expect(renderDomains({ poolId: 'pool_x', topologyKey: 'k', domains: [] })).toBe('Pool pool_x: capacity per placement domain (k)\n\nNo nodes.\n');
   });
 });
 

@@ -1,6 +1,6 @@
 // Human output of `better-compute capacity`: aligned tables and the timeline chart. Pure: strings in, strings out.
-import type { ByPoolResult, PreviewResult, TimelineResult } from '../api/capacity-service.ts';
-import type { CapacityRow, Summary } from '../db/capacity.ts';
+import type { ByDomainResult, ByPoolResult, PreviewResult, TimelineResult } from '../api/capacity-service.ts';
+import { UNLABELLED_DOMAIN, type CapacityRow, type Summary } from '../db/capacity.ts';
 
 type Align = 'left' | 'right';
 
@@ -21,7 +21,7 @@ export function table(headers: readonly string[], rows: readonly (readonly Cell[
 
 const COLUMNS = ['total', 'allocatable', 'allocated', 'reserved', 'available', 'provisioning', 'unhealthy', 'maintenance', 'unreachable'] as const;
 const COLUMN_HEADERS = COLUMNS.map((c) => c.toUpperCase());
-const numbers = (r: CapacityRow) => COLUMNS.map((c) => r[c]);
+const numbers = (r: Omit<CapacityRow, 'poolId' | 'updatedAt'>) => COLUMNS.map((c) => r[c]);
 
 /** `2026-01-15 10:00Z` */
 export function formatTime(ms: number, withTime = true): string {
@@ -58,6 +58,33 @@ export function renderSummary(s: Summary): string {
 export function renderPoolRows(r: ByPoolResult): string {
   const rows = r.capacity.map((c) => [c.resource, ...numbers(c), formatTime(c.updatedAt)]);
   return `Pool ${r.poolId}\n\n${table(['RESOURCE', ...COLUMN_HEADERS, 'UPDATED'], rows, ['left', ...COLUMNS.map(() => 'right' as const), 'left'])}\n`;
+}
+
+/** One line per domain and resource, the domain's node counts repeated on each (lines stay greppable). */
+export function renderDomains(r: ByDomainResult): string {
+  const head = `Pool ${r.poolId}: capacity per placement domain (${r.topologyKey})`;
+  if (r.domains.length === 0) return `${head}
+
+No nodes.
+`;
+  const rows: Cell[][] = [];
+  for (const d of r.domains) {
+    const name = d.domain ?? UNLABELLED_DOMAIN;
+    const nodes = [d.nodes.total, d.nodes.allocatable, d.nodes.free];
+    if (d.capacity.length === 0) rows.push([name, ...nodes, '-', ...COLUMNS.map(() => '-')]);
+    for (const c of d.capacity) rows.push([name, ...nodes, c.resource, ...numbers(c)]);
+  }
+  const out = [
+    head,
+    '',
+    table(
+      ['DOMAIN', 'NODES', 'ALLOCATABLE NODES', 'FREE NODES', 'RESOURCE', ...COLUMN_HEADERS],
+      rows,
+      ['left', 'right', 'right', 'right', 'left', ...COLUMNS.map(() => 'right' as const)],
+    ),
+  ];
+  if (r.domains.some((d) => d.domain === null)) out.push('', `${UNLABELLED_DOMAIN}: nodes without the label ${r.topologyKey}; a gang never uses them.`);
+  return `${out.join('\n')}\n`;
 }
 
 export function renderPreview(p: PreviewResult): string {

@@ -12,7 +12,7 @@ import { stopOnSignal } from './signals.ts';
 import { openDatabase } from '../db/connect.ts';
 import { startCapacityJobs } from '../jobs/capacity.ts';
 import { createLogger, type Logger } from '../log.ts';
-import { registerCapacityGauges } from '../metrics/capacity.ts';
+import { registerCapacityGauges, registerDomainGauges } from '../metrics/capacity.ts';
 import { ledgerMetrics } from '../metrics/ledger.ts';
 import { createRegistry, httpMetrics } from '../metrics/registry.ts';
 
@@ -49,6 +49,7 @@ export async function startServe(config: Config, log: Logger, opts: { drainMs?: 
   try {
     const registry = createRegistry();
     registerCapacityGauges(registry, database.db);
+    registerDomainGauges(registry, database.db);
     const { service, clock } = await createCapacityService(database.db, { metrics: ledgerMetrics(registry) });
     let shuttingDown = false;
     const app = createApp({

@@ -1,6 +1,7 @@
 // Capacity gauges: one gauge per rollup column, per pool and resource, read from the database at scrape time with
 // one query (the nine gauges share it).
 import { Gauge, type Registry } from 'prom-client';
+import { domainCapacity, UNLABELLED_DOMAIN, type PoolDomains } from '../db/capacity.ts';
 import type { Db } from '../db/pool.ts';
 
 /** Rollup column → gauge name and help. `total` is `bettercompute_pool_capacity`: a gauge must not end in `_total`. */
@@ -78,4 +79,61 @@ export function registerCapacityGauges(registry: Registry, db: Db): void {
       for (const r of all) this.set(labelsOf(r), r.updated);
     },
   });
+}
+
+/** Per placement domain: node counts, and rollup columns per resource (`available` of `gpu`: free whole GPUs). */
+const DOMAIN_NODE_GAUGES = [
+  ['total', 'bettercompute_domain_nodes', 'Nodes of the placement domain that count in capacity (not excluded).'],
+  ['free', 'bettercompute_domain_free_nodes', 'Allocatable nodes of the domain with every atom healthy and none booked now or later: whole nodes a gang member or node lease could take.'],
+] as const;
+const DOMAIN_ROW_GAUGES = [
+  ['total', 'bettercompute_domain_capacity', 'Everything the domain holds of a resource (the rollup total, per domain).'],
+  ['allocatable', 'bettercompute_domain_allocatable', 'Healthy, bookable atoms of the resource on schedulable nodes of the domain.'],
+  ['allocated', 'bettercompute_domain_allocated', 'Atoms of the resource in the domain booked now.'],
+  ['available', 'bettercompute_domain_available', 'max(0, allocatable - allocated - reserved) in the domain; for gpu, the free whole GPUs.'],
+] as const;
+
+/**
+ * The domain gauges, one query per scrape shared by all of them (as above; a second query beside the rollup's, since
+ * the rollup has no domain). Nodes without the pool's topology label are the series with domain="(unlabelled)".
+ */
+export function registerDomainGauges(registry: Registry, db: Db): void {
+  let inFlight: Promise<PoolDomains[]> | undefined;
+  const pools = (): Promise<PoolDomains[]> => {
+    if (!inFlight) {
+      inFlight = domainCapacity(db);
+      const clear = () => {
+        inFlight = undefined;
+      };
+      inFlight.then(clear, clear);
+    }
+    return inFlight;
+  };
+  const base = (p: PoolDomains, domain: string | null) => ({ pool: p.name, pool_id: p.poolId, domain: domain ?? UNLABELLED_DOMAIN });
+  for (const [field, name, help] of DOMAIN_NODE_GAUGES) {
+    new Gauge({
+      name,
+      help,
+      labelNames: ['pool', 'pool_id', 'domain'] as const,
+      registers: [registry],
+      async collect() {
+        const all = await pools();
+        this.reset();
+        for (const p of all) for (const d of p.domains) this.set(base(p, d.domain), d.nodes[field]);
+      },
+    });
+  }
+  for (const [column, name, help] of DOMAIN_ROW_GAUGES) {
+    new Gauge({
+      name,
+      help,
+      labelNames: ['pool', 'pool_id', 'domain', 'resource'] as const,
+      registers: [registry],
+      async collect() {
+        const all = await pools();
+        this.reset();
+        for (const p of all) for (const d of p.domains) for (const r of d.capacity) this.set({ ...base(p, d.domain), resource: r.resource }, r[column]);
+      },
+    });
+  }
 }

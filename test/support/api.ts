@@ -7,7 +7,7 @@ import { listen, type RunningServer } from '../../src/api/server.ts';
 import type { DbClock } from '../../src/db/clock.ts';
 import type { Db } from '../../src/db/pool.ts';
 import { silentLogger, type Logger } from '../../src/log.ts';
-import { registerCapacityGauges } from '../../src/metrics/capacity.ts';
+import { registerCapacityGauges, registerDomainGauges } from '../../src/metrics/capacity.ts';
 import { ledgerMetrics, type LedgerMetricsSink } from '../../src/metrics/ledger.ts';
 import { createRegistry, httpMetrics } from '../../src/metrics/registry.ts';
 import { HttpClient } from './http.ts';
@@ -48,6 +48,7 @@ export async function startTestApi(
 ): Promise<TestApi> {
   const registry = createRegistry({ defaultMetrics: opts.defaultMetrics ?? false });
   registerCapacityGauges(registry, db);
+  registerDomainGauges(registry, db);
   const metrics = ledgerMetrics(registry);
   const created = await createCapacityService(db, { metrics });
   const service = opts.previewer ? new CapacityService({ db, previewer: opts.previewer, clock: created.clock }) : created.service;
