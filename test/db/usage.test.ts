@@ -6,6 +6,8 @@ import { Registry } from 'prom-client';
 import { afterAll, describe, expect, it } from 'vitest';
 import { CAPACITY_PATHS } from '../../src/api/app.ts';
 import type { Authorizer, CapacityReadTarget } from '../../src/api/authz.ts';
+import { usageCommand } from '../../src/cli/usage.ts';
+import { loadConfig } from '../../src/config.ts';
 import { FencedError, Ledger } from '../../src/db/ledger.ts';
 import type { Db } from '../../src/db/pool.ts';
 import { computeUsageHours } from '../../src/db/usage.ts';
@@ -279,6 +281,36 @@ describe('the usage method of the capacity API', () => {
       expect(seen).toEqual([{ tenantId: 'acme' }, { tenantId: 'acme', poolId: POOL }]);
     } finally {
       await rec.close();
+    }
+  });
+});
+
+describe('better-compute usage over HTTP', () => {
+  it('prints the hand-computed hours as a table, and the API answer with -o json', async () => {
+    const api = await startTestApi(ctx.db);
+    try {
+      const config = loadConfig({ BETTER_COMPUTE_SERVER: api.url, BETTER_COMPUTE_TOKEN: TOKENS.all, BETTER_COMPUTE_TENANT: 'beta' });
+      let stdout = '';
+      const io = { stdout: (s: string) => (stdout += s), stderr: (s: string) => (stdout += s) };
+      expect(await usageCommand(['--from', '2030-01-15T10:00Z', '--to', '2030-01-15T13:00Z'], config, io)).toBe(0);
+      expect(stdout).toBe(
+        [
+          'Tenant beta: usage 2030-01-15 10:00Z to 2030-01-15 13:00Z (no hour is final yet)',
+          '',
+          `${'POOL ID'.padEnd(POOL.length)}  RESOURCE  HOURS  UNIT`,
+          `${POOL}  gpu       0.500  GPU-hours`,
+          `${POOL}  vcpu      4.000  vCPU-hours`,
+          '',
+        ].join('\n'),
+      );
+      stdout = '';
+      expect(await usageCommand(['--tenant', 'acme', '--period', '2030-01', '-o', 'json'], config, io)).toBe(0);
+      expect(JSON.parse(stdout)).toMatchObject({ tenantId: 'acme', totals: [{ poolId: POOL, resource: 'gpu', atomSeconds: 7200, hours: 2 }] });
+      stdout = '';
+      expect(await usageCommand(['--period', 'soon'], config, io)).toBe(1);
+      expect(stdout).toMatch(/^error INVALID_INPUT: period: a month/);
+    } finally {
+      await api.close();
     }
   });
 });
