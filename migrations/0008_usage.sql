@@ -18,6 +18,13 @@ CREATE TABLE usage_hours (
 CREATE INDEX index$usage_hours$hour ON usage_hours (hour);
 CREATE INDEX index$usage_hours$pool ON usage_hours (pool_id);
 
+-- The recurring run reads only what overlaps the hours it recomputes: the history grows, those hours do not. Charges
+-- are found by the GiST index on (tenant, pool, resource, during), which serves `during &&` alone; allocations get a
+-- B-tree on the end of what they held (they are not truncated on release: the earlier of the range's end and the
+-- release), only for those with scalars.
+CREATE INDEX index$allocations$scalars_end ON allocations (least(upper(during), coalesce(released_at, 'infinity')))
+  WHERE scalars <> '{}' AND kind <> 'layout';
+
 -- Hours that start before `final_until` are final: they ended at least the settle margin ago, so no booking or release
 -- in flight when they ended can still change them. Later hours (the current one among them) are recomputed by each run.
 CREATE TABLE usage_watermark (
@@ -47,8 +54,8 @@ BEGIN
     UNION ALL
     SELECT a.tenant_id, a.pool_id, s.key, s.value::numeric, a.during * tstzrange(NULL, a.released_at, '[)') * v_win
     FROM allocations a CROSS JOIN LATERAL jsonb_each_text(a.scalars) s
-    WHERE a.kind <> 'layout' AND a.tenant_id IS NOT NULL AND a.pool_id IS NOT NULL AND a.during && v_win
-      AND s.value::numeric > 0
+    WHERE a.scalars <> '{}' AND a.kind <> 'layout' AND least(upper(a.during), coalesce(a.released_at, 'infinity')) > p_from
+      AND a.tenant_id IS NOT NULL AND a.pool_id IS NOT NULL AND a.during && v_win AND s.value::numeric > 0
   ), pieces AS (
     SELECT tenant_id, pool_id, resource, h AS hour,
            amount * extract(epoch FROM least(upper(r), h + interval '1 hour') - greatest(lower(r), h)) AS atom_seconds
