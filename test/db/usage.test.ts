@@ -114,6 +114,34 @@ describe('hourly usage from the booking history (hand-computed)', () => {
     expect(await rows(ctx.db)).toEqual(expected);
   });
 
+  it('MIG-instance hours and slot hours count per atom of their class', async () => {
+    const now = await freeze(ctx.db, '2030-01-15T13:00:00Z');
+    const mig = await makePool('usage-mig').owner('delta').sharing('mig').create(ctx.db);
+    await makeNode('usage-m1').gpus(1).mig(7).create(ctx.db, mig);
+    const slots = await makePool('usage-slots').owner('delta').sharing('timeslice', 4).create(ctx.db);
+    await makeNode('usage-s1').gpus(1).create(ctx.db, slots);
+    // 3 MIG instances 13:40–14:00 and 2 slots 13:30–14:15.
+    const ledger = new Ledger(ctx.db);
+    const m = await ledger.reserve(
+      reservation(mig, { tenantId: 'delta', devices: [{ class: 'gpu.mig', count: 3 }], start: at('2030-01-15T13:40Z'), duration: 1200 }),
+      now,
+    );
+    const sl = await ledger.reserve(
+      reservation(slots, { tenantId: 'delta', devices: [{ class: 'gpu.slot', count: 2 }], start: at('2030-01-15T13:30Z'), duration: 2700 }),
+      now,
+    );
+    expect([m.ok, sl.ok]).toEqual([true, true]);
+    await freeze(ctx.db, '2030-01-15T15:00:00Z');
+    await computeUsageHours(ctx.db, at('2030-01-15T13:00Z'), at('2030-01-15T15:00Z'));
+    // gpu.mig: 3 × 1200 s = 1.0 MIG-instance-hour in hour 13. gpu.slot: 2 × 1800 s = 1.0 slot-hour in hour 13 and
+    // 2 × 900 s = 0.5 in hour 14.
+    expect(await rows(ctx.db, 'delta')).toEqual([
+      `delta ${mig} gpu.mig 2030-01-15T13:00Z ${secs(3600)}`,
+      `delta ${slots} gpu.slot 2030-01-15T13:00Z ${secs(3600)}`,
+      `delta ${slots} gpu.slot 2030-01-15T14:00Z ${secs(1800)}`,
+    ].sort());
+  });
+
   it('refuses a range that is not whole hours', async () => {
     await expect(computeUsageHours(ctx.db, at('2030-01-15T10:30Z'), at('2030-01-15T12:00Z'))).rejects.toThrow(/whole hours/);
   });
