@@ -98,20 +98,20 @@ export interface UsageMetrics {
 }
 
 /**
- * Usage windows: hours burned this UTC month per tenant, pool and resource (GPU-hours for `gpu`, MIG-instance hours
- * for `gpu.mig`, slot hours, scalar hours), read from usage_hours at scrape time on every replica; and the watermark
- * of the leader's job.
+ * Usage windows: atom-seconds burned this UTC month per tenant, pool and resource (÷ 3600: GPU-hours for `gpu`,
+ * MIG-instance hours for `gpu.mig`, slot hours, scalar hours; seconds because promtool wants base units), read from
+ * usage_hours at scrape time on every replica; and the watermark of the leader's job.
  */
 export function usageMetrics(registry: Registry, db: Pick<Db, 'query'>): UsageMetrics {
   new Gauge({
-    name: 'bettercompute_usage_month_hours',
-    help: 'Hours burned since the start of the current UTC month, by tenant, pool and resource (amount × hours held; gpu: GPU-hours), as of the last usage run.',
+    name: 'bettercompute_usage_month_atom_seconds',
+    help: 'Atom-seconds burned since the start of the current UTC month, by tenant, pool and resource (amount × seconds held; ÷ 3600 for GPU-hours of gpu), as of the last usage run.',
     labelNames: ['tenant', 'pool', 'pool_id', 'resource'] as const,
     registers: [registry],
     async collect() {
       const rows = await monthToDateUsage(db);
       this.reset();
-      for (const r of rows) this.set({ tenant: r.tenantId, pool: r.pool, pool_id: r.poolId, resource: r.resource }, r.hours);
+      for (const r of rows) this.set({ tenant: r.tenantId, pool: r.pool, pool_id: r.poolId, resource: r.resource }, r.atomSeconds);
     },
   });
   const final = new Gauge({

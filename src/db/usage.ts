@@ -84,14 +84,15 @@ export interface UsageSeries {
   poolId: string;
   pool: string;
   resource: string;
-  hours: number;
+  /** Exact, as stored (÷ 3600: GPU-hours for gpu). */
+  atomSeconds: number;
 }
 
-/** Hours burned per tenant, pool and resource since the start of the current UTC month (by compute_now()). */
+/** Atom-seconds burned per tenant, pool and resource since the start of the current UTC month (by compute_now()). */
 export async function monthToDateUsage(db: Pick<Db, 'query'>): Promise<UsageSeries[]> {
   const { rows } = await db.query<UsageSeries>(
     `SELECT u.tenant_id AS "tenantId", u.pool_id AS "poolId", p.name AS pool, u.resource,
-            round(sum(u.atom_seconds) / 3600, 6)::float8 AS hours
+            sum(u.atom_seconds)::float8 AS "atomSeconds"
      FROM usage_hours u JOIN pools p ON p.id = u.pool_id
      WHERE u.hour >= date_trunc('month', compute_now(), 'UTC')
      GROUP BY 1, 2, 3, 4 ORDER BY 1, 2, 4`,

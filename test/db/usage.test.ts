@@ -19,6 +19,7 @@ import { startTestApi, testAuthorizer, TOKENS, type TestApi } from '../support/a
 import { makeNode, makePool, reservation } from '../support/builders.ts';
 import { createTestDatabase, useTestDatabase, type TestDatabase } from '../support/db.ts';
 import { expectError } from '../support/http-assert.ts';
+import { ensurePrometheus, promtoolCheck } from '../support/prometheus.ts';
 
 const ctx = useTestDatabase();
 const at = (iso: string) => Date.parse(iso);
@@ -344,14 +345,16 @@ describe('better-compute usage over HTTP', () => {
 });
 
 describe('metrics', () => {
-  it('bettercompute_usage_month_hours: hours this UTC month per tenant, pool and resource', async () => {
+  it('bettercompute_usage_month_atom_seconds: this UTC month per tenant, pool and resource; promtool finds nothing', async () => {
     const registry = new Registry();
     const m = usageMetrics(registry, ctx.db);
     m.completed(1_893_657_600);
     const text = await registry.metrics();
-    expect(text).toContain(`bettercompute_usage_month_hours{tenant="acme",pool="usage-a",pool_id="${POOL}",resource="gpu"} 2`);
-    expect(text).toContain(`bettercompute_usage_month_hours{tenant="beta",pool="usage-a",pool_id="${POOL}",resource="gpu"} 0.5`);
-    expect(text).toContain(`bettercompute_usage_month_hours{tenant="beta",pool="usage-a",pool_id="${POOL}",resource="vcpu"} 4`);
+    expect(text).toContain(`bettercompute_usage_month_atom_seconds{tenant="acme",pool="usage-a",pool_id="${POOL}",resource="gpu"} 7200`);
+    expect(text).toContain(`bettercompute_usage_month_atom_seconds{tenant="beta",pool="usage-a",pool_id="${POOL}",resource="gpu"} 1800`);
+    expect(text).toContain(`bettercompute_usage_month_atom_seconds{tenant="beta",pool="usage-a",pool_id="${POOL}",resource="vcpu"} 14400`);
     expect(text).toContain('bettercompute_usage_final_until_timestamp_seconds 1893657600');
+    const { promtool } = await ensurePrometheus();
+    expect(await promtoolCheck(promtool, text)).toEqual({ code: 0, output: '' });
   });
 });
