@@ -385,7 +385,6 @@ export const UsageInput = z.strictObject({
 });
 
 export type UsageInput = z.output<typeof UsageInput>;
-export type UsageRequest = z.input<typeof UsageInput>;
 
 export const MAX_USAGE_SPAN_MS = 366 * DAY_MS;
 export const MAX_HOURLY_SPAN_MS = 31 * DAY_MS;

@@ -2,7 +2,7 @@
 // the scheduler extender on loopback, /metrics over HTTPS, the webhooks over HTTPS with the routers the caller mounts)
 // and keeps informer caches warm; the replica holding the Lease
 // `better-compute-controller` takes the ledger fence and runs the reconcilers and the periodic jobs (rollup fold and
-// rebuild, lease expiry, resync, drift reconcile). Losing the Lease stops the leader work at once. Health: /readyz
+// rebuild, lease expiry, resync, drift reconcile, usage windows). Losing the Lease stops the leader work at once. Health: /readyz
 // while the informers are synced and the database answers; /healthz until the database has been silent for
 // BETTER_COMPUTE_DB_LIVENESS; a leader whose database is silent for a renew deadline gives the Lease up. SIGTERM: stop
 // leading and release the Lease, stop the informers, drain HTTP, close the database.

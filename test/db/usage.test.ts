@@ -143,6 +143,24 @@ describe('hourly usage from the booking history (hand-computed)', () => {
     ].sort());
   });
 
+  it('an open-ended on-demand pod counts up to now, never its unbounded rest', async () => {
+    const now = await freeze(ctx.db, '2030-01-15T15:00:00Z');
+    const pool = await makePool('usage-pods').owner('eps').create(ctx.db);
+    await makeNode('usage-p1').gpus(4).create(ctx.db, pool);
+    const out = await new Ledger(ctx.db).bookPod(
+      { tenantId: 'eps', poolId: pool, podUid: 'pod-usage-1', nodeId: 'usage-p1', devices: [{ class: 'gpu', count: 3 }], durationSeconds: null },
+      now,
+    );
+    expect(out.ok).toBe(true);
+    await freeze(ctx.db, '2030-01-15T16:30:00Z');
+    await computeUsageHours(ctx.db, at('2030-01-15T15:00Z'), at('2030-01-15T18:00Z'));
+    // 3 GPUs from 15:00, still running at 16:30: 3 × 3600 s in hour 15, 3 × 1800 s in hour 16, nothing in hour 17.
+    expect(await rows(ctx.db, 'eps')).toEqual([
+      `eps ${pool} gpu 2030-01-15T15:00Z ${secs(10800)}`,
+      `eps ${pool} gpu 2030-01-15T16:00Z ${secs(5400)}`,
+    ]);
+  });
+
   it('refuses a range that is not whole hours', async () => {
     await expect(computeUsageHours(ctx.db, at('2030-01-15T10:30Z'), at('2030-01-15T12:00Z'))).rejects.toThrow(/whole hours/);
   });
