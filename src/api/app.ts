@@ -9,7 +9,7 @@ import type { HttpMetrics } from '../metrics/registry.ts';
 import { bearerToken, type Authorizer, type CapacityReadTarget, type Principal } from './authz.ts';
 import type { CapacityService } from './capacity-service.ts';
 import { ApiError, invalidInput, toErrorResponse } from './errors.ts';
-import { ByDomainInput, ByPoolInput, parseInput, PreviewInput, SummaryInput, TimelineInput } from './schemas.ts';
+import { ByDomainInput, ByPoolInput, parseInput, PreviewInput, SummaryInput, TimelineInput, UsageInput } from './schemas.ts';
 
 /** The largest request body read, in bytes; a larger one is INVALID_INPUT. */
 export const MAX_BODY_BYTES = 64 * 1024;
@@ -21,6 +21,8 @@ export const CAPACITY_PATHS = {
   timeline: '/api/compute/capacity/timeline',
   /** Ours, not in the spec: capacity per placement domain (docs/adr/0014-capacity-per-domain.md). */
   byDomain: '/api/compute/capacity/byDomain',
+  /** Not one of the spec's four: hourly usage windows (docs/adr/0011-usage-windows.md). */
+  usage: '/api/compute/capacity/usage',
 } as const;
 
 export interface AppDeps {
@@ -139,6 +141,9 @@ export function createApp(deps: AppDeps): express.Express {
   method(CAPACITY_PATHS.preview, PreviewInput, onPool, (i) => deps.service.preview(i));
   method(CAPACITY_PATHS.timeline, TimelineInput, onPool, (i) => deps.service.timeline(i));
   method(CAPACITY_PATHS.byDomain, ByDomainInput, onPool, (i) => deps.service.byDomain(i));
+  // On the tenant, and on the pool when one is named (as byPool).
+  const onTenantOrPool = (i: { tenantId: string; poolId?: string | undefined }) => (i.poolId === undefined ? onTenant(i) : { tenantId: i.tenantId, poolId: i.poolId });
+  method(CAPACITY_PATHS.usage, UsageInput, onTenantOrPool, (i) => deps.service.usage(i));
 
   app.use((req, _res, next) => {
     next(new ApiError('NOT_FOUND', `no route ${req.method} ${req.path}`));

@@ -15,13 +15,16 @@ import { Ledger, type LedgerMetrics } from '../db/ledger.ts';
 import type { Db } from '../db/pool.ts';
 import { getPool, isPoolVisible, type PoolInfo } from '../db/snapshot.ts';
 import { notFound } from './errors.ts';
+import { readUsage, type UsageTotal } from '../db/usage.ts';
 import {
   resolveTimelineWindow,
+  resolveUsageWindow,
   type ByDomainInput,
   type ByPoolInput,
   type PreviewInput,
   type SummaryInput,
   type TimelineInput,
+  type UsageInput,
 } from './schemas.ts';
 
 /** The most candidates a preview returns (a gang returns all its members). */
@@ -71,6 +74,20 @@ export interface TimelineResult {
   stepMinutes: number;
   allocatable: number;
   buckets: TimelineBucket[];
+}
+
+export interface UsageResult {
+  tenantId: string;
+  poolId?: string;
+  /** The window in whole UTC hours (ISO 8601). */
+  from: string;
+  to: string;
+  /** Hours before this are final; later ones (the current hour among them) may still grow. Null before the first run. */
+  finalUntil: string | null;
+  /** Per pool and resource over the window: atom-seconds (exact) and hours (÷ 3600, 6 decimals). */
+  totals: UsageTotal[];
+  /** With `hourly`: one row per hour, pool and resource that had use. */
+  hours?: { hour: string; poolId: string; resource: string; atomSeconds: number; hours: number }[];
 }
 
 /** What the planner answers; Ledger.preview satisfies it. `preemptible` is passed through when the ledger gives one. */
@@ -150,6 +167,25 @@ export class CapacityService {
     await this.visiblePool(input.poolId, input.tenantId);
     const { allocatable, buckets } = await gpuTimeline(this.deps.db, input.poolId, w.from, w.to, w.stepMs);
     return { poolId: input.poolId, from: w.from, to: w.to, stepMinutes: w.stepMinutes, allocatable, buckets };
+  }
+
+  /**
+   * The tenant's usage windows. Only the tenant's own rows are read, so no pool visibility check: a pool it may no
+   * longer see still shows what it burned there, and an unknown pool shows nothing.
+   */
+  async usage(input: UsageInput): Promise<UsageResult> {
+    const w = resolveUsageWindow(input, this.deps.clock.now());
+    const u = await readUsage(this.deps.db, { tenantId: input.tenantId, poolId: input.poolId, fromMs: w.from, toMs: w.to });
+    const iso = (ms: number) => new Date(ms).toISOString();
+    return {
+      tenantId: input.tenantId,
+      ...(input.poolId !== undefined ? { poolId: input.poolId } : {}),
+      from: iso(w.from),
+      to: iso(w.to),
+      finalUntil: u.finalUntil === null ? null : iso(u.finalUntil),
+      totals: u.totals,
+      ...(input.hourly ? { hours: u.hours.map((h) => ({ ...h, hour: iso(h.hour) })) } : {}),
+    };
   }
 }
 

@@ -7,7 +7,7 @@
 // `devices[].selector`, whose keys are device attribute names, checked by selectorFromObject.
 
 import { z } from 'zod';
-import { DurationError, parseDuration } from '../core/duration.ts';
+import { DurationError, MAX_DURATION_STRING_LENGTH, parseDuration } from '../core/duration.ts';
 import { SelectorError, selectorFromObject } from '../core/selector.ts';
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -327,4 +327,125 @@ export function resolveTimelineWindow(
     ]);
   }
   return { from, to, stepMinutes, stepMs, buckets };
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Usage (not one of the spec's four methods; docs/adr/0011-usage-windows.md). Times are ISO 8601 on the wire.
+
+/** `2026-11-01`, `2026-11-01T10:00Z`, `2026-11-01T10:00:00.000+01:00`: a date (UTC) or a date-time with a zone. */
+export const ISO_TIME_RE = /^(\d{4})-(\d{2})-(\d{2})(?:T([01]\d|2[0-3]):([0-5]\d)(?::([0-5]\d)(?:\.\d{1,9})?)?(?:Z|[+-](?:[01]\d|2[0-3]):?[0-5]\d))?$/;
+/** `2026-11`: a UTC calendar month. */
+export const MONTH_RE = /^(\d{4})-(0[1-9]|1[0-2])$/;
+
+const daysIn = (year: number, month: number) => new Date(Date.UTC(year, month, 0)).getUTCDate();
+
+/** An ISO 8601 time as epoch ms; a real calendar date (no 2026-02-30), within [0, MAX_EPOCH_MS]. */
+export const IsoTime = z
+  .string()
+  .max(40)
+  .regex(ISO_TIME_RE, { error: 'must be an ISO 8601 date (2026-11-01) or date-time with a zone (2026-11-01T10:00Z)' })
+  .transform((v, ctx) => {
+    const m = ISO_TIME_RE.exec(v)!;
+    const [year, month, day] = [Number(m[1]), Number(m[2]), Number(m[3])];
+    const ms = Date.parse(v);
+    if (month < 1 || month > 12 || day < 1 || day > daysIn(year, month) || !Number.isFinite(ms) || ms < 0 || ms > MAX_EPOCH_MS) {
+      ctx.addIssue({ code: 'custom', message: `is not a time between 1970 and ${new Date(MAX_EPOCH_MS).getUTCFullYear()}` });
+      return z.NEVER;
+    }
+    return ms;
+  });
+
+export type UsagePeriod = { kind: 'month'; year: number; month: number } | { kind: 'last'; hours: number };
+
+/** `period`: a UTC month (`2026-11`) or the hours up to now (`24h`, `7d`, `PT48H`: whole hours, at most 366 days). */
+export const UsagePeriod = z
+  .string()
+  .max(MAX_DURATION_STRING_LENGTH)
+  .transform((v, ctx): UsagePeriod => {
+    const month = MONTH_RE.exec(v);
+    if (month) {
+      const year = Number(month[1]);
+      if (year < 1970 || year > 6000) {
+        ctx.addIssue({ code: 'custom', message: 'a month between 1970-01 and 6000-12' });
+        return z.NEVER;
+      }
+      return { kind: 'month', year, month: Number(month[2]) };
+    }
+    try {
+      const seconds = parseDuration(v);
+      if (seconds % 3600 !== 0) {
+        ctx.addIssue({ code: 'custom', message: 'a duration of whole hours (24h, 7d), or a month (2026-11)' });
+        return z.NEVER;
+      }
+      return { kind: 'last', hours: seconds / 3600 };
+    } catch (err) {
+      if (!(err instanceof DurationError)) throw err;
+      ctx.addIssue({ code: 'custom', message: `a month (2026-11) or a duration of whole hours (24h, 7d): ${err.message}` });
+      return z.NEVER;
+    }
+  });
+
+export const UsageInput = z.strictObject({
+  tenantId: TenantId,
+  poolId: PoolId.optional(),
+  from: IsoTime.optional(),
+  to: IsoTime.optional(),
+  period: UsagePeriod.optional(),
+  /** Also the rows of each hour (a window of at most 31 days); otherwise totals per pool and resource only. */
+  hourly: z.boolean().default(false),
+});
+
+export type UsageInput = z.output<typeof UsageInput>;
+
+export const MAX_USAGE_SPAN_MS = 366 * DAY_MS;
+export const MAX_HOURLY_SPAN_MS = 31 * DAY_MS;
+
+export interface UsageWindow {
+  /** Whole UTC hours, epoch ms. */
+  from: number;
+  to: number;
+}
+
+/**
+ * The usage window in whole UTC hours: `period` (a month, or the last N hours up to the end of the current hour), or
+ * `from` (floored to its hour) to `to` (raised to an hour; default the end of the current hour); neither: the current
+ * UTC month. At most 366 days, and 31 with `hourly`. Throws ValidationError.
+ */
+export function resolveUsageWindow(
+  input: { from?: number | undefined; to?: number | undefined; period?: UsagePeriod | undefined; hourly?: boolean | undefined },
+  nowMs: number,
+): UsageWindow {
+  const fail = (path: string, message: string): never => {
+    throw new ValidationError([{ path, message }]);
+  };
+  const endOfHour = Math.ceil(nowMs / HOUR_MS) * HOUR_MS;
+  let from: number;
+  let to: number;
+  if (input.period !== undefined) {
+    if (input.from !== undefined || input.to !== undefined) fail('period', 'give either period or from/to, not both');
+  }
+  const period: UsagePeriod | undefined =
+    input.period ?? (input.from === undefined && input.to === undefined ? { kind: 'month', ...yearMonth(nowMs) } : undefined);
+  if (period?.kind === 'month') {
+    from = Date.UTC(period.year, period.month - 1, 1);
+    to = Date.UTC(period.year, period.month, 1);
+  } else if (period?.kind === 'last') {
+    to = endOfHour;
+    from = to - period.hours * HOUR_MS;
+  } else {
+    if (input.from === undefined) return fail('from', 'is required with to');
+    from = Math.floor(input.from / HOUR_MS) * HOUR_MS;
+    to = input.to === undefined ? endOfHour : Math.ceil(input.to / HOUR_MS) * HOUR_MS;
+    if (!(to > from)) fail('to', `must be after from (from ${new Date(from).toISOString()}, to ${new Date(to).toISOString()})`);
+  }
+  if (to - from > MAX_USAGE_SPAN_MS) fail('to', `the window spans ${(to - from) / HOUR_MS} hours; at most 366 days`);
+  if (input.hourly && to - from > MAX_HOURLY_SPAN_MS) {
+    fail('hourly', `the window spans ${(to - from) / HOUR_MS} hours; hourly rows for at most 31 days (744 hours)`);
+  }
+  return { from, to };
+}
+
+function yearMonth(ms: number): { year: number; month: number } {
+  const d = new Date(ms);
+  return { year: d.getUTCFullYear(), month: d.getUTCMonth() + 1 };
 }

@@ -70,33 +70,36 @@ export interface CapacityClient {
   close(): Promise<void>;
 }
 
-export function httpClient(serverUrl: string, token: string | undefined): CapacityClient {
+/** One POST to the capacity API; an error answer becomes a CliError with its code. */
+export async function httpCall<T>(serverUrl: string, token: string | undefined, path: string, body: unknown): Promise<T> {
   const base = serverUrl.replace(/\/+$/, '');
-  async function call<T>(path: string, body: unknown): Promise<T> {
-    let res: Response;
-    try {
-      res = await fetch(`${base}${path}`, {
-        method: 'POST',
-        headers: { 'content-type': 'application/json', ...(token ? { authorization: `Bearer ${token}` } : {}) },
-        body: JSON.stringify(body),
-      });
-    } catch (e) {
-      const cause = (e as { cause?: { code?: string; message?: string } }).cause;
-      throw new CliError('UNREACHABLE', `cannot reach ${base}: ${cause?.code ?? cause?.message ?? (e as Error).message}`);
-    }
-    const text = await res.text();
-    let json: unknown;
-    try {
-      json = JSON.parse(text);
-    } catch {
-      throw new CliError('BAD_RESPONSE', `${base}${path} answered ${res.status} with a body that is not JSON`);
-    }
-    if (!res.ok) {
-      const err = (json as { error?: { code?: unknown; message?: unknown } }).error;
-      throw new CliError(String(err?.code ?? `HTTP_${res.status}`), String(err?.message ?? res.statusText));
-    }
-    return json as T;
+  let res: Response;
+  try {
+    res = await fetch(`${base}${path}`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', ...(token ? { authorization: `Bearer ${token}` } : {}) },
+      body: JSON.stringify(body),
+    });
+  } catch (e) {
+    const cause = (e as { cause?: { code?: string; message?: string } }).cause;
+    throw new CliError('UNREACHABLE', `cannot reach ${base}: ${cause?.code ?? cause?.message ?? (e as Error).message}`);
   }
+  const text = await res.text();
+  let json: unknown;
+  try {
+    json = JSON.parse(text);
+  } catch {
+    throw new CliError('BAD_RESPONSE', `${base}${path} answered ${res.status} with a body that is not JSON`);
+  }
+  if (!res.ok) {
+    const err = (json as { error?: { code?: unknown; message?: unknown } }).error;
+    throw new CliError(String(err?.code ?? `HTTP_${res.status}`), String(err?.message ?? res.statusText));
+  }
+  return json as T;
+}
+
+export function httpClient(serverUrl: string, token: string | undefined): CapacityClient {
+  const call = <T>(path: string, body: unknown) => httpCall<T>(serverUrl, token, path, body);
   return {
     summary: (b) => call(CAPACITY_PATHS.summary, b),
     byPool: (b) => call(CAPACITY_PATHS.byPool, b),

@@ -6,6 +6,7 @@ import { migrate } from '../db/migrate.ts';
 import { createLogger } from '../log.ts';
 import { capacityCommand } from './capacity.ts';
 import { serveCommand } from './serve.ts';
+import { usageCommand } from './usage.ts';
 
 const USAGE = `usage: better-compute <command> [options]
 
@@ -15,6 +16,7 @@ commands:
   controller         run the controller: reservations, pools, nodes and inventory from Kubernetes (see README "Controller")
   agent              run the node agent: device discovery, NodeDevices, kubelet device plugins (see agent --help)
   capacity           capacity summary, pool rows, placement preview, GPU timeline (see capacity --help)
+  usage              hourly usage windows: GPU-hours and more per pool and resource over a period (see usage --help)
 `;
 
 type Command = (argv: string[]) => Promise<number>;
@@ -51,6 +53,11 @@ const commands: Record<string, Command> = {
   },
   capacity: (argv) =>
     capacityCommand(argv, loadConfig(), {
+      stdout: (text) => process.stdout.write(text),
+      stderr: (text) => process.stderr.write(text),
+    }),
+  usage: (argv) =>
+    usageCommand(argv, loadConfig(), {
       stdout: (text) => process.stdout.write(text),
       stderr: (text) => process.stderr.write(text),
     }),

@@ -1,5 +1,5 @@
 // Human output of `better-compute capacity`: aligned tables and the timeline chart. Pure: strings in, strings out.
-import type { ByDomainResult, ByPoolResult, PreviewResult, TimelineResult } from '../api/capacity-service.ts';
+import type { ByDomainResult, ByPoolResult, PreviewResult, TimelineResult, UsageResult } from '../api/capacity-service.ts';
 import { UNLABELLED_DOMAIN, type CapacityRow, type Summary } from '../db/capacity.ts';
 
 type Align = 'left' | 'right';
@@ -130,4 +130,54 @@ export function renderTimeline(t: TimelineResult): string {
     lines.push(`${formatTime(b.start, withTime)}  ${bar}  booked ${String(b.booked).padStart(bw)}  free ${String(b.free).padStart(fw)}`);
   }
   return `${lines.join('\n')}\n`;
+}
+
+/** What an hour of a resource is called: GPU-hours, MIG-instance-hours, slot-hours, vCPU-hours, ... */
+export function usageUnit(resource: string): string {
+  const units: Record<string, string> = {
+    gpu: 'GPU-hours',
+    'gpu.mig': 'MIG-instance-hours',
+    'gpu.slot': 'slot-hours',
+    vcpu: 'vCPU-hours',
+    memoryGiB: 'GiB-hours',
+    hugepages1Gi: 'hugepage-hours',
+  };
+  return units[resource] ?? `${resource}-hours`;
+}
+
+/** Hours with three decimals (the API gives six): 1.5 → `1.500`. */
+const hoursText = (h: number) => h.toFixed(3);
+
+/**
+ * `better-compute usage`: the window and how much of it is final, then per pool and resource the hours burned; with
+ * hourly rows, one line per hour, marked `open` while the hour may still change.
+ */
+export function renderUsage(u: UsageResult): string {
+  const from = Date.parse(u.from);
+  const to = Date.parse(u.to);
+  const final = u.finalUntil === null ? 'no hour is final yet' : `final before ${formatTime(Date.parse(u.finalUntil))}`;
+  const out = [`Tenant ${u.tenantId}${u.poolId !== undefined ? `, pool ${u.poolId}` : ''}: usage ${formatTime(from)} to ${formatTime(to)} (${final})`];
+  if (u.totals.length === 0) return `${out[0]}\n\nNo usage in the window.\n`;
+  out.push(
+    '',
+    table(
+      ['POOL ID', 'RESOURCE', 'HOURS', 'UNIT'],
+      u.totals.map((t) => [t.poolId, t.resource, hoursText(t.hours), usageUnit(t.resource)]),
+      ['left', 'left', 'right', 'left'],
+    ),
+  );
+  if (u.hours !== undefined) {
+    const finalUntil = u.finalUntil === null ? -Infinity : Date.parse(u.finalUntil);
+    out.push(
+      '',
+      u.hours.length === 0
+        ? 'No hourly rows.'
+        : table(
+            ['HOUR', 'POOL ID', 'RESOURCE', 'HOURS', 'FINAL'],
+            u.hours.map((h) => [formatTime(Date.parse(h.hour)), h.poolId, h.resource, hoursText(h.hours), Date.parse(h.hour) < finalUntil ? 'yes' : 'open']),
+            ['left', 'left', 'left', 'right', 'left'],
+          ),
+    );
+  }
+  return `${out.join('\n')}\n`;
 }

@@ -1,5 +1,7 @@
 // The controller's own metrics: reconciles by controller and outcome, watch restarts, leadership.
 import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
+import type { Db } from '../db/pool.ts';
+import { monthToDateUsage } from '../db/usage.ts';
 
 export interface ControllerMetrics {
   reconciled(controller: string, seconds: number, outcome: string): void;
@@ -87,4 +89,36 @@ export function driftMetrics(registry: Registry, series: readonly { kind: string
     found: (kind, action, n = 1) => found.inc({ kind, action }, n),
     completed: (seconds) => last.set(seconds),
   };
+}
+
+/** The usage windows job (usage.ts): how far hours are final. */
+export interface UsageMetrics {
+  /** A run caught up; hours before `finalUntilSeconds` (since the epoch) are final. */
+  completed(finalUntilSeconds: number): void;
+}
+
+/**
+ * Usage windows: atom-seconds burned this UTC month per tenant, pool and resource (÷ 3600: GPU-hours for `gpu`,
+ * MIG-instance hours for `gpu.mig`, slot hours, scalar hours; seconds because promtool wants base units), read from
+ * usage_hours at scrape time on every replica; and the watermark of the leader's job.
+ */
+export function usageMetrics(registry: Registry, db: Pick<Db, 'query'>): UsageMetrics {
+  new Gauge({
+    name: 'bettercompute_usage_month_atom_seconds',
+    help: 'Atom-seconds burned since the start of the current UTC month, by tenant, pool and resource (amount × seconds held; ÷ 3600 for GPU-hours of gpu), as of the last usage run.',
+    labelNames: ['tenant', 'pool', 'pool_id', 'resource'] as const,
+    registers: [registry],
+    async collect() {
+      const rows = await monthToDateUsage(db);
+      this.reset();
+      for (const r of rows) this.set({ tenant: r.tenantId, pool: r.pool, pool_id: r.poolId, resource: r.resource }, r.atomSeconds);
+    },
+  });
+  const final = new Gauge({
+    name: 'bettercompute_usage_final_until_timestamp_seconds',
+    help: 'Usage hours before this instant are final (the usage job\'s watermark after its last run on this replica); 0: no run yet. Only the leader runs it.',
+    registers: [registry],
+  });
+  final.set(0);
+  return { completed: (seconds) => final.set(seconds) };
 }

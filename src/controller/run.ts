@@ -2,7 +2,7 @@
 // the scheduler extender on loopback, /metrics over HTTPS, the webhooks over HTTPS with the routers the caller mounts)
 // and keeps informer caches warm; the replica holding the Lease
 // `better-compute-controller` takes the ledger fence and runs the reconcilers and the periodic jobs (rollup fold and
-// rebuild, lease expiry, resync, drift reconcile). Losing the Lease stops the leader work at once. Health: /readyz
+// rebuild, lease expiry, resync, drift reconcile, usage windows). Losing the Lease stops the leader work at once. Health: /readyz
 // while the informers are synced and the database answers; /healthz until the database has been silent for
 // BETTER_COMPUTE_DB_LIVENESS; a leader whose database is silent for a renew deadline gives the Lease up. SIGTERM: stop
 // leading and release the Lease, stop the informers, drain HTTP, close the database.
@@ -39,7 +39,8 @@ import { KubeClient, kubeConfigFrom } from './kube.ts';
 import { LeaderElector } from './leader.ts';
 import { DRIFT_SERIES } from './drift-plan.ts';
 import { startDriftReconcile } from './drift.ts';
-import { controllerMetrics, driftMetrics, extenderMetrics } from './metrics.ts';
+import { controllerMetrics, driftMetrics, extenderMetrics, usageMetrics } from './metrics.ts';
+import { startUsageWindows } from './usage.ts';
 import { productWebhookRouters } from './webhooks.ts';
 import { setupControllers, type Controllers } from './setup.ts';
 
@@ -141,6 +142,7 @@ export async function runController(config: Config, log: Logger, opts: RunContro
     const placement = ledgerMetrics(registry);
     const metrics = controllerMetrics(registry);
     const drift = driftMetrics(registry, DRIFT_SERIES);
+    const usage = usageMetrics(registry, database.db);
     const fence = new FenceHolder(LEASE_NAME);
     const ledger = new Ledger(database.db, { fence: fence.fence, metrics: placement });
     const clock = await DbClock.create(database.db);
@@ -273,6 +275,8 @@ export async function runController(config: Config, log: Logger, opts: RunContro
         }
       });
       every(config.resyncEveryMs, 'resync', async () => controllers.resync());
+      // Hourly usage windows: at once (backfilling the hours no leader computed), then every usageEvery.
+      leaderServices.push(startUsageWindows({ db: database.db, fence: fence.fence, log, metrics: usage, everyMs: config.usageEveryMs }));
       // Pods that end give their atoms back; pods of ended reservations are evicted. Then deletions no leader saw
       // (the informers have synced: startLeading waited for them), now and every driftEvery, the releaser's orphan
       // sweep among them.

@@ -123,6 +123,7 @@ describe('runController', () => {
     expect(ok.status).toBe(200);
     expect(ok.text).toContain('bettercompute_controller_leader');
     expect(ok.text).toContain('bettercompute_pool_capacity');
+    expect(ok.text).toContain('# TYPE bettercompute_usage_month_atom_seconds gauge');
   });
 
   it('the webhook listener serves the routers passed in, which got the controller’s services', async () => {

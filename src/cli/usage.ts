@@ -1,0 +1,131 @@
+// `better-compute usage`: a tenant's hourly usage windows (GPU-hours, MIG-instance hours, slot hours, scalar hours)
+// over a period, as totals per pool and resource (with --hourly, one row per hour) or `-o json`. Like `capacity`, it
+// talks to the capacity API, or with --direct reads the database through the same service and schema.
+import { parseArgs } from 'node:util';
+import { CAPACITY_PATHS } from '../api/app.ts';
+import { ApiError } from '../api/errors.ts';
+import { createCapacityService, type UsageResult } from '../api/capacity-service.ts';
+import { parseInput, UsageInput, ValidationError } from '../api/schemas.ts';
+import type { Config } from '../config.ts';
+import { openDatabase } from '../db/connect.ts';
+import { CliError, httpCall } from './capacity.ts';
+import { renderUsage } from './render.ts';
+
+export const USAGE_USAGE = `usage: better-compute usage --tenant T [period] [options]
+
+period (default: the current UTC month):
+  --period P                   a UTC month (2026-11) or the hours up to now (24h, 7d)
+  --from T [--to T]            ISO 8601 times (2026-11-01, 2026-11-01T10:00Z); --to defaults to the end of this hour
+                               (widened to whole UTC hours; at most 366 days)
+
+options:
+  --tenant T                   the tenant (BETTER_COMPUTE_TENANT)
+  --pool P                     one pool only
+  --hourly                     one row per hour (a window of at most 31 days)
+  -o, --output table|json      output format (default table)
+  --server URL                 the capacity API (BETTER_COMPUTE_SERVER, default http://127.0.0.1:8080)
+  --token TOKEN                bearer token (BETTER_COMPUTE_TOKEN)
+  --direct                     read the database directly instead of the API (no authorization)
+`;
+
+export interface UsageClient {
+  usage(body: unknown): Promise<UsageResult>;
+  close(): Promise<void>;
+}
+
+export function httpUsageClient(serverUrl: string, token: string | undefined): UsageClient {
+  return { usage: (b) => httpCall(serverUrl, token, CAPACITY_PATHS.usage, b), async close() {} };
+}
+
+export async function directUsageClient(config: Config): Promise<UsageClient> {
+  const database = await openDatabase(config, { migrate: false, poolSize: 2 });
+  try {
+    const { service } = await createCapacityService(database.db);
+    return { usage: async (b) => service.usage(parseInput(UsageInput, b)), close: () => database.close() };
+  } catch (e) {
+    await database.close();
+    throw e;
+  }
+}
+
+export interface UsageIo {
+  stdout: (text: string) => void;
+  stderr: (text: string) => void;
+  /** Overrides how the client is made (tests); default: HTTP, or the database with --direct. */
+  client?: (opts: { direct: boolean; server: string; token: string | undefined }) => Promise<UsageClient>;
+}
+
+const usage = (message: string) => new CliError('USAGE', message, 2);
+
+export async function usageCommand(argv: string[], config: Config, io: UsageIo): Promise<number> {
+  let values;
+  try {
+    ({ values } = parseArgs({
+      args: argv,
+      strict: true,
+      allowPositionals: false,
+      options: {
+        tenant: { type: 'string' },
+        pool: { type: 'string' },
+        period: { type: 'string' },
+        from: { type: 'string' },
+        to: { type: 'string' },
+        hourly: { type: 'boolean' },
+        output: { type: 'string', short: 'o' },
+        server: { type: 'string' },
+        token: { type: 'string' },
+        direct: { type: 'boolean' },
+        help: { type: 'boolean', short: 'h' },
+      },
+    }));
+  } catch (e) {
+    io.stderr(`${(e as Error).message}\n${USAGE_USAGE}`);
+    return 2;
+  }
+  if (values.help) {
+    io.stdout(USAGE_USAGE);
+    return 0;
+  }
+  const output = values.output ?? 'table';
+  try {
+    if (output !== 'table' && output !== 'json') throw usage(`-o: table or json, not ${output}`);
+    const tenantId = values.tenant ?? config.tenant;
+    if (!tenantId) throw usage('--tenant is required (or set BETTER_COMPUTE_TENANT)');
+    if (values.period !== undefined && (values.from !== undefined || values.to !== undefined)) {
+      throw usage('--period and --from/--to do not go together');
+    }
+    if (values.to !== undefined && values.from === undefined) throw usage('--to needs --from');
+    // Times go to the API as given: it validates them (ISO 8601) as it does for every caller.
+    const body = {
+      tenantId,
+      ...(values.pool !== undefined ? { poolId: values.pool } : {}),
+      ...(values.period !== undefined ? { period: values.period } : {}),
+      ...(values.from !== undefined ? { from: values.from } : {}),
+      ...(values.to !== undefined ? { to: values.to } : {}),
+      ...(values.hourly ? { hourly: true } : {}),
+    };
+    const makeClient =
+      io.client ??
+      (async (o: { direct: boolean; server: string; token: string | undefined }) =>
+        o.direct ? directUsageClient(config) : httpUsageClient(o.server, o.token));
+    const client = await makeClient({ direct: values.direct ?? false, server: values.server ?? config.serverUrl, token: values.token ?? config.token });
+    try {
+      const r = await client.usage(body);
+      io.stdout(output === 'json' ? `${JSON.stringify(r, null, 2)}\n` : renderUsage(r));
+      return 0;
+    } finally {
+      await client.close();
+    }
+  } catch (e) {
+    let failure: { code: string; message: string; exitCode: number };
+    if (e instanceof CliError) failure = { code: e.code, message: e.message, exitCode: e.exitCode };
+    else if (e instanceof ApiError || e instanceof ValidationError) failure = { code: e.code, message: e.message, exitCode: 1 };
+    else throw e;
+    io.stderr(
+      output === 'json'
+        ? `${JSON.stringify({ error: { code: failure.code, message: failure.message } })}\n`
+        : `error ${failure.code}: ${failure.message}\n`,
+    );
+    return failure.exitCode;
+  }
+}
