@@ -84,11 +84,11 @@ describe('expandRecurrence', () => {
     // Anchored Wednesday 2026-10-21 12:00Z: that day's window (07:00Z) began before the anchor and is not one of them.
     const five = { ...WEEKDAYS_9_TO_5, count: 5 };
     const all = ranges(five, '2026-10-21T12:00:00Z', '2026-10-01T00:00:00Z', '2026-12-01T00:00:00Z');
-    expect(all.map(([s]) => s.slice(0, 10))).toEqual(['2026-10-22', '2026-10-23', '2026-10-26', '2026-10-27', '2026-10-28']);
+    expect(all.map(([s]) => s!.slice(0, 10))).toEqual(['2026-10-22', '2026-10-23', '2026-10-26', '2026-10-27', '2026-10-28']);
     // Asked later, the count still ends on the 28th (the 29th is not a sixth).
-    expect(ranges(five, '2026-10-21T12:00:00Z', '2026-10-27T20:00:00Z', '2026-12-01T00:00:00Z').map(([s]) => s.slice(0, 10))).toEqual(['2026-10-28']);
+    expect(ranges(five, '2026-10-21T12:00:00Z', '2026-10-27T20:00:00Z', '2026-12-01T00:00:00Z').map(([s]) => s!.slice(0, 10))).toEqual(['2026-10-28']);
     const untilTue = { ...WEEKDAYS_9_TO_5, until: '2026-10-27' };
-    expect(ranges(untilTue, '2026-10-21T12:00:00Z', '2026-10-26T00:00:00Z', '2026-12-01T00:00:00Z').map(([s]) => s.slice(0, 10))).toEqual(['2026-10-26', '2026-10-27']);
+    expect(ranges(untilTue, '2026-10-21T12:00:00Z', '2026-10-26T00:00:00Z', '2026-12-01T00:00:00Z').map(([s]) => s!.slice(0, 10))).toEqual(['2026-10-26', '2026-10-27']);
   });
 
   it('from and to: a window still running at `from` is included, one starting at `to` is not', () => {
