@@ -58,7 +58,8 @@ export interface ReservationSpec {
   devices: DeviceSpec[];
   topology?: 'any' | 'nvlink-all';
   start?: string;
-  duration: string | number;
+  /** One window's length; absent with a recurrence. */
+  duration?: string | number;
   binding?: string;
   resources?: { vcpu?: number; memoryGiB?: number; hugepages1Gi?: number };
   leaseSeconds?: number;
