@@ -157,7 +157,7 @@ describe('recurring Reservation: one booking per window, a horizon ahead', () =>
     ]);
   });
 
-  it('a window under way when first seen is booked from now to its end; an invalid recurrence fails without booking', async () => {
+  it('a window under way when first seen is booked from now to its end; one a month ahead waits; an invalid recurrence fails without booking', async () => {
     // Tuesday 13:00Z, inside Tuesday's 08:00–16:00Z window: booked 13:00–16:00Z (pool qp, 1 GPU, tenant alpha).
     await moveClockTo(Date.parse('2027-01-05T13:00:00Z'));
     const uid = '8b3c4d5e-6f7a-4b2c-8d3e-4f5a6b7c8d9e';
@@ -168,6 +168,18 @@ describe('recurring Reservation: one booking per window, a horizon ahead', () =>
     expect(w!.key).toBe(`${uid}:2027-01-05T08:00:00.000Z`);
     expect([w!.start, w!.end]).toEqual([expect.stringMatching(/^2027-01-05T13:00:0\d/), '2027-01-05T16:00:00.000Z']);
     expect(get('team-a/late')!.status!.occurrences).toHaveLength(1);
+
+    // Counted from a month ahead: nothing to book yet; the next window is named, and when it will be booked.
+    const ahead = 'ad5e6f7a-8b9c-4d4e-8f5a-6b7c8d9e0f1a';
+    cr('team-a', 'ahead', ahead, { pool: 'qp', devices: [{ class: 'gpu', count: 1 }], start: '2027-02-05T00:00:00Z' });
+    await new ReservationReconciler(f.ctx).reconcile('team-a/ahead');
+    expect(get('team-a/ahead')!.status).toMatchObject({ phase: 'Pending', occurrences: [] });
+    expect(get('team-a/ahead')!.status!.conditions![0]).toMatchObject({
+      reason: 'Scheduled',
+      // Friday 2027-02-05 09:00 CET; booked three days (the horizon) before.
+      message: 'the next window, 2027-02-05T08:00:00.000Z to 2027-02-05T16:00:00.000Z, is booked from 2027-02-02T08:00:00.000Z',
+    });
+    expect(await windowsOf(ahead)).toEqual([]);
 
     const bad = '9c4d5e6f-7a8b-4c3d-9e4f-5a6b7c8d9e0f';
     cr('team-a', 'bad', bad, { recurrence: { ...WEEKDAYS_9_TO_5, timeZone: 'Mars/Olympus_Mons' } });

@@ -215,7 +215,8 @@ export class ReservationReconciler {
     }
 
     const windows = expandRecurrence(plan.recurrence, plan.anchor, now, now + horizon).slice(0, MAX_WINDOWS_AHEAD);
-    const after = windows.length > 0 ? windows[windows.length - 1]!.start + 1 : now + horizon;
+    // The first window beyond those listed (every week has one, unless the recurrence ends first).
+    const after = Math.max(windows.length > 0 ? windows[windows.length - 1]!.start + 1 : now + horizon, plan.anchor);
     const next = expandRecurrence(plan.recurrence, plan.anchor, after, after + 8 * 86_400_000).find((o) => o.start >= after);
     const prev = new Map((st.occurrences ?? []).map((o) => [o.start, o]));
     const entries: OccurrenceStatus[] = [];
