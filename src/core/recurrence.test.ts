@@ -1,6 +1,7 @@
 // Wall-clock windows → UTC ranges. Every expected range is written out by hand from the zone's published rules:
 // Europe/Berlin is UTC+2 (CEST) until 2026-10-25 03:00 local, when clocks go back to 02:00 and it is UTC+1 (CET); it
 // skipped 02:00–03:00 on 2026-03-29. America/New_York is UTC−4 (EDT) until 2026-11-01 02:00 local, then UTC−5 (EST).
+import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { expandRecurrence, isTimeZone, offsetAt, RecurrenceError, zonedToUtc, type Recurrence } from './recurrence.ts';
 
@@ -117,5 +118,47 @@ describe('zonedToUtc and offsetAt', () => {
     expect(offsetAt(ms('2026-10-25T01:00:00Z'), 'Europe/Berlin')).toBe(3_600_000);
     // 03:00 local on the fall-back day happens once: 02:00Z (CET).
     expect(new Date(zonedToUtc(ms('2026-10-25T03:00:00Z'), 'Europe/Berlin')).toISOString()).toBe('2026-10-25T02:00:00.000Z');
+  });
+});
+
+describe('zonedToUtc, for any instant in zones with odd rules', () => {
+  // Half-hour DST (Lord Howe), 45-minute offsets (Chatham), DST in the southern summer (Santiago), Morocco's
+  // Ramadan changes, Newfoundland, no DST (Kolkata).
+  const zones = ['Europe/Berlin', 'America/New_York', 'Australia/Lord_Howe', 'Pacific/Chatham', 'America/Santiago', 'Africa/Casablanca', 'America/St_Johns', 'Asia/Kolkata'];
+
+  // The hours of 2026 in which each zone's offset changes: instants are drawn around them as well as anywhere.
+  const changes = zones.flatMap((zone) => {
+    const out: [string, number][] = [];
+    for (let t = Date.parse('2026-01-01T00:00:00Z'); t < Date.parse('2027-01-01T00:00:00Z'); t += 3_600_000) {
+      if (offsetAt(t, zone) !== offsetAt(t + 3_600_000, zone)) out.push([zone, t]);
+    }
+    return out;
+  });
+  const anywhere = fc.tuple(fc.constantFrom(...zones), fc.integer({ min: Date.parse('2020-01-01T00:00:00Z') / 1000, max: Date.parse('2036-01-01T00:00:00Z') / 1000 }));
+  const nearChange = fc
+    .tuple(fc.constantFrom(...changes), fc.integer({ min: -3 * 3600, max: 4 * 3600 }))
+    .map(([[zone, t], ds]) => [zone, t / 1000 + ds] as [string, number]);
+
+  it('the wall clock of an instant converts back to that instant, or to the first instant of a repeated wall time', () => {
+    expect(changes.filter(([z]) => z === 'Europe/Berlin').map(([, t]) => new Date(t).toISOString())).toEqual(['2026-03-29T00:00:00.000Z', '2026-10-25T00:00:00.000Z']);
+    expect(changes.filter(([z]) => z === 'Asia/Kolkata')).toEqual([]);
+    fc.assert(
+      fc.property(fc.oneof(anywhere, nearChange), ([zone, s]) => {
+        const u = s * 1000;
+        const local = u + offsetAt(u, zone);
+        const r = zonedToUtc(local, zone);
+        expect(r + offsetAt(r, zone)).toBe(local);
+        expect(r).toBeLessThanOrEqual(u);
+        // Earlier only where the wall time happens twice: the first time, under another offset.
+        if (r !== u) expect(offsetAt(r, zone)).toBeGreaterThan(offsetAt(u, zone));
+      }),
+      { numRuns: 3000 },
+    );
+  });
+
+  it('a wall time that never happens is moved later by the gap: 02:15 on 2026-10-04 at Lord Howe (02:00→02:30) is 02:45', () => {
+    // Lord Howe: UTC+10:30 until 2026-10-04 02:00 local, then UTC+11. 02:15 does not exist; read at +10:30 it is
+    // 15:45Z on the 3rd, which is 02:45 at +11.
+    expect(new Date(zonedToUtc(Date.parse('2026-10-04T02:15:00Z'), 'Australia/Lord_Howe')).toISOString()).toBe('2026-10-03T15:45:00.000Z');
   });
 });
