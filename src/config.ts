@@ -66,6 +66,8 @@ const ConfigSchema = z.object({
   driftEveryMs: durationMs('BETTER_COMPUTE_DRIFT_EVERY'),
   /** `controller` leader job: hourly usage windows from the booking history (also at each leadership start: a backfill). */
   usageEveryMs: durationMs('BETTER_COMPUTE_USAGE_EVERY'),
+  /** `controller`: how far ahead the windows of a recurring Reservation are booked. */
+  recurrenceHorizonMs: durationMs('BETTER_COMPUTE_RECURRENCE_HORIZON'),
   /** `controller` leader: a pod that holds atoms is released once two complete pod LISTs this far apart lack it. */
   orphanGraceMs: durationMs('BETTER_COMPUTE_ORPHAN_GRACE'),
   /**
@@ -191,6 +193,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       pendingMaxBackoffMs: env.BETTER_COMPUTE_PENDING_MAX_BACKOFF || '30s',
       driftEveryMs: env.BETTER_COMPUTE_DRIFT_EVERY || '5m',
       usageEveryMs: env.BETTER_COMPUTE_USAGE_EVERY || '1m',
+      recurrenceHorizonMs: env.BETTER_COMPUTE_RECURRENCE_HORIZON || '7d',
       orphanGraceMs: env.BETTER_COMPUTE_ORPHAN_GRACE || '30s',
       dbConnectTimeoutMs: env.BETTER_COMPUTE_DB_CONNECT_TIMEOUT || '10s',
       dbStatementTimeoutMs: env.BETTER_COMPUTE_DB_STATEMENT_TIMEOUT || '30s',

@@ -8,7 +8,7 @@ export interface Booking {
   /** rsv_<ulid> */
   id: string;
   tenantId: string;
-  /** For a Reservation's booking: the Reservation's metadata.uid. */
+  /** For a Reservation's booking: the Reservation's metadata.uid (a recurring one's window: `${uid}:${start}`). */
   idempotencyKey: string;
   state: 'held' | 'confirmed' | 'released' | 'expired';
   /** Released, expired, its hold ran out, or its window is over (the database's clock). */
@@ -37,12 +37,23 @@ interface Row {
 const toBooking = (r: Row | undefined): Booking | undefined =>
   r && { id: r.id, tenantId: r.tenant_id, idempotencyKey: r.idempotency_key, state: r.state, ended: r.ended };
 
-/** Lookups on the ledger's database (one indexed read each: the idempotency key's unique index, the primary key). */
+/**
+ * Lookups on the ledger's database (one indexed read each: the idempotency key's unique index, the primary key; a
+ * recurring Reservation's windows, a second read).
+ */
 export function ledgerBookings(db: Db): BookingLookup {
   return {
     async byReservationUid(tenantId, uid) {
       const { rows } = await db.query<Row>(`SELECT ${COLUMNS} FROM reservations WHERE tenant_id = $1 AND idempotency_key = $2`, [tenantId, uid]);
-      return toBooking(rows[0]);
+      if (rows[0]) return toBooking(rows[0]);
+      // A recurring Reservation's windows are keyed `${uid}:${start}` (ADR 0013): the window under way, else the next
+      // one booked, else the last that ended. Only asked when the one-shot key is not there; a scan of the tenant's keys.
+      const windows = await db.query<Row>(
+        `SELECT * FROM (SELECT ${COLUMNS}, starts_at FROM reservations WHERE tenant_id = $1 AND starts_with(idempotency_key, $2)) w
+         ORDER BY ended, CASE WHEN NOT ended THEN starts_at END, starts_at DESC LIMIT 1`,
+        [tenantId, `${uid}:`],
+      );
+      return toBooking(windows.rows[0]);
     },
     async byId(id) {
       const { rows } = await db.query<Row>(`SELECT ${COLUMNS} FROM reservations WHERE id = $1`, [id]);

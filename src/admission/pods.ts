@@ -167,7 +167,8 @@ async function resolveByResource(ctx: AdmissionLookups, who: string, namespace: 
   const notOurs = `pod ${who} requests ${resource}, which is not a Reservation of namespace ${namespace}: a pod may use only the Reservations of its own namespace (label it ${RESERVATION_LABEL}: <Reservation name> and request bettercompute.io/gpu instead)`;
   const b = await ctx.bookings.byId(id);
   if (!b) return { ok: false, message: notOurs };
-  const owner = (await ctx.reservationsIn(namespace)).find((r) => r.uid === b.idempotencyKey && r.tenant === b.tenantId);
+  // A recurring Reservation's window is keyed `${uid}:${start}` (ADR 0013).
+  const owner = (await ctx.reservationsIn(namespace)).find((r) => (r.uid === b.idempotencyKey || b.idempotencyKey.startsWith(`${r.uid}:`)) && r.tenant === b.tenantId);
   if (!owner) return { ok: false, message: notOurs };
   if (owner.deleting) return { ok: false, message: `pod ${who} requests ${resource} of Reservation ${namespace}/${owner.name}, which is being deleted` };
   if (b.ended) return { ok: false, message: `pod ${who} requests ${resource} of Reservation ${namespace}/${owner.name}, whose booking has ended` };

@@ -17,6 +17,8 @@ export interface ControllerTuning {
   pendingMaxBackoffMs: number;
   /** Workers of the Reservation queue (placements run concurrently; the ledger arbitrates). */
   reservationWorkers: number;
+  /** How far ahead the windows of a recurring Reservation are booked (BETTER_COMPUTE_RECURRENCE_HORIZON). */
+  recurrenceHorizonMs: number;
 }
 
 export interface ControllerContext {

@@ -91,6 +91,25 @@ describe('planDrift', () => {
     ]);
   });
 
+  it("a recurring Reservation's windows (keyed uid:start): all released when it is gone; its finalizer restored once", () => {
+    const windows: LedgerView = {
+      ...ledger,
+      reservations: [
+        { id: 'rsv_w1', poolId: 'pool_a', idempotencyKey: `${UID_A}:2027-01-04T08:00:00.000Z` },
+        { id: 'rsv_w2', poolId: 'pool_a', idempotencyKey: `${UID_A}:2027-01-05T08:00:00.000Z` },
+        { id: 'rsv_x', poolId: 'pool_a', idempotencyKey: `${UID_B}x:2027-01-05T08:00:00.000Z` }, // no uid: not ours
+      ],
+    };
+    expect(planDrift(windows, { ...agreeing, reservations: [] })).toEqual([
+      { kind: 'reservation', action: 'released', reservationId: 'rsv_w1', poolId: 'pool_a', uid: UID_A },
+      { kind: 'reservation', action: 'released', reservationId: 'rsv_w2', poolId: 'pool_a', uid: UID_A },
+    ]);
+    expect(planDrift(windows, { ...agreeing, reservations: [cr(UID_A, { finalizers: [] })] })).toEqual([
+      { kind: 'reservation', action: 'finalizer-restored', reservationId: 'rsv_w1', namespace: 'ns', name: 'r-1111', finalizers: [RESERVATION_FINALIZER], resourceVersion: '5' },
+    ]);
+    expect(planDrift(windows, { ...agreeing, reservations: [cr(UID_A)] })).toEqual([]);
+  });
+
   it('a view without any Node is not complete while the ledger has nodes in pools', () => {
     const empty: ClusterView = { nodes: [], nodeDevices: [], pools: [], reservations: [] };
     expect(incompleteReason(ledger, empty)).toMatch(/no Nodes/);

@@ -52,9 +52,10 @@ export const DRIFT_SERIES: readonly { kind: DriftKind; action: string }[] = [
   { kind: 'quota', action: 'corrected' },
 ];
 
-// The Reservation reconciler books with the Reservation's metadata.uid as the idempotency key; only such bookings
-// belong to a Reservation (a key of another form was booked by someone else, and is not ours to judge).
-const KUBERNETES_UID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
+// The Reservation reconciler books with the Reservation's metadata.uid as the idempotency key (a recurring one's
+// windows with `${uid}:${window start}`); only such bookings belong to a Reservation (a key of another form was booked
+// by someone else, and is not ours to judge).
+const RESERVATION_KEY = /^([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})(?::.+)?$/;
 
 /** Why a view must not be acted on, or undefined when it may. */
 export function incompleteReason(ledger: LedgerView, cluster: ClusterView): string | undefined {
@@ -86,14 +87,17 @@ export function planDrift(ledger: LedgerView, cluster: ClusterView): DriftFix[] 
 
   const byUid = new Map<string, Reservation>();
   for (const r of cluster.reservations) if (r.metadata.uid) byUid.set(r.metadata.uid, r);
+  const restored = new Set<string>();
   for (const b of ledger.reservations) {
-    if (!KUBERNETES_UID.test(b.idempotencyKey)) continue;
-    const r = byUid.get(b.idempotencyKey);
+    const uid = RESERVATION_KEY.exec(b.idempotencyKey)?.[1];
+    if (uid === undefined) continue;
+    const r = byUid.get(uid);
     const ours = (r?.metadata.finalizers ?? []).includes(RESERVATION_FINALIZER);
     if (!r || (r.metadata.deletionTimestamp && !ours)) {
       // Gone, or going without our finalizer (a deleting object takes no new finalizers): nobody else will release it.
-      fixes.push({ kind: 'reservation', action: 'released', reservationId: b.id, poolId: b.poolId, uid: b.idempotencyKey });
-    } else if (!ours) {
+      fixes.push({ kind: 'reservation', action: 'released', reservationId: b.id, poolId: b.poolId, uid });
+    } else if (!ours && !restored.has(uid)) {
+      restored.add(uid); // once per Reservation, however many windows it booked
       fixes.push({
         kind: 'reservation',
         action: 'finalizer-restored',

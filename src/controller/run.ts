@@ -159,6 +159,7 @@ export async function runController(config: Config, log: Logger, opts: RunContro
         capacityRefreshMs: config.capacityRefreshMs,
         pendingMaxBackoffMs: config.pendingMaxBackoffMs,
         reservationWorkers: 4,
+        recurrenceHorizonMs: config.recurrenceHorizonMs,
       },
       watchTimeoutSeconds: Math.max(1, Math.round(config.watchTimeoutMs / 1000)),
       watchLivenessMs: config.watchLivenessMs,

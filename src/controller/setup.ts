@@ -48,7 +48,7 @@ export interface Controllers {
   clusterView(): ClusterView | undefined;
   /** After a drift fix: forget what the reconcilers remembered of the object, and look at it again if it is back. */
   afterDriftFix(fix: DriftFix): void;
-  /** Queues the Reservations whose booking has one of these ledger ids (e.g. leases that expired). */
+  /** Queues the Reservations whose booking (or a recurring one's window) has one of these ledger ids (e.g. leases that expired). */
   wakeReservations(ids: readonly string[]): void;
   /** Stops everything. */
   stop(): Promise<void>;
@@ -247,7 +247,8 @@ export function setupControllers(o: SetupOptions): Controllers {
     wakeReservations(ids) {
       const set = new Set(ids);
       for (const r of informers.reservations.list()) {
-        if (r.status?.reservationId && set.has(r.status.reservationId)) queues.reservations.add(keyOf(r));
+        const ids = [r.status?.reservationId, ...(r.status?.occurrences ?? []).map((o) => o.reservationId)];
+        if (ids.some((id) => id !== undefined && set.has(id))) queues.reservations.add(keyOf(r));
       }
     },
     async stopLeading() {

@@ -58,12 +58,40 @@ export interface ReservationSpec {
   devices: DeviceSpec[];
   topology?: 'any' | 'nvlink-all';
   start?: string;
-  duration: string | number;
+  /** One window's length; absent with a recurrence. */
+  duration?: string | number;
   binding?: string;
   resources?: { vcpu?: number; memoryGiB?: number; hugepages1Gi?: number };
   leaseSeconds?: number;
   spot?: boolean;
   gang?: { size: number; topologyKey?: string };
+  /** Book a window on these days every week instead of one window (then `duration` is absent; `start` anchors it). */
+  recurrence?: RecurrenceSpecCR;
+}
+
+/** spec.recurrence as written (docs/crds.md); src/controller/reservation/recurring.ts validates it. */
+export interface RecurrenceSpecCR {
+  days: string[];
+  startTime: string;
+  endTime?: string;
+  duration?: string | number;
+  timeZone: string;
+  until?: string;
+  count?: number;
+}
+
+/** One window of a recurring Reservation in its status: booked (its own reservation) or why not. */
+export interface OccurrenceStatus {
+  start: string;
+  end: string;
+  phase: ReservationPhase;
+  reservationId?: string;
+  resourceName?: string;
+  atoms?: number;
+  nodes?: string;
+  leaseExpiresAt?: string;
+  reason?: string;
+  message?: string;
 }
 
 export type ReservationPhase = 'Pending' | 'Reserved' | 'Released' | 'Expired' | 'Failed';
@@ -80,6 +108,8 @@ export interface ReservationStatus {
   start?: string;
   end?: string;
   leaseExpiresAt?: string;
+  /** A recurring Reservation: its windows that have not ended, booked a horizon ahead, earliest first. */
+  occurrences?: OccurrenceStatus[];
   observedGeneration?: number;
   conditions?: Condition[];
 }

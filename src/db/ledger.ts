@@ -516,6 +516,23 @@ export class Ledger {
     return rows;
   }
 
+  /**
+   * The reservations booked under any of these tenants with an idempotency key that starts with `prefix`: the windows
+   * of a recurring Reservation CR, each keyed `${metadata.uid}:${window start}`. Earliest window first.
+   */
+  async findByIdempotencyPrefixIn(
+    tenantIds: readonly string[],
+    prefix: string,
+  ): Promise<{ id: string; tenantId: string; state: ReservationState; idempotencyKey: string }[]> {
+    const { rows } = await this.db.query<{ id: string; tenantId: string; state: ReservationState; idempotencyKey: string }>(
+      `SELECT id, tenant_id AS "tenantId", state, idempotency_key AS "idempotencyKey" FROM reservations
+       WHERE tenant_id = ANY ($1) AND starts_with(idempotency_key, $2)
+       ORDER BY idempotency_key, (state IN ('held', 'confirmed')) DESC, created_at DESC, id DESC`,
+      [[...new Set(tenantIds)], prefix],
+    );
+    return rows;
+  }
+
   async get(reservationId: string): Promise<ReservationView | undefined> {
     const { rows } = await this.db.query(
       `SELECT r.id, r.tenant_id, r.pool_id, r.state, r.spot, r.binding,

@@ -132,6 +132,27 @@ describe('pod admission on the ledger', () => {
     expect([over.allowed, over.message]).toEqual([false, expect.stringContaining('its window is over')]);
   });
 
+  it('a recurring Reservation (windows keyed uid:start): the label takes the window under way, else the next; a window’s own resource is its', async () => {
+    await ctx.clock.sync();
+    const now = ctx.clock.now();
+    const win = (start: number) => ledger.reserve(reservation(poolId, { idempotencyKey: `uid-weekly:${new Date(start).toISOString()}`, start, duration: 3600 }), now);
+    const today = await win(now);
+    const tomorrow = await win(now + 24 * HOUR);
+    if (!today.ok || !tomorrow.ok) throw new Error('expected bookings');
+    reservations.push({ metadata: { namespace: 'ml-train', name: 'weekly', uid: 'uid-weekly' }, spec: { pool: 'p', devices: [{ class: 'gpu', count: 1 }], recurrence: { days: ['Mon'], startTime: '09:00', endTime: '10:00', timeZone: 'UTC' } } });
+    const label = { 'bettercompute.io/reservation': 'weekly' };
+    const limits = (a: Awaited<ReturnType<typeof admit>>) => (a.patch[0]?.value ?? {}) as Record<string, string>;
+    expect(limits(await admit('ml-train', label, { 'bettercompute.io/gpu': '1' }))).toEqual({ [reservationResourceName(today.reservation.id)]: '1' });
+    expect((await admit('ml-train', {}, { [reservationResourceName(tomorrow.reservation.id)]: '1' })).allowed).toBe(true);
+    expect((await admit('other', {}, { [reservationResourceName(tomorrow.reservation.id)]: '1' })).message).toContain('not a Reservation of namespace other');
+
+    // Today's window is over: the label takes tomorrow's. Tomorrow's released too: the label is refused, naming it.
+    await advanceClock(ctx.db, 2 * HOUR);
+    expect(limits(await admit('ml-train', label, { 'bettercompute.io/gpu': '1' }))).toEqual({ [reservationResourceName(tomorrow.reservation.id)]: '1' });
+    await ledger.release(tomorrow.reservation.id);
+    expect((await admit('ml-train', label, { 'bettercompute.io/gpu': '1' })).message).toContain(`whose booking ${tomorrow.reservation.id} has ended (released)`);
+  });
+
   it('ledgerBookings reads id, tenant, key and state', async () => {
     const b = ledgerBookings(ctx.db);
     expect(await b.byId('rsv_01k2zzzzzzzzzzzzzzzzzzzzzz')).toBeUndefined();

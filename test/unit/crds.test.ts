@@ -4,6 +4,8 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import YAML from 'yaml';
+import { MAX_RECURRENCE_COUNT } from '../../src/controller/reservation/recurring.ts';
+import { MAX_OCCURRENCE_SECONDS, parseClock, WEEKDAYS } from '../../src/core/recurrence.ts';
 
 const DIR = path.join(import.meta.dirname, '../../crds');
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
@@ -40,5 +42,28 @@ describe('crds/nodedevices.yaml', () => {
       expect(s.minimum, k).toBe(0);
       expect(s.maximum, k).toBeLessThanOrEqual(2 ** 31 - 1);
     }
+  });
+});
+
+describe('crds/reservations.yaml: spec.recurrence', () => {
+  const spec = schemaOf(crd('reservations.yaml')).properties.spec;
+  const rec = spec.properties.recurrence;
+
+  it('says what the reconciler’s zod schema says: weekday names, HH:MM, a window of at most a day, the largest count', () => {
+    expect(rec.properties.days.items.enum).toEqual([...WEEKDAYS]);
+    expect(rec.properties.days['x-kubernetes-list-type']).toBe('set');
+    const pattern = new RegExp(rec.properties.startTime.pattern as string);
+    expect(rec.properties.endTime.pattern).toBe(rec.properties.startTime.pattern);
+    // Every string of the shape dd:dd: the CRD pattern and parseClock agree on all of them.
+    for (let h = 0; h < 100; h++) {
+      for (let m = 0; m < 100; m++) {
+        const s = `${String(h).padStart(2, '0')}:${String(m).padStart(2, '0')}`;
+        expect(pattern.test(s), s).toBe(parseClock(s) !== undefined);
+      }
+    }
+    expect(rec.properties.duration['x-kubernetes-validations'][0].rule).toContain(`self <= ${MAX_OCCURRENCE_SECONDS}`);
+    expect(rec.properties.count.maximum).toBe(MAX_RECURRENCE_COUNT);
+    expect(spec.required).not.toContain('duration');
+    expect(spec['x-kubernetes-validations'].map((v: Obj) => v.rule)).toContain('has(self.duration) != has(self.recurrence)');
   });
 });

@@ -5,6 +5,7 @@ go 1.25.0
 require (
 	k8s.io/apiextensions-apiserver v0.34.12
 	k8s.io/apimachinery v0.34.12
+	k8s.io/apiserver v0.34.12
 	sigs.k8s.io/yaml v1.6.0
 )
 
@@ -69,7 +70,6 @@ require (
 	gopkg.in/inf.v0 v0.9.1 // indirect
 	gopkg.in/yaml.v3 v3.0.1 // indirect
 	k8s.io/api v0.34.12 // indirect
-	k8s.io/apiserver v0.34.12 // indirect
 	k8s.io/client-go v0.34.12 // indirect
 	k8s.io/component-base v0.34.12 // indirect
 	k8s.io/klog/v2 v2.130.1 // indirect

@@ -1,8 +1,10 @@
 // Offline check of a CRD in crds/ with the API server's own code (k8s.io/apiextensions-apiserver v0.34.12, the
 // cluster's version): the CRD is valid (structural schema, list-map keys), and sample objects are accepted or refused
-// as their names say (`*.accepted.yaml`, `*.refused.yaml`), with the schema and the list-set/list-map uniqueness
-// checks the API server runs on create and update.
+// as their names say (`*.accepted.yaml`, `*.refused.yaml`), with the schema, the list-set/list-map uniqueness checks and
+// the CEL rules (x-kubernetes-validations; those comparing with oldSelf only apply to updates and are skipped) the API
+// server runs on create.
 // Run: cd tools/crdcheck && go run . ../../crds/nodedevices.yaml testdata/nodedevices.*.yaml
+//      (and ../../crds/reservations.yaml testdata/reservation.*.yaml)
 package main
 
 import (
@@ -15,9 +17,12 @@ import (
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/validation"
 	structuralschema "k8s.io/apiextensions-apiserver/pkg/apiserver/schema"
+	"k8s.io/apiextensions-apiserver/pkg/apiserver/schema/cel"
 	"k8s.io/apiextensions-apiserver/pkg/apiserver/schema/listtype"
 	apiservervalidation "k8s.io/apiextensions-apiserver/pkg/apiserver/validation"
+	utiljson "k8s.io/apimachinery/pkg/util/json"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	celconfig "k8s.io/apiserver/pkg/apis/cel"
 	"sigs.k8s.io/yaml"
 )
 
@@ -67,13 +72,17 @@ func main() {
 	if err != nil {
 		panic(err)
 	}
+	celValidator := cel.NewValidator(structural, true, celconfig.PerCallLimit)
 	for _, f := range os.Args[2:] {
+		// As the API server decodes a body: whole numbers are int64 (CEL rules see int, not double).
 		var obj map[string]interface{}
-		if err := yaml.Unmarshal(must(os.ReadFile(f)), &obj); err != nil {
+		if err := utiljson.Unmarshal(must(yaml.YAMLToJSON(must(os.ReadFile(f)))), &obj); err != nil {
 			panic(err)
 		}
 		es := apiservervalidation.ValidateCustomResource(field.NewPath(""), obj, validator)
 		es = append(es, listtype.ValidateListSetsAndMaps(field.NewPath(""), structural, obj)...)
+		celErrs, _ := celValidator.Validate(context.Background(), field.NewPath(""), structural, obj, nil, celconfig.RuntimeCELCostBudget)
+		es = append(es, celErrs...)
 		if strings.HasSuffix(f, ".refused.yaml") {
 			check(len(es) > 0, "%s is refused: %v", f, es)
 		} else {

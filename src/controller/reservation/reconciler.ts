@@ -5,6 +5,7 @@
 // metadata.uid (the idempotency key it booked with), never read from status.reservationId, which anyone allowed to
 // write reservations/status could point at another tenant's booking.
 import { parseInput, ReservationCreateInput, ValidationError } from '../../api/schemas.ts';
+import { expandRecurrence } from '../../core/recurrence.ts';
 import type { ReservationView, ReserveOutcome } from '../../db/ledger.ts';
 import type { ControllerContext } from '../context.ts';
 import { poolIdOf } from '../context.ts';
@@ -20,8 +21,10 @@ import {
   splitKey,
   type Reservation,
   type ReservationPhase,
+  type OccurrenceStatus,
   type ReservationStatus,
 } from '../types.ts';
+import { MAX_WINDOWS_AHEAD, recurringVerdict, toRecurrence, windowInput, windowKey } from './recurring.ts';
 
 const iso = (ms: number | null | undefined): string | undefined =>
   ms === null || ms === undefined || !Number.isFinite(ms) ? undefined : new Date(ms).toISOString();
@@ -100,6 +103,7 @@ export class ReservationReconciler {
 
     const st = r.status ?? {};
     const nsTenant = this.namespaceTenant(namespace);
+    if (r.spec.recurrence !== undefined) return this.reconcileRecurring(r, nsTenant);
     // Already booked: mirror the ledger's state (held → confirmed, expired, released elsewhere).
     let view = await this.bookingOf(r, nsTenant);
     if (view) {
@@ -120,20 +124,8 @@ export class ReservationReconciler {
     if (nsTenant === undefined) return { requeueAfterMs: 500 };
     const tenant = nsTenant;
 
-    const pool = ctx.informers.pools.get(r.spec.pool);
-    const poolId = pool ? poolIdOf(ctx, r.spec.pool) : undefined;
-    // The Pool exists but its reconcile has not put it in the ledger yet: that wakes Pending reservations soon.
-    if (pool && !poolId && !pool.status?.poolId) return { requeueAfterMs: 500 };
-    if (!poolId) {
-      await this.writeVerdict(r, tenant, undefined, {
-        phase: 'Pending',
-        status: 'False',
-        reason: 'PoolNotFound',
-        message: pool ? `pool ${r.spec.pool} is not in the ledger yet` : `no Pool named ${r.spec.pool}`,
-        eventType: 'Warning',
-      });
-      return { backoff: true };
-    }
+    const poolId = await this.poolIdFor(r, tenant);
+    if (typeof poolId !== 'string') return poolId;
 
     let input: ReservationCreateInput;
     try {
@@ -166,13 +158,181 @@ export class ReservationReconciler {
     return { backoff: true };
   }
 
+  /** The ledger id of the CR's Pool, or what to do while there is none (its verdict is written). */
+  private async poolIdFor(r: Reservation, tenant: string): Promise<string | ReconcileResult> {
+    const ctx = this.ctx;
+    const pool = ctx.informers.pools.get(r.spec.pool);
+    const poolId = pool ? poolIdOf(ctx, r.spec.pool) : undefined;
+    // The Pool exists but its reconcile has not put it in the ledger yet: that wakes Pending reservations soon.
+    if (pool && !poolId && !pool.status?.poolId) return { requeueAfterMs: 500 };
+    if (!poolId) {
+      await this.writeVerdict(r, tenant, undefined, {
+        phase: 'Pending',
+        status: 'False',
+        reason: 'PoolNotFound',
+        message: pool ? `pool ${r.spec.pool} is not in the ledger yet` : `no Pool named ${r.spec.pool}`,
+        eventType: 'Warning',
+      });
+      return { backoff: true };
+    }
+    return poolId;
+  }
+
+  /**
+   * A recurring Reservation: every window that starts within the horizon is its own booking, keyed by the CR's uid and
+   * the window's start (looked up in the ledger, never in status, so a restart books none twice); a window the ledger
+   * refuses is reported in its own status entry and retried with backoff while the others stay booked; a window that
+   * ended is released (scalar claims go back) and leaves status.
+   */
+  private async reconcileRecurring(r: Reservation, nsTenant: string | undefined): Promise<ReconcileResult> {
+    const ctx = this.ctx;
+    const st = r.status ?? {};
+    if (st.phase === 'Failed' && st.observedGeneration === r.metadata.generation) return;
+    const uid = r.metadata.uid;
+    if (nsTenant === undefined || !uid) return { requeueAfterMs: 500 };
+    const tenant = nsTenant;
+    const now = ctx.clock.now();
+    const horizon = ctx.tuning.recurrenceHorizonMs;
+
+    let plan: ReturnType<typeof toRecurrence>;
+    let base: ReservationCreateInput | undefined;
+    try {
+      plan = toRecurrence(r, now);
+    } catch (e) {
+      if (!(e instanceof ValidationError)) throw e;
+      await this.writeVerdict(r, tenant, undefined, { phase: 'Failed', status: 'False', reason: 'Invalid', message: e.message, eventType: 'Warning' });
+      return;
+    }
+    // Earlier windows may have been booked under another tenant (a relabelled namespace): found by key all the same.
+    const booked = new Map<string, { id: string; tenantId: string }>();
+    for (const b of await ctx.ledger.findByIdempotencyPrefixIn(this.tenantsToAsk(r, nsTenant), `${uid}:`)) {
+      if (!booked.has(b.idempotencyKey)) booked.set(b.idempotencyKey, b);
+      // A window that ended: end its booking in the ledger too, as a one-shot Reservation's.
+      if ((b.state === 'held' || b.state === 'confirmed') && (await ctx.ledger.get(b.id))!.end <= now) {
+        await ctx.ledger.release(b.id);
+        ctx.wakePending(r.spec.pool);
+      }
+    }
+
+    const windows = expandRecurrence(plan.recurrence, plan.anchor, now, now + horizon).slice(0, MAX_WINDOWS_AHEAD);
+    // The first window beyond those listed (every week has one, unless the recurrence ends first).
+    const after = Math.max(windows.length > 0 ? windows[windows.length - 1]!.start + 1 : now + horizon, plan.anchor);
+    const next = expandRecurrence(plan.recurrence, plan.anchor, after, after + 8 * 86_400_000).find((o) => o.start >= after);
+    const prev = new Map((st.occurrences ?? []).map((o) => [o.start, o]));
+    const entries: OccurrenceStatus[] = [];
+    let poolId: string | undefined;
+    let contended = false;
+    const wakes: number[] = next ? [next.start - horizon] : [];
+    for (const o of windows) {
+      const key = windowKey(uid, o);
+      const span = { start: iso(o.start)!, end: iso(o.end)! };
+      const known = booked.get(key);
+      if (known) {
+        const view = await ctx.ledger.get(known.id);
+        if (view) {
+          entries.push(this.windowBooked(span, view));
+          wakes.push(...this.wakesOf(view));
+          continue;
+        }
+      }
+      if (base === undefined) {
+        const p = await this.poolIdFor(r, tenant);
+        if (typeof p !== 'string') return p;
+        poolId = p;
+        try {
+          // The one-shot input validates everything but the window; each window then gets its own start and length.
+          base = toCreateInput({ ...r, spec: { ...r.spec, start: undefined, duration: 1, recurrence: undefined } }, tenant, poolId);
+        } catch (e) {
+          if (!(e instanceof ValidationError)) throw e;
+          await this.writeVerdict(r, tenant, poolId, { phase: 'Failed', status: 'False', reason: 'Invalid', message: e.message, eventType: 'Warning' });
+          return;
+        }
+      }
+      const input = windowInput(base, key, o, now);
+      if (!input) continue;
+      const outcome = await ctx.ledger.reserve(input, now);
+      if (outcome.ok) {
+        ctx.log.info('reservation window booked', { reservation: `${r.metadata.namespace}/${r.metadata.name}`, reservationId: outcome.reservation.id, start: span.start });
+        entries.push(this.windowBooked(span, outcome.reservation));
+        wakes.push(...this.wakesOf(outcome.reservation));
+        continue;
+      }
+      const reasons: Record<typeof outcome.code, string> = {
+        NO_CAPACITY: 'Unschedulable',
+        QUOTA_EXCEEDED: 'QuotaExceeded',
+        NOT_FOUND: 'PoolNotOffered',
+        POOL_ARCHIVED: 'PoolArchived',
+        CONTENDED: 'Contended',
+        IDEMPOTENCY_MISMATCH: 'IdempotencyMismatch',
+      };
+      const reason = reasons[outcome.code];
+      const message = outcome.code === 'NOT_FOUND' ? `pool ${r.spec.pool} is not offered to tenant ${tenant}` : outcome.message;
+      if (outcome.code === 'CONTENDED' || outcome.code === 'IDEMPOTENCY_MISMATCH') contended = true; // raced: look again
+      entries.push({ ...span, phase: 'Pending', reason, message });
+      if (prev.get(span.start)?.reason !== reason) {
+        await ctx.event(r, 'Reservation', { type: 'Warning', reason, message: `window ${span.start} to ${span.end}: ${message}` });
+      }
+    }
+
+    const v = recurringVerdict(entries, next, horizon);
+    const first = entries[0];
+    const status: ReservationStatus = {
+      phase: v.phase,
+      tenant,
+      ...(poolId ?? st.poolId ? { poolId: poolId ?? st.poolId } : {}),
+      // The columns (Start, End, GPUs, Nodes) show the current or next window.
+      ...(first ? { start: first.start, end: first.end } : {}),
+      ...(first?.atoms !== undefined ? { atoms: first.atoms, nodes: first.nodes } : {}),
+      occurrences: entries,
+    };
+    // Status is merge-patched: a column field this status no longer has is cleared, not left showing an old window.
+    const cleared = Object.fromEntries((['start', 'end', 'atoms', 'nodes'] as const).filter((k) => st[k] !== undefined && status[k] === undefined).map((k) => [k, null]));
+    await this.writeStatus(r, { ...status, ...cleared } as ReservationStatus, v);
+    if (contended) return { requeueAfterMs: 100 };
+    if (entries.some((e) => e.phase === 'Pending')) return { backoff: true };
+    const soonest = Math.min(...wakes);
+    if (!Number.isFinite(soonest)) return undefined;
+    // At most an hour ahead, as wakeAt.
+    return { requeueAfterMs: Math.min(3_600_000, Math.max(1000, soonest - now + 500)) };
+  }
+
+  /** A booked window's status entry: its reservation, as the ledger has it. */
+  private windowBooked(span: { start: string; end: string }, view: ReservationView): OccurrenceStatus {
+    const atoms = view.allocations.reduce((n, a) => n + a.atoms.length, 0);
+    const phase = PHASE_OF_STATE[view.state];
+    return {
+      ...span,
+      phase,
+      reservationId: view.id,
+      resourceName: reservationResourceName(view.id),
+      atoms,
+      nodes: view.allocations.map((a) => a.nodeId).join(','),
+      ...(view.state === 'held' && iso(view.leaseExpiresAt) ? { leaseExpiresAt: iso(view.leaseExpiresAt) } : {}),
+      ...(phase === 'Reserved' ? {} : { reason: phase }),
+    };
+  }
+
+  /** When a live booking needs another look: its hold runs out, its window ends. */
+  private wakesOf(view: ReservationView): number[] {
+    if (view.state !== 'held' && view.state !== 'confirmed') return [];
+    return [view.end, ...(view.state === 'held' && view.leaseExpiresAt ? [view.leaseExpiresAt] : [])];
+  }
+
   private async finalize(r: Reservation): Promise<ReconcileResult> {
     const ctx = this.ctx;
     const { namespace, name } = { namespace: r.metadata.namespace!, name: r.metadata.name };
     if (!(r.metadata.finalizers ?? []).includes(RESERVATION_FINALIZER)) return;
     this.lastEvent.delete(`${namespace}/${name}`);
     // Every booking this CR made (by its uid), whatever its status says: another tenant's booking is never released here.
-    const bookings = r.metadata.uid ? await ctx.ledger.findByIdempotencyKeyIn(this.tenantsToAsk(r, this.namespaceTenant(namespace)), r.metadata.uid) : [];
+    const tenants = this.tenantsToAsk(r, this.namespaceTenant(namespace));
+    const uid = r.metadata.uid;
+    // A recurring Reservation's windows are keyed `${uid}:${start}`: every one of them, past or ahead.
+    const bookings = uid
+      ? [
+          ...(await ctx.ledger.findByIdempotencyKeyIn(tenants, uid)),
+          ...(await ctx.ledger.findByIdempotencyPrefixIn(tenants, `${uid}:`)).filter((b) => b.state === 'held' || b.state === 'confirmed'),
+        ]
+      : [];
     for (const { id } of bookings) {
       const released = await ctx.ledger.release(id);
       if (released) {
