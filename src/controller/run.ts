@@ -270,6 +270,7 @@ export async function runController(config: Config, log: Logger, opts: RunContro
           log.info('holds expired', { reservations: expired });
           controllers.wakeReservations(expired);
         }
+        await controllers.wakeHeldNoMore();
       });
       every(config.resyncEveryMs, 'resync', async () => controllers.resync());
       // Pods that end give their atoms back; pods of ended reservations are evicted. Then deletions no leader saw

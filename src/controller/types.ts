@@ -14,6 +14,11 @@ export const TRUST_LABEL = 'bettercompute.io/trust';
 export const OWNER_TENANT_LABEL = 'bettercompute.io/owner-tenant';
 /** Taint of the test harness's simulated nodes; tolerated (it keeps stray pods away, not our bookings). */
 export const SIMULATED_TAINT = 'bettercompute.io/simulated';
+/**
+ * Annotation on a Reservation that confirms its hold (`kubectl annotate reservation NAME bettercompute.io/confirm=true`):
+ * an input like the spec (the spec itself is immutable), read by the reconciler; docs/adr/0015-hold-and-confirm.md.
+ */
+export const CONFIRM_ANNOTATION = 'bettercompute.io/confirm';
 /** Prefix of the per-reservation extended resource the agent registers (docs/crds.md). */
 export const RESERVATION_RESOURCE_PREFIX = 'reservations.bettercompute.io/';
 
@@ -80,6 +85,11 @@ export interface ReservationStatus {
   start?: string;
   end?: string;
   leaseExpiresAt?: string;
+  /** The ledger's state (held, confirmed, released, expired): a held booking is Reserved until it is confirmed or expires. */
+  state?: string;
+  /** When a hold was confirmed, and by which pod when its first pod's bind confirmed it. */
+  confirmedAt?: string;
+  confirmedBy?: string;
   observedGeneration?: number;
   conditions?: Condition[];
 }

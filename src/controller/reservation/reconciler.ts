@@ -11,6 +11,7 @@ import { poolIdOf } from '../context.ts';
 import { statusOf } from '../kube.ts';
 import type { ReconcileResult } from '../queue.ts';
 import {
+  CONFIRM_ANNOTATION,
   RESERVATION_FINALIZER,
   TENANT_LABEL,
   findCondition,
@@ -49,6 +50,11 @@ export function toCreateInput(r: Reservation, tenantId: string, poolId: string):
   };
   for (const k of Object.keys(raw)) if (raw[k] === undefined) delete raw[k];
   return parseInput(ReservationCreateInput, raw);
+}
+
+/** The Reservation asks for its hold to be confirmed (the annotation; any value but "true" asks nothing). */
+export function confirmRequested(r: Reservation): boolean {
+  return r.metadata.annotations?.[CONFIRM_ANNOTATION] === 'true';
 }
 
 const PHASE_OF_STATE: Record<ReservationView['state'], ReservationPhase> = {
@@ -109,6 +115,7 @@ export class ReservationReconciler {
         await ctx.ledger.release(view.id);
         view = (await ctx.ledger.get(view.id)) ?? view;
       }
+      view = await this.confirmIfAsked(r, view);
       await this.writeBooked(r, view, view.tenantId, false);
       return this.wakeAt(view);
     }
@@ -146,8 +153,9 @@ export class ReservationReconciler {
 
     const outcome: ReserveOutcome = await ctx.ledger.reserve(input, ctx.clock.now());
     if (outcome.ok) {
-      await this.writeBooked(r, outcome.reservation, tenant, true);
-      return this.wakeAt(outcome.reservation);
+      const view = await this.confirmIfAsked(r, outcome.reservation);
+      await this.writeBooked(r, view, tenant, true);
+      return this.wakeAt(view);
     }
     const verdicts: Record<Exclude<typeof outcome.code, never>, Omit<Verdict, 'message'>> = {
       NO_CAPACITY: { phase: 'Pending', status: 'False', reason: 'Unschedulable', eventType: 'Warning' },
@@ -218,6 +226,23 @@ export class ReservationReconciler {
     return first ? this.ctx.ledger.get(first.id) : undefined;
   }
 
+  /**
+   * A held booking of a Reservation annotated to confirm is confirmed in the ledger (the annotation is an input, like
+   * the spec; status only mirrors what the ledger then says). A hold whose lease ran out stays unconfirmed: the leader's
+   * expiry releases it, and the mirror shows Expired.
+   */
+  private async confirmIfAsked(r: Reservation, view: ReservationView): Promise<ReservationView> {
+    if (view.state !== 'held' || !confirmRequested(r)) return view;
+    const out = await this.ctx.ledger.confirm(view.id);
+    const reservation = `${r.metadata.namespace}/${r.metadata.name}`;
+    if ('error' in out) {
+      this.ctx.log.info('confirm refused', { reservation, reservationId: view.id, reason: out.error });
+      return (await this.ctx.ledger.get(view.id)) ?? view;
+    }
+    this.ctx.log.info('hold confirmed', { reservation, reservationId: view.id, by: 'annotation' });
+    return out;
+  }
+
   /** A live booking comes back when its hold runs out or its window ends, whichever is first. */
   private wakeAt(view: ReservationView): ReconcileResult {
     if (view.state !== 'held' && view.state !== 'confirmed') return undefined;
@@ -231,15 +256,26 @@ export class ReservationReconciler {
     const phase = PHASE_OF_STATE[view.state];
     const atoms = view.allocations.reduce((n, a) => n + a.atoms.length, 0);
     const nodes = view.allocations.map((a) => a.nodeId);
+    // A hold that was confirmed: by its first pod's bind (the ledger names the pod), else by the annotation (or the CLI).
+    const confirmedAt = view.state === 'confirmed' ? iso(view.hold?.confirmedAt) : undefined;
+    const confirmedBy = !confirmedAt
+      ? undefined
+      : view.hold?.confirmedByPod
+        ? `pod ${view.hold.confirmedByPod}`
+        : confirmRequested(r)
+          ? `annotation ${CONFIRM_ANNOTATION}`
+          : undefined;
+    const held = view.state === 'held' ? `, held until ${iso(view.leaseExpiresAt)} unless confirmed` : '';
+    const confirmed = confirmedAt ? `; hold confirmed at ${confirmedAt}${confirmedBy ? ` by ${confirmedBy}` : ''}` : '';
     const messages: Record<ReservationPhase, string> = {
-      Reserved: `${atoms} atoms on ${nodes.join(', ')} from ${iso(view.start)} to ${iso(view.end)}${view.state === 'held' ? `, held until ${iso(view.leaseExpiresAt)}` : ''}`,
+      Reserved: `${atoms} atoms on ${nodes.join(', ')} from ${iso(view.start)} to ${iso(view.end)}${held}${confirmed}`,
       Released: view.end <= this.ctx.clock.now() ? `the window of ${view.id} ended at ${iso(view.end)}` : `released ${view.id}`,
       Expired: `the hold of ${view.id} ran out before it was confirmed`,
       Pending: '',
       Failed: '',
     };
     const reasons: Record<ReservationPhase, string> = {
-      Reserved: view.state === 'held' ? 'Held' : 'Reserved',
+      Reserved: view.state === 'held' ? 'Held' : confirmedAt ? 'Confirmed' : 'Reserved',
       Released: 'Released',
       Expired: 'Expired',
       Pending: '',
@@ -257,6 +293,9 @@ export class ReservationReconciler {
       ...(iso(view.start) ? { start: iso(view.start) } : {}),
       ...(iso(view.end) ? { end: iso(view.end) } : {}),
       ...(iso(view.leaseExpiresAt) ? { leaseExpiresAt: iso(view.leaseExpiresAt) } : {}),
+      state: view.state,
+      ...(confirmedAt ? { confirmedAt } : {}),
+      ...(confirmedBy ? { confirmedBy } : {}),
     };
     if (fresh) this.ctx.log.info('reservation booked', { reservation: `${r.metadata.namespace}/${r.metadata.name}`, reservationId: view.id, nodes });
     await this.writeStatus(r, status, {
@@ -296,8 +335,10 @@ export class ReservationReconciler {
       this.lastEvent.set(key, stamp);
       await ctx.event(r, 'Reservation', { type: v.eventType, reason: v.reason, message: v.message });
     }
+    // A merge patch keeps what it does not name: a lease that a confirmation or an expiry ended is removed by name.
+    const patch: Record<string, unknown> = { ...next, ...(prev.leaseExpiresAt && !next.leaseExpiresAt ? { leaseExpiresAt: null } : {}) };
     try {
-      await ctx.kube.patchReservationStatus(r.metadata.namespace!, r.metadata.name, next as Record<string, unknown>);
+      await ctx.kube.patchReservationStatus(r.metadata.namespace!, r.metadata.name, patch);
     } catch (e) {
       if (statusOf(e) === 404) return;
       throw e;
