@@ -26,8 +26,8 @@ commands:
   list                         the tenant's live reservations (--all: ended ones too): id, name, pool, state, start,
                                end, atoms
   get ID                       one reservation: state, window, hold, atoms per node
-  preview -f FILE              what the capacity preview says of a Reservation manifest (YAML or JSON), validated as
-                               the controller validates it; nothing is booked
+  preview -f FILE              what the capacity preview says of the first Reservation in a manifest (YAML or JSON),
+                               validated as the controller validates it; nothing is booked
   confirm ID                   confirm a held reservation (as its first pod's bind, or the annotation
                                bettercompute.io/confirm=true, would); the Reservation's status follows
 
