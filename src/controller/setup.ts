@@ -61,6 +61,14 @@ const generationChanged = (a: KubeObject, b: KubeObject) =>
   String(a.metadata.deletionTimestamp ?? '') !== String(b.metadata.deletionTimestamp ?? '') ||
   (a.metadata.finalizers ?? []).join() !== (b.metadata.finalizers ?? []).join();
 
+/**
+ * Whether a Reservation update needs a reconcile: its generation, deletion or finalizers changed (not a status-only
+ * write, ours), or the confirm annotation appeared (an input like the spec, which does not change the generation).
+ */
+export function reservationUpdateWakes(a: Reservation, b: Reservation): boolean {
+  return generationChanged(a, b) || (confirmRequested(b) && !confirmRequested(a));
+}
+
 export function setupControllers(o: SetupOptions): Controllers {
   const log = o.log;
   const informer = <T extends KubeObject>(name: string, path: string, list: () => Promise<{ items: T[] }>) =>
@@ -139,8 +147,7 @@ export function setupControllers(o: SetupOptions): Controllers {
   informers.reservations.on({
     add: (r) => queues.reservations.add(keyOf(r)),
     update: (a, b) => {
-      // The confirm annotation is an input too (the spec is immutable): setting it does not change the generation.
-      if (generationChanged(a, b) || (confirmRequested(b) && !confirmRequested(a))) queues.reservations.add(keyOf(b));
+      if (reservationUpdateWakes(a, b)) queues.reservations.add(keyOf(b));
     },
     delete: (r: Reservation) => {
       // Deleted without our finalizer (e.g. before we saw it): its booking, if any, is freed by the finalizer path
