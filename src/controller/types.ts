@@ -69,6 +69,8 @@ export interface ReservationSpec {
   leaseSeconds?: number;
   spot?: boolean;
   gang?: { size: number; topologyKey?: string };
+  /** A confirmed reservation no pod has used this long after its start is released (the controller's, not the ledger's). */
+  releaseIfUnusedSeconds?: number;
 }
 
 export type ReservationPhase = 'Pending' | 'Reserved' | 'Released' | 'Expired' | 'Failed';

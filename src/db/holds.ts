@@ -30,3 +30,18 @@ export async function heldNoMore(c: Queryable, reservationIds: readonly string[]
   ]);
   return rows.map((r) => r.id);
 }
+
+/**
+ * Takes the reservation's row lock (as a pod's bind does), then, in a statement of its own (so it sees any bind that
+ * committed while it waited), says whether it is confirmed, `seconds` past its start, not ended, and never used by a pod.
+ */
+export async function lockIfUnused(c: Queryable, reservationId: string, seconds: number): Promise<boolean> {
+  await c.query('SELECT 1 FROM reservations WHERE id = $1 FOR UPDATE', [reservationId]);
+  const { rows } = await c.query<{ unused: boolean }>(
+    `SELECT (state = 'confirmed' AND starts_at + make_interval(secs => $2) <= compute_now() AND ends_at > compute_now()
+             AND NOT EXISTS (SELECT 1 FROM reservation_pod_assignments p WHERE p.reservation_id = r.id)) AS unused
+     FROM reservations r WHERE id = $1`,
+    [reservationId, seconds],
+  );
+  return rows[0]?.unused === true;
+}

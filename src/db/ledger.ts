@@ -31,6 +31,9 @@ export interface ReservationView {
   allocations: { id: string; nodeId: string; atoms: string[] }[];
   /** Set by get(): whether it was booked with a hold (leaseSeconds), and when and by which pod the hold was confirmed. */
   hold?: { confirmedAt: number | null; confirmedByPod: string | null };
+  /** Set by get(): when it was released or expired, and whether any pod was ever assigned to it. */
+  endedAt?: number | null;
+  everUsed?: boolean;
 }
 
 export type ReserveFailure =
@@ -525,6 +528,8 @@ export class Ledger {
               (extract(epoch FROM r.starts_at) * 1000)::float8 AS start, (extract(epoch FROM r.ends_at) * 1000)::float8 AS "end",
               (extract(epoch FROM r.lease_expires_at) * 1000)::float8 AS lease,
               r.request ? 'leaseSeconds' AS was_held,
+              (extract(epoch FROM r.ended_at) * 1000)::float8 AS ended_at,
+              EXISTS (SELECT 1 FROM reservation_pod_assignments p WHERE p.reservation_id = r.id) AS ever_used,
               CASE WHEN r.state = 'confirmed' AND r.request ? 'leaseSeconds' THEN (extract(epoch FROM r.updated_at) * 1000)::float8 END AS confirmed_at,
               -- A pod that confirmed the hold was assigned in the same transaction: at the same compute_now().
               (SELECT p.namespace || '/' || p.pod_name FROM reservation_pod_assignments p
@@ -551,6 +556,8 @@ export class Ledger {
       leaseExpiresAt: r.lease,
       allocations: r.allocations,
       ...(r.was_held ? { hold: { confirmedAt: r.confirmed_at, confirmedByPod: r.confirmed_by_pod } } : {}),
+      endedAt: r.ended_at,
+      everUsed: r.ever_used,
     };
   }
 
@@ -589,9 +596,24 @@ export class Ledger {
     return this.end(reservationId, 'released');
   }
 
-  private async end(reservationId: string, state: 'released' | 'expired', onlyIfLeaseRanOut = false): Promise<boolean> {
+  /**
+   * Releases a confirmed reservation that no pod has used (no assignment, ever) `seconds` after its start
+   * (spec.releaseIfUnusedSeconds, ADR 0015). Checked under the reservation's row lock, which a pod's bind takes too,
+   * so a bind and this release never both win. Returns whether it released it.
+   */
+  releaseIfUnused(reservationId: string, seconds: number): Promise<boolean> {
+    return this.end(reservationId, 'released', false, (c) => holds.lockIfUnused(c, reservationId, seconds));
+  }
+
+  private async end(
+    reservationId: string,
+    state: 'released' | 'expired',
+    onlyIfLeaseRanOut = false,
+    onlyIf?: (c: pg.PoolClient) => Promise<boolean>,
+  ): Promise<boolean> {
     const nodes = await withRetriedTransaction(this.db, async (c) => {
       await this.checkFence(c, this.opts.fence?.());
+      if (onlyIf && !(await onlyIf(c))) return undefined;
       const { rows } = await c.query(
         `UPDATE reservations SET state = $2, ended_at = compute_now(), updated_at = compute_now(), lease_expires_at = NULL
          WHERE id = $1 AND state IN ('held', 'confirmed')
