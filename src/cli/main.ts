@@ -17,6 +17,7 @@ commands:
   agent              run the node agent: device discovery, NodeDevices, kubelet device plugins (see agent --help)
   capacity           capacity summary, pool rows, placement preview, GPU timeline (see capacity --help)
   usage              hourly usage windows: GPU-hours and more per pool and resource over a period (see usage --help)
+  reservations       a tenant's reservations: list, get, preview of a Reservation file, confirm (see reservations --help)
 `;
 
 type Command = (argv: string[]) => Promise<number>;
@@ -61,6 +62,14 @@ const commands: Record<string, Command> = {
       stdout: (text) => process.stdout.write(text),
       stderr: (text) => process.stderr.write(text),
     }),
+  async reservations(argv) {
+    // Loaded on use: it brings the Kubernetes client (Reservation names) and the reconciler's translation.
+    const { reservationsCommand } = await import('./reservations.ts');
+    return reservationsCommand(argv, loadConfig(), {
+      stdout: (text) => process.stdout.write(text),
+      stderr: (text) => process.stderr.write(text),
+    });
+  },
 };
 
 async function main(argv: string[]): Promise<number> {

@@ -274,6 +274,7 @@ export async function runController(config: Config, log: Logger, opts: RunContro
           log.info('holds expired', { reservations: expired });
           controllers.wakeReservations(expired);
         }
+        await controllers.wakeHeldNoMore();
       });
       every(config.resyncEveryMs, 'resync', async () => controllers.resync());
       // Hourly usage windows: at once (backfilling the hours no leader computed), then every usageEvery.

@@ -15,7 +15,7 @@ import { NodeReconciler } from './node/reconciler.ts';
 import { NodeDevicesReconciler } from './nodedevices/reconciler.ts';
 import { PoolReconciler } from './pool/reconciler.ts';
 import { WorkQueue, type ReconcileResult } from './queue.ts';
-import { ReservationReconciler } from './reservation/reconciler.ts';
+import { confirmRequested, ReservationReconciler } from './reservation/reconciler.ts';
 import { GROUP, keyOf, VERSION, type KubeObject, type Reservation } from './types.ts';
 
 export interface SetupOptions {
@@ -50,6 +50,8 @@ export interface Controllers {
   afterDriftFix(fix: DriftFix): void;
   /** Queues the Reservations whose booking (or a recurring one's window) has one of these ledger ids (e.g. leases that expired). */
   wakeReservations(ids: readonly string[]): void;
+  /** Queues the Reservations whose status mirrors a hold the ledger no longer has (confirmed by a pod's bind); their ids. */
+  wakeHeldNoMore(): Promise<string[]>;
   /** Stops everything. */
   stop(): Promise<void>;
 }
@@ -58,6 +60,14 @@ const generationChanged = (a: KubeObject, b: KubeObject) =>
   a.metadata.generation !== b.metadata.generation ||
   String(a.metadata.deletionTimestamp ?? '') !== String(b.metadata.deletionTimestamp ?? '') ||
   (a.metadata.finalizers ?? []).join() !== (b.metadata.finalizers ?? []).join();
+
+/**
+ * Whether a Reservation update needs a reconcile: its generation, deletion or finalizers changed (not a status-only
+ * write, ours), or the confirm annotation appeared (an input like the spec, which does not change the generation).
+ */
+export function reservationUpdateWakes(a: Reservation, b: Reservation): boolean {
+  return generationChanged(a, b) || (confirmRequested(b) && !confirmRequested(a));
+}
 
 export function setupControllers(o: SetupOptions): Controllers {
   const log = o.log;
@@ -137,7 +147,7 @@ export function setupControllers(o: SetupOptions): Controllers {
   informers.reservations.on({
     add: (r) => queues.reservations.add(keyOf(r)),
     update: (a, b) => {
-      if (generationChanged(a, b)) queues.reservations.add(keyOf(b));
+      if (reservationUpdateWakes(a, b)) queues.reservations.add(keyOf(b));
     },
     delete: (r: Reservation) => {
       // Deleted without our finalizer (e.g. before we saw it): its booking, if any, is freed by the finalizer path
@@ -243,6 +253,13 @@ export function setupControllers(o: SetupOptions): Controllers {
           if (fix.action === 'released') ctx.wakePending(ctx.poolNameOf(fix.poolId));
           break;
       }
+    },
+    async wakeHeldNoMore() {
+      // Mirrored as held, held no more in the ledger: confirmed by a pod's bind (on any replica) or by the CLI.
+      const held = informers.reservations.list().flatMap((r) => (r.status?.state === 'held' && r.status.reservationId ? [r.status.reservationId] : []));
+      const changed = await ctx.ledger.heldNoMore(held);
+      this.wakeReservations(changed);
+      return changed;
     },
     wakeReservations(ids) {
       const set = new Set(ids);

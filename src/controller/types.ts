@@ -14,6 +14,11 @@ export const TRUST_LABEL = 'bettercompute.io/trust';
 export const OWNER_TENANT_LABEL = 'bettercompute.io/owner-tenant';
 /** Taint of the test harness's simulated nodes; tolerated (it keeps stray pods away, not our bookings). */
 export const SIMULATED_TAINT = 'bettercompute.io/simulated';
+/**
+ * Annotation on a Reservation that confirms its hold (`kubectl annotate reservation NAME bettercompute.io/confirm=true`):
+ * an input like the spec (the spec itself is immutable), read by the reconciler; docs/adr/0015-hold-and-confirm.md.
+ */
+export const CONFIRM_ANNOTATION = 'bettercompute.io/confirm';
 /** Prefix of the per-reservation extended resource the agent registers (docs/crds.md). */
 export const RESERVATION_RESOURCE_PREFIX = 'reservations.bettercompute.io/';
 
@@ -67,6 +72,8 @@ export interface ReservationSpec {
   gang?: { size: number; topologyKey?: string };
   /** Book a window on these days every week instead of one window (then `duration` is absent; `start` anchors it). */
   recurrence?: RecurrenceSpecCR;
+  /** A confirmed reservation no pod has used this long after its start is released (the controller's, not the ledger's). */
+  releaseIfUnusedSeconds?: number;
 }
 
 /** spec.recurrence as written (docs/crds.md); src/controller/reservation/recurring.ts validates it. */
@@ -110,6 +117,11 @@ export interface ReservationStatus {
   leaseExpiresAt?: string;
   /** A recurring Reservation: its windows that have not ended, booked a horizon ahead, earliest first. */
   occurrences?: OccurrenceStatus[];
+  /** The ledger's state (held, confirmed, released, expired): a held booking is Reserved until it is confirmed or expires. */
+  state?: string;
+  /** When a hold was confirmed, and by which pod when its first pod's bind confirmed it. */
+  confirmedAt?: string;
+  confirmedBy?: string;
   observedGeneration?: number;
   conditions?: Condition[];
 }

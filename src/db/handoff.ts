@@ -3,6 +3,7 @@
 // src/db/ reach these through Ledger (src/db/ledger.ts), which adds the leader's fence and its cache upkeep; the
 // agent API drops admissions with dropAdmission directly (it holds no booking).
 import type pg from 'pg';
+import { confirmHold } from './holds.ts';
 
 interface Queryable {
   query: pg.ClientBase['query'];
@@ -18,7 +19,9 @@ export interface AssignmentRequest {
   count: number;
 }
 
-export type AssignOutcome = { ok: true; existing: boolean; movedFrom?: string } | { ok: false; reason: string };
+export type AssignOutcome =
+  | { ok: true; existing: boolean; movedFrom?: string; /** This assignment confirmed the reservation's hold. */ confirmed?: boolean }
+  | { ok: false; reason: string };
 
 /**
  * Records a pod's assignment to `count` of its reservation's atoms on a node, if they are not all assigned already.
@@ -26,12 +29,16 @@ export type AssignOutcome = { ok: true; existing: boolean; movedFrom?: string } 
  * reservation is the pod's tenant's (`tenantId`, of the pod's namespace), held or confirmed, and that now is inside
  * its window. So concurrent binds of one reservation count one after another, and a bind cannot land outside the
  * window it was filtered in. Idempotent per pod: the pod's live assignment on this node is honoured ('existing'); one
- * on another node (a bind that stopped before its Binding) is moved here in the same transaction.
+ * on another node (a bind that stopped before its Binding) is moved here in the same transaction. The first pod of a
+ * held reservation confirms its hold in this transaction (ADR 0015); a hold whose lease ran out takes no pod (the
+ * leader's expiry releases it).
  */
 export async function assignPod(c: Queryable, a: AssignmentRequest): Promise<AssignOutcome> {
   const { rows } = await c.query(
     `WITH r AS (SELECT id, state, tenant_id, starts_at <= compute_now() AS started, compute_now() < ends_at AS open,
-                       (extract(epoch FROM starts_at) * 1000)::float8 AS start_ms, (extract(epoch FROM ends_at) * 1000)::float8 AS end_ms
+                       (extract(epoch FROM starts_at) * 1000)::float8 AS start_ms, (extract(epoch FROM ends_at) * 1000)::float8 AS end_ms,
+                       (state = 'held' AND lease_expires_at <= compute_now()) AS lease_ran_out,
+                       (extract(epoch FROM lease_expires_at) * 1000)::float8 AS lease_ms
                 FROM reservations WHERE id = $2 FOR UPDATE),
      existing AS (SELECT node_id, reservation_id FROM reservation_pod_assignments WHERE pod_uid = $1 AND released_at IS NULL),
      held AS (SELECT count(*)::int AS n FROM allocations al JOIN device_bookings b ON b.allocation_id = al.id
@@ -42,6 +49,7 @@ export async function assignPod(c: Queryable, a: AssignmentRequest): Promise<Ass
      SELECT (SELECT state FROM r) AS state, (SELECT tenant_id FROM r) AS tenant_id,
             (SELECT started FROM r) AS started, (SELECT open FROM r) AS open,
             (SELECT start_ms FROM r) AS start_ms, (SELECT end_ms FROM r) AS end_ms,
+            (SELECT lease_ran_out FROM r) AS lease_ran_out, (SELECT lease_ms FROM r) AS lease_ms,
             (SELECT node_id FROM existing) AS existing, (SELECT reservation_id FROM existing) AS existing_reservation,
             held.n AS held, used.n AS used
      FROM held, used`,
@@ -52,6 +60,9 @@ export async function assignPod(c: Queryable, a: AssignmentRequest): Promise<Ass
   // Neither the other tenant's name nor the window is told: the reason ends up in the pod's events.
   if (r.tenant_id !== a.tenantId) return { ok: false, reason: `reservation ${a.reservationId} belongs to another tenant than ${a.tenantId} (namespace ${a.namespace})` };
   if (r.state !== 'held' && r.state !== 'confirmed') return { ok: false, reason: `reservation ${a.reservationId} is ${r.state}` };
+  if (r.lease_ran_out) {
+    return { ok: false, reason: `the hold of reservation ${a.reservationId} ran out at ${new Date(r.lease_ms as number).toISOString()} before it was confirmed` };
+  }
   if (!r.started) return { ok: false, reason: `reservation ${a.reservationId} starts at ${new Date(r.start_ms as number).toISOString()}` };
   if (!r.open) return { ok: false, reason: `reservation ${a.reservationId} ended at ${new Date(r.end_ms as number).toISOString()}` };
   if (r.existing === a.nodeId && r.existing_reservation === a.reservationId) return { ok: true, existing: true };
@@ -66,7 +77,9 @@ export async function assignPod(c: Queryable, a: AssignmentRequest): Promise<Ass
      VALUES ($1, $2, $3, $4, $5, $6)`,
     [a.podUid, a.reservationId, a.nodeId, a.namespace, a.podName, a.count],
   );
-  return { ok: true, existing: false, ...(r.existing ? { movedFrom: r.existing as string } : {}) };
+  // Under the row lock taken above, with the lease checked on the same clock: the first pod confirms the hold.
+  const confirmed = r.state === 'held' && (await confirmHold(c, a.reservationId));
+  return { ok: true, existing: false, ...(r.existing ? { movedFrom: r.existing as string } : {}), ...(confirmed ? { confirmed } : {}) };
 }
 
 /** Frees a pod's live assignment. Returns whether there was one. */

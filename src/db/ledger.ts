@@ -12,6 +12,7 @@ import type pg from 'pg';
 import { isRetryable, sqlState } from './errors.ts';
 import { GroupCommit, type ItemOutcome } from './group-commit.ts';
 import * as handoff from './handoff.ts';
+import * as holds from './holds.ts';
 import { withRetriedTransaction, withTransaction, type Db } from './pool.ts';
 import { getPool, isPoolVisible, loadNodes, type PoolInfo } from './snapshot.ts';
 
@@ -28,6 +29,11 @@ export interface ReservationView {
   end: number;
   leaseExpiresAt: number | null;
   allocations: { id: string; nodeId: string; atoms: string[] }[];
+  /** Set by get(): whether it was booked with a hold (leaseSeconds), and when and by which pod the hold was confirmed. */
+  hold?: { confirmedAt: number | null; confirmedByPod: string | null };
+  /** Set by get(): when it was released or expired, and whether any pod was ever assigned to it. */
+  endedAt?: number | null;
+  everUsed?: boolean;
 }
 
 export type ReserveFailure =
@@ -538,6 +544,14 @@ export class Ledger {
       `SELECT r.id, r.tenant_id, r.pool_id, r.state, r.spot, r.binding,
               (extract(epoch FROM r.starts_at) * 1000)::float8 AS start, (extract(epoch FROM r.ends_at) * 1000)::float8 AS "end",
               (extract(epoch FROM r.lease_expires_at) * 1000)::float8 AS lease,
+              r.request ? 'leaseSeconds' AS was_held,
+              (extract(epoch FROM r.ended_at) * 1000)::float8 AS ended_at,
+              EXISTS (SELECT 1 FROM reservation_pod_assignments p WHERE p.reservation_id = r.id) AS ever_used,
+              CASE WHEN r.state = 'confirmed' AND r.request ? 'leaseSeconds' THEN (extract(epoch FROM r.updated_at) * 1000)::float8 END AS confirmed_at,
+              -- A pod that confirmed the hold was assigned in the same transaction: at the same compute_now().
+              (SELECT p.namespace || '/' || p.pod_name FROM reservation_pod_assignments p
+               WHERE p.reservation_id = r.id AND p.created_at = r.updated_at AND r.state = 'confirmed' AND r.request ? 'leaseSeconds'
+               ORDER BY p.namespace, p.pod_name LIMIT 1) AS confirmed_by_pod,
               coalesce((SELECT json_agg(json_build_object('id', a.id, 'nodeId', a.node_id, 'atoms',
                          (SELECT coalesce(json_agg(b.device_id ORDER BY b.device_id), '[]') FROM device_bookings b WHERE b.allocation_id = a.id))
                          ORDER BY a.node_id)
@@ -558,18 +572,23 @@ export class Ledger {
       end: r.end,
       leaseExpiresAt: r.lease,
       allocations: r.allocations,
+      ...(r.was_held ? { hold: { confirmedAt: r.confirmed_at, confirmedByPod: r.confirmed_by_pod } } : {}),
+      endedAt: r.ended_at,
+      everUsed: r.ever_used,
     };
   }
 
-  /** held → confirmed, while the lease has not run out. */
+  /** held → confirmed, while the lease has not run out (fenced for a leader's ledger). Confirmed already: answered as is. */
   async confirm(reservationId: string): Promise<ReservationView | { error: string }> {
-    const { rowCount } = await this.db.query(
-      `UPDATE reservations SET state = 'confirmed', lease_expires_at = NULL, updated_at = compute_now()
-       WHERE id = $1 AND (state = 'confirmed' OR (state = 'held' AND lease_expires_at > compute_now()))`,
-      [reservationId],
-    );
-    if (!rowCount) return { error: await this.whyNot(reservationId, 'confirm') };
-    return (await this.get(reservationId))!;
+    const confirmed = await this.tx((c) => holds.confirmHold(c, reservationId));
+    const view = await this.get(reservationId);
+    if (confirmed || view?.state === 'confirmed') return view!;
+    return { error: await this.whyNot(reservationId, 'confirm') };
+  }
+
+  /** Of these reservation ids, those no longer held (confirmed, released or expired since they were seen held). */
+  heldNoMore(reservationIds: readonly string[]): Promise<string[]> {
+    return holds.heldNoMore(this.db, reservationIds);
   }
 
   /** Extends a held reservation's lease by `seconds` from now. */
@@ -594,9 +613,24 @@ export class Ledger {
     return this.end(reservationId, 'released');
   }
 
-  private async end(reservationId: string, state: 'released' | 'expired', onlyIfLeaseRanOut = false): Promise<boolean> {
+  /**
+   * Releases a confirmed reservation that no pod has used (no assignment, ever) `seconds` after its start
+   * (spec.releaseIfUnusedSeconds, ADR 0015). Checked under the reservation's row lock, which a pod's bind takes too,
+   * so a bind and this release never both win. Returns whether it released it.
+   */
+  releaseIfUnused(reservationId: string, seconds: number): Promise<boolean> {
+    return this.end(reservationId, 'released', false, (c) => holds.lockIfUnused(c, reservationId, seconds));
+  }
+
+  private async end(
+    reservationId: string,
+    state: 'released' | 'expired',
+    onlyIfLeaseRanOut = false,
+    onlyIf?: (c: pg.PoolClient) => Promise<boolean>,
+  ): Promise<boolean> {
     const nodes = await withRetriedTransaction(this.db, async (c) => {
       await this.checkFence(c, this.opts.fence?.());
+      if (onlyIf && !(await onlyIf(c))) return undefined;
       const { rows } = await c.query(
         `UPDATE reservations SET state = $2, ended_at = compute_now(), updated_at = compute_now(), lease_expires_at = NULL
          WHERE id = $1 AND state IN ('held', 'confirmed')

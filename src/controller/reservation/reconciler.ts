@@ -4,6 +4,7 @@
 // removes the finalizer. Status is a mirror, never an input: which booking is the CR's is asked of the ledger by its
 // metadata.uid (the idempotency key it booked with), never read from status.reservationId, which anyone allowed to
 // write reservations/status could point at another tenant's booking.
+import { z } from 'zod';
 import { parseInput, ReservationCreateInput, ValidationError } from '../../api/schemas.ts';
 import { expandRecurrence } from '../../core/recurrence.ts';
 import type { ReservationView, ReserveOutcome } from '../../db/ledger.ts';
@@ -12,6 +13,7 @@ import { poolIdOf } from '../context.ts';
 import { statusOf } from '../kube.ts';
 import type { ReconcileResult } from '../queue.ts';
 import {
+  CONFIRM_ANNOTATION,
   RESERVATION_FINALIZER,
   TENANT_LABEL,
   findCondition,
@@ -51,7 +53,32 @@ export function toCreateInput(r: Reservation, tenantId: string, poolId: string):
     idempotencyKey: r.metadata.uid,
   };
   for (const k of Object.keys(raw)) if (raw[k] === undefined) delete raw[k];
-  return parseInput(ReservationCreateInput, raw);
+  const input = parseInput(ReservationCreateInput, raw);
+  releaseIfUnusedMs(r); // the controller's own field: checked here too, so an invalid one fails before booking
+  return input;
+}
+
+const ReleaseIfUnusedSeconds = z.number().int().min(60).max(31_622_400).optional();
+
+/** releaseIfUnusedMs for a Reservation already booked (validated before booking): an invalid value counts as none. */
+function unusedAfterMs(r: Reservation): number | undefined {
+  try {
+    return releaseIfUnusedMs(r);
+  } catch {
+    return undefined;
+  }
+}
+
+/** spec.releaseIfUnusedSeconds in milliseconds (the CRD's bounds, checked again at this boundary), or undefined. */
+export function releaseIfUnusedMs(r: Reservation): number | undefined {
+  const seconds = parseInput(z.object({ releaseIfUnusedSeconds: ReleaseIfUnusedSeconds }), { releaseIfUnusedSeconds: r.spec.releaseIfUnusedSeconds })
+    .releaseIfUnusedSeconds;
+  return seconds === undefined ? undefined : seconds * 1000;
+}
+
+/** The Reservation asks for its hold to be confirmed (the annotation; any value but "true" asks nothing). */
+export function confirmRequested(r: Reservation): boolean {
+  return r.metadata.annotations?.[CONFIRM_ANNOTATION] === 'true';
 }
 
 const PHASE_OF_STATE: Record<ReservationView['state'], ReservationPhase> = {
@@ -113,8 +140,10 @@ export class ReservationReconciler {
         await ctx.ledger.release(view.id);
         view = (await ctx.ledger.get(view.id)) ?? view;
       }
+      view = await this.confirmIfAsked(r, view);
+      view = await this.releaseIfUnused(r, view);
       await this.writeBooked(r, view, view.tenantId, false);
-      return this.wakeAt(view);
+      return this.wakeAt(view, unusedAfterMs(r));
     }
     // A verdict on this very spec that cannot change by trying again (only this CR's own status can claim it).
     if (st.phase === 'Failed' && st.observedGeneration === r.metadata.generation) return;
@@ -138,8 +167,9 @@ export class ReservationReconciler {
 
     const outcome: ReserveOutcome = await ctx.ledger.reserve(input, ctx.clock.now());
     if (outcome.ok) {
-      await this.writeBooked(r, outcome.reservation, tenant, true);
-      return this.wakeAt(outcome.reservation);
+      const view = await this.confirmIfAsked(r, outcome.reservation);
+      await this.writeBooked(r, view, tenant, true);
+      return this.wakeAt(view, unusedAfterMs(r));
     }
     const verdicts: Record<Exclude<typeof outcome.code, never>, Omit<Verdict, 'message'>> = {
       NO_CAPACITY: { phase: 'Pending', status: 'False', reason: 'Unschedulable', eventType: 'Warning' },
@@ -378,10 +408,44 @@ export class ReservationReconciler {
     return first ? this.ctx.ledger.get(first.id) : undefined;
   }
 
-  /** A live booking comes back when its hold runs out or its window ends, whichever is first. */
-  private wakeAt(view: ReservationView): ReconcileResult {
+  /**
+   * A held booking of a Reservation annotated to confirm is confirmed in the ledger (the annotation is an input, like
+   * the spec; status only mirrors what the ledger then says). A hold whose lease ran out stays unconfirmed: the leader's
+   * expiry releases it, and the mirror shows Expired.
+   */
+  private async confirmIfAsked(r: Reservation, view: ReservationView): Promise<ReservationView> {
+    if (view.state !== 'held' || !confirmRequested(r)) return view;
+    const out = await this.ctx.ledger.confirm(view.id);
+    const reservation = `${r.metadata.namespace}/${r.metadata.name}`;
+    if ('error' in out) {
+      this.ctx.log.info('confirm refused', { reservation, reservationId: view.id, reason: out.error });
+      return (await this.ctx.ledger.get(view.id)) ?? view;
+    }
+    this.ctx.log.info('hold confirmed', { reservation, reservationId: view.id, by: 'annotation' });
+    return out;
+  }
+
+  /**
+   * A confirmed booking of a Reservation with spec.releaseIfUnusedSeconds that no pod has used by then is released,
+   * under the row lock a pod's bind takes too (Ledger.releaseIfUnused); the mirror then says Released, reason Unused.
+   */
+  private async releaseIfUnused(r: Reservation, view: ReservationView): Promise<ReservationView> {
+    const ms = unusedAfterMs(r);
+    if (ms === undefined || view.state !== 'confirmed' || view.everUsed !== false) return view;
+    if (this.ctx.clock.now() < view.start + ms) return view;
+    const released = await this.ctx.ledger.releaseIfUnused(view.id, ms / 1000);
+    if (released) {
+      this.ctx.log.info('reservation released: unused', { reservation: `${r.metadata.namespace}/${r.metadata.name}`, reservationId: view.id });
+      this.ctx.wakePending(this.ctx.poolNameOf(view.poolId));
+    }
+    return (await this.ctx.ledger.get(view.id)) ?? view;
+  }
+
+  /** A live booking comes back when its hold runs out, when it would be released unused, or when its window ends. */
+  private wakeAt(view: ReservationView, unusedMs?: number): ReconcileResult {
     if (view.state !== 'held' && view.state !== 'confirmed') return undefined;
-    const next = Math.min(view.state === 'held' && view.leaseExpiresAt ? view.leaseExpiresAt : Infinity, view.end);
+    const unusedAt = view.state === 'confirmed' && unusedMs !== undefined && view.everUsed !== true ? view.start + unusedMs : Infinity;
+    const next = Math.min(view.state === 'held' && view.leaseExpiresAt ? view.leaseExpiresAt : Infinity, view.end, unusedAt);
     if (!Number.isFinite(next)) return undefined;
     // At most an hour ahead: timers have a 24-day ceiling, and the periodic resync looks again anyway.
     return { requeueAfterMs: Math.min(3_600_000, Math.max(1000, next - this.ctx.clock.now() + 500)) };
@@ -391,16 +455,40 @@ export class ReservationReconciler {
     const phase = PHASE_OF_STATE[view.state];
     const atoms = view.allocations.reduce((n, a) => n + a.atoms.length, 0);
     const nodes = view.allocations.map((a) => a.nodeId);
+    // A hold that was confirmed: by its first pod's bind (the ledger names the pod), else by the annotation (or the CLI).
+    const confirmedAt = view.state === 'confirmed' ? iso(view.hold?.confirmedAt) : undefined;
+    const confirmedBy = !confirmedAt
+      ? undefined
+      : view.hold?.confirmedByPod
+        ? `pod ${view.hold.confirmedByPod}`
+        : confirmRequested(r)
+          ? `annotation ${CONFIRM_ANNOTATION}`
+          : undefined;
+    const held = view.state === 'held' ? `, held until ${iso(view.leaseExpiresAt)} unless confirmed` : '';
+    // Released by releaseIfUnused: never used by a pod, ended at or after start + the spec's time, before its end.
+    const unusedMs = unusedAfterMs(r);
+    const unused =
+      view.state === 'released' &&
+      unusedMs !== undefined &&
+      view.everUsed === false &&
+      typeof view.endedAt === 'number' &&
+      view.endedAt >= view.start + unusedMs &&
+      view.endedAt < view.end;
+    const confirmed = confirmedAt ? `; hold confirmed at ${confirmedAt}${confirmedBy ? ` by ${confirmedBy}` : ''}` : '';
     const messages: Record<ReservationPhase, string> = {
-      Reserved: `${atoms} atoms on ${nodes.join(', ')} from ${iso(view.start)} to ${iso(view.end)}${view.state === 'held' ? `, held until ${iso(view.leaseExpiresAt)}` : ''}`,
-      Released: view.end <= this.ctx.clock.now() ? `the window of ${view.id} ended at ${iso(view.end)}` : `released ${view.id}`,
+      Reserved: `${atoms} atoms on ${nodes.join(', ')} from ${iso(view.start)} to ${iso(view.end)}${held}${confirmed}`,
+      Released: unused
+        ? `released ${view.id}: no pod used it within ${unusedMs! / 1000}s of its start at ${iso(view.start)}`
+        : view.end <= this.ctx.clock.now()
+          ? `the window of ${view.id} ended at ${iso(view.end)}`
+          : `released ${view.id}`,
       Expired: `the hold of ${view.id} ran out before it was confirmed`,
       Pending: '',
       Failed: '',
     };
     const reasons: Record<ReservationPhase, string> = {
-      Reserved: view.state === 'held' ? 'Held' : 'Reserved',
-      Released: 'Released',
+      Reserved: view.state === 'held' ? 'Held' : confirmedAt ? 'Confirmed' : 'Reserved',
+      Released: unused ? 'Unused' : 'Released',
       Expired: 'Expired',
       Pending: '',
       Failed: '',
@@ -417,6 +505,9 @@ export class ReservationReconciler {
       ...(iso(view.start) ? { start: iso(view.start) } : {}),
       ...(iso(view.end) ? { end: iso(view.end) } : {}),
       ...(iso(view.leaseExpiresAt) ? { leaseExpiresAt: iso(view.leaseExpiresAt) } : {}),
+      state: view.state,
+      ...(confirmedAt ? { confirmedAt } : {}),
+      ...(confirmedBy ? { confirmedBy } : {}),
     };
     if (fresh) this.ctx.log.info('reservation booked', { reservation: `${r.metadata.namespace}/${r.metadata.name}`, reservationId: view.id, nodes });
     await this.writeStatus(r, status, {
@@ -456,8 +547,10 @@ export class ReservationReconciler {
       this.lastEvent.set(key, stamp);
       await ctx.event(r, 'Reservation', { type: v.eventType, reason: v.reason, message: v.message });
     }
+    // A merge patch keeps what it does not name: a lease that a confirmation or an expiry ended is removed by name.
+    const patch: Record<string, unknown> = { ...next, ...(prev.leaseExpiresAt && !next.leaseExpiresAt ? { leaseExpiresAt: null } : {}) };
     try {
-      await ctx.kube.patchReservationStatus(r.metadata.namespace!, r.metadata.name, next as Record<string, unknown>);
+      await ctx.kube.patchReservationStatus(r.metadata.namespace!, r.metadata.name, patch);
     } catch (e) {
       if (statusOf(e) === 404) return;
       throw e;
