@@ -9,7 +9,7 @@ import type { HttpMetrics } from '../metrics/registry.ts';
 import { bearerToken, type Authorizer, type CapacityReadTarget, type Principal } from './authz.ts';
 import type { CapacityService } from './capacity-service.ts';
 import { ApiError, invalidInput, toErrorResponse } from './errors.ts';
-import { ByPoolInput, parseInput, PreviewInput, SummaryInput, TimelineInput } from './schemas.ts';
+import { ByPoolInput, parseInput, PreviewInput, QuotaInput, SummaryInput, TimelineInput } from './schemas.ts';
 
 /** The largest request body read, in bytes; a larger one is INVALID_INPUT. */
 export const MAX_BODY_BYTES = 64 * 1024;
@@ -19,6 +19,7 @@ export const CAPACITY_PATHS = {
   byPool: '/api/compute/capacity/byPool',
   preview: '/api/compute/capacity/preview',
   timeline: '/api/compute/capacity/timeline',
+  quota: '/api/compute/capacity/quota',
 } as const;
 
 export interface AppDeps {
@@ -136,6 +137,7 @@ export function createApp(deps: AppDeps): express.Express {
   method(CAPACITY_PATHS.byPool, ByPoolInput, onPool, (i) => deps.service.byPool(i));
   method(CAPACITY_PATHS.preview, PreviewInput, onPool, (i) => deps.service.preview(i));
   method(CAPACITY_PATHS.timeline, TimelineInput, onPool, (i) => deps.service.timeline(i));
+  method(CAPACITY_PATHS.quota, QuotaInput, (i) => (i.poolId ? onPool({ tenantId: i.tenantId, poolId: i.poolId }) : onTenant(i)), (i) => deps.service.quota(i));
 
   app.use((req, _res, next) => {
     next(new ApiError('NOT_FOUND', `no route ${req.method} ${req.path}`));

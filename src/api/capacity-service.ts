@@ -4,9 +4,10 @@ import { DbClock, type Clock } from '../db/clock.ts';
 import { capacitySummary, gpuTimeline, poolCapacity, type CapacityRow, type Summary, type TimelineBucket } from '../db/capacity.ts';
 import { Ledger, type LedgerMetrics } from '../db/ledger.ts';
 import type { Db } from '../db/pool.ts';
+import { quotaStatus, type QuotaStatus } from '../db/quota.ts';
 import { getPool, isPoolVisible, type PoolInfo } from '../db/snapshot.ts';
 import { notFound } from './errors.ts';
-import { resolveTimelineWindow, type ByPoolInput, type PreviewInput, type SummaryInput, type TimelineInput } from './schemas.ts';
+import { resolveTimelineWindow, type ByPoolInput, type PreviewInput, type QuotaInput, type SummaryInput, type TimelineInput } from './schemas.ts';
 
 /** The most candidates a preview returns (a gang returns all its members). */
 export const MAX_PREVIEW_CANDIDATES = 10;
@@ -38,6 +39,11 @@ export interface PreviewResult {
 export interface ByPoolResult {
   poolId: string;
   capacity: CapacityRow[];
+}
+
+export interface QuotaResult {
+  tenantId: string;
+  quotas: QuotaStatus[];
 }
 
 export interface TimelineResult {
@@ -111,6 +117,18 @@ export class CapacityService {
       // A count and a time only, and only for a regular request: spot requests never preempt.
       ...(p && !input.spot ? { preemptible: { count: p.count, start: p.start } } : {}),
     };
+  }
+
+  /** The tenant's quota keys (limit, used, reserved; GPU-hours of the current period) in the pools it may see. */
+  async quota(input: QuotaInput): Promise<QuotaResult> {
+    if (input.poolId) await this.visiblePool(input.poolId, input.tenantId);
+    const rows = await quotaStatus(this.deps.db, { tenantId: input.tenantId, ...(input.poolId ? { poolId: input.poolId } : {}) });
+    const visible = new Map<string, boolean>();
+    for (const poolId of new Set(rows.map((r) => r.poolId))) {
+      const pool = await getPool(this.deps.db, poolId);
+      visible.set(poolId, pool !== undefined && isPoolVisible(pool, input.tenantId));
+    }
+    return { tenantId: input.tenantId, quotas: rows.filter((r) => visible.get(r.poolId)) };
   }
 
   async timeline(input: TimelineInput): Promise<TimelineResult> {

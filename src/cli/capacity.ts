@@ -5,13 +5,13 @@
 import { parseArgs } from 'node:util';
 import { CAPACITY_PATHS } from '../api/app.ts';
 import { ApiError } from '../api/errors.ts';
-import { createCapacityService, type ByPoolResult, type PreviewResult, type TimelineResult } from '../api/capacity-service.ts';
-import { ByPoolInput, parseInput, PreviewInput, SummaryInput, TimelineInput, ValidationError } from '../api/schemas.ts';
+import { createCapacityService, type ByPoolResult, type PreviewResult, type QuotaResult, type TimelineResult } from '../api/capacity-service.ts';
+import { ByPoolInput, parseInput, PreviewInput, QuotaInput, SummaryInput, TimelineInput, ValidationError } from '../api/schemas.ts';
 import type { Config } from '../config.ts';
 import { SelectorError } from '../core/selector.ts';
 import type { Summary } from '../db/capacity.ts';
 import { openDatabase } from '../db/connect.ts';
-import { renderPoolRows, renderPreview, renderSummary, renderTimeline } from './render.ts';
+import { renderPoolRows, renderPreview, renderQuota, renderSummary, renderTimeline } from './render.ts';
 import { selectorTextToObject } from './selector-object.ts';
 
 export const CAPACITY_USAGE = `usage: better-compute capacity --tenant T [what] [options]
@@ -30,6 +30,8 @@ what:
   --timeline --pool P          whole GPUs booked per time bucket, as a chart
       --from T --to T          window (default: this hour, for 24 hours)
       --step M                 bucket minutes (default 60)
+  --quota [--pool P]           quota per pool and resource: GPUs (limit in force, used, reserved) and GPU-hours of
+                               the current period (limit, used, reserved)
 
 options:
   --tenant T                   the tenant (BETTER_COMPUTE_TENANT)
@@ -58,6 +60,7 @@ export interface CapacityClient {
   byPool(body: unknown): Promise<ByPoolResult>;
   preview(body: unknown): Promise<PreviewResult>;
   timeline(body: unknown): Promise<TimelineResult>;
+  quota(body: unknown): Promise<QuotaResult>;
   close(): Promise<void>;
 }
 
@@ -93,6 +96,7 @@ export function httpClient(serverUrl: string, token: string | undefined): Capaci
     byPool: (b) => call(CAPACITY_PATHS.byPool, b),
     preview: (b) => call(CAPACITY_PATHS.preview, b),
     timeline: (b) => call(CAPACITY_PATHS.timeline, b),
+    quota: (b) => call(CAPACITY_PATHS.quota, b),
     async close() {},
   };
 }
@@ -106,6 +110,7 @@ export async function directClient(config: Config): Promise<CapacityClient> {
       byPool: async (b) => service.byPool(parseInput(ByPoolInput, b)),
       preview: async (b) => service.preview(parseInput(PreviewInput, b)),
       timeline: async (b) => service.timeline(parseInput(TimelineInput, b)),
+      quota: async (b) => service.quota(parseInput(QuotaInput, b)),
       close: () => database.close(),
     };
   } catch (e) {
@@ -148,6 +153,7 @@ export async function capacityCommand(argv: string[], config: Config, io: Capaci
         pool: { type: 'string' },
         preview: { type: 'boolean' },
         timeline: { type: 'boolean' },
+        quota: { type: 'boolean' },
         gpus: { type: 'string' },
         class: { type: 'string' },
         for: { type: 'string' },
@@ -180,7 +186,7 @@ export async function capacityCommand(argv: string[], config: Config, io: Capaci
     if (output !== 'table' && output !== 'json') throw usage(`-o: table or json, not ${output}`);
     const tenantId = values.tenant ?? config.tenant;
     if (!tenantId) throw usage('--tenant is required (or set BETTER_COMPUTE_TENANT)');
-    if (values.preview && values.timeline) throw usage('--preview and --timeline do not go together');
+    if ([values.preview, values.timeline, values.quota].filter(Boolean).length > 1) throw usage('--preview, --timeline and --quota do not go together');
     const previewOnly = ['gpus', 'class', 'for', 'start', 'selector', 'gang', 'topology-key', 'binding', 'spot'] as const;
     const timelineOnly = ['from', 'to', 'step'] as const;
     for (const f of previewOnly) if (values[f] !== undefined && !values.preview) throw usage(`--${f} needs --preview`);
@@ -238,6 +244,10 @@ export async function capacityCommand(argv: string[], config: Config, io: Capaci
         });
         result = r;
         text = renderTimeline(r);
+      } else if (values.quota) {
+        const r = await client.quota({ tenantId, ...(values.pool ? { poolId: values.pool } : {}) });
+        result = r;
+        text = renderQuota(r);
       } else if (values.pool) {
         const r = await client.byPool({ tenantId, poolId: values.pool });
         result = r;
