@@ -225,3 +225,48 @@ describe('time-bounded overrides', () => {
     ).rejects.toMatchObject({ code: '23P01', constraint: 'exclude$quota_overrides$key_during' });
   });
 });
+
+describe('period arithmetic (bc_quota_period, bc_quota_hours)', () => {
+  it('calendar periods in UTC whatever the session time zone: ISO weeks from Monday, months of their own length', async () => {
+    const c = await ctx.db.connect();
+    try {
+      await c.query(`SET TIME ZONE 'Europe/Berlin'`);
+      const period = async (p: string, t: string) => {
+        const { rows } = await c.query(
+          `SELECT (extract(epoch FROM lower(r)) * 1000)::float8 AS s, (extract(epoch FROM upper(r)) * 1000)::float8 AS e
+           FROM bc_quota_period($1, $2::timestamptz) r`,
+          [p, t],
+        );
+        return [rows[0].s, rows[0].e];
+      };
+      // Sunday 23:30 UTC is Monday 00:30 in Berlin: still the week of Monday the 8th in UTC.
+      expect(await period('week', '2027-03-14T23:30:00Z')).toEqual([at('2027-03-08T00:00:00Z'), at('2027-03-15T00:00:00Z')]);
+      expect(await period('month', '2028-02-29T23:30:00Z')).toEqual([at('2028-02-01T00:00:00Z'), at('2028-03-01T00:00:00Z')]);
+      expect(await period('month', '2027-12-31T23:30:00Z')).toEqual([at('2027-12-01T00:00:00Z'), at('2028-01-01T00:00:00Z')]);
+      expect(await period('day', '2027-03-28T01:30:00Z')).toEqual([at('2027-03-28T00:00:00Z'), at('2027-03-29T00:00:00Z')]);
+    } finally {
+      c.release();
+    }
+  });
+
+  it('atom-hours: a charge counts only its overlap with the range, an open-ended one up to the range end', async () => {
+    const poolId = await makePool('hours-sum').owner('ops').offer('zeta').create(ctx.db);
+    await makeNode('hours-sum-n').gpus(4).create(ctx.db, poolId);
+    const ledger = new Ledger(ctx.db);
+    // 3 GPUs 03-31 20:00 → 04-01 02:30 (4 h in March, 2.5 h in April), and 1 GPU from now (03-10 12:00 + the moves above) open-ended.
+    const a = await ledger.reserve(
+      reservation(poolId, { tenantId: 'zeta', devices: [{ class: 'gpu', count: 3 }], start: at('2027-03-31T20:00:00Z'), duration: 6.5 * 3600 }),
+      ctx.clock.now(),
+    );
+    expect(a.ok).toBe(true);
+    const pod = await ledger.bookPod({ tenantId: 'zeta', poolId, podUid: 'hours-sum-pod', nodeId: 'hours-sum-n', devices: [{ class: 'gpu', count: 1 }], durationSeconds: null }, ctx.clock.now());
+    expect(pod.ok).toBe(true);
+    const { rows } = await ctx.db.query(`SELECT (extract(epoch FROM compute_now()) * 1000)::float8 AS now`);
+    const now: number = rows[0].now;
+    // April: 3 × 2.5 + 1 × 720 (the open-ended pod all month).
+    expect(await chargedHours('zeta', poolId, at('2027-04-01T00:00:00Z'), at('2027-05-01T00:00:00Z'))).toBe(7.5 + 720);
+    // March: 3 × 4 + 1 × the hours from now to April.
+    expect(await chargedHours('zeta', poolId, MARCH.periodStart, MARCH.periodEnd)).toBeCloseTo(12 + (MARCH.periodEnd - now) / HOUR, 9);
+    expect(await chargedHours('zeta', poolId, MARCH.periodEnd, MARCH.periodEnd)).toBe(0);
+  });
+});
