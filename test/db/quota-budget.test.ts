@@ -1,9 +1,12 @@
 // GPU-hour quota and time-bounded overrides (issue 13, ADR 0012), on a frozen clock so that every figure is computed
 // by hand: now is Wednesday 2027-03-10 12:00 UTC, the current period March (UTC).
+import { once } from 'node:events';
+import pg from 'pg';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { setQuota, setQuotaHours, setQuotaOverrides } from '../../src/db/inventory.ts';
 import { Ledger, type ReserveOutcome } from '../../src/db/ledger.ts';
 import { createPool } from '../../src/db/pool.ts';
+import { loadQuotas, quotaHeadroom } from '../../src/extender/queries.ts';
 import { makeNode, makePool, reservation } from '../support/builders.ts';
 import { useTestDatabase } from '../support/db.ts';
 
@@ -268,5 +271,28 @@ describe('period arithmetic (bc_quota_period, bc_quota_hours)', () => {
     // March: 3 × 4 + 1 × the hours from now to April.
     expect(await chargedHours('zeta', poolId, MARCH.periodStart, MARCH.periodEnd)).toBeCloseTo(12 + (MARCH.periodEnd - now) / HOUR, 9);
     expect(await chargedHours('zeta', poolId, MARCH.periodEnd, MARCH.periodEnd)).toBe(0);
+  });
+});
+
+describe("the extender's filter", () => {
+  it('leaves a key with overrides to bind: it loads as unlimited, and its overrides coming notify a reload', async () => {
+    const poolId = await makePool('override-extender').owner('ops').offer('team-x').create(ctx.db);
+    await setQuota(ctx.db, 'team-x', poolId, 'gpu', 1);
+    const key = { tenantId: 'team-x', poolId, resource: 'gpu' };
+    expect(await quotaHeadroom(ctx.db, 'team-x', poolId, ['gpu'], null)).toEqual(new Map([['gpu', { max: 1, peak: 0 }]]));
+
+    const listener = new pg.Client({ connectionString: ctx.url });
+    await listener.connect();
+    try {
+      await listener.query('LISTEN bc_extender');
+      const notified = once(listener, 'notification');
+      await setQuotaOverrides(ctx.db, 'team-x', poolId, 'gpu', [{ start: ctx.clock.now(), end: ctx.clock.now() + HOUR, kind: 'add', amount: 2 }]);
+      const [n] = (await notified) as [{ payload: string }];
+      expect(JSON.parse(n.payload)).toEqual(['q', 'team-x', poolId, 'gpu']);
+    } finally {
+      await listener.end();
+    }
+    expect(await quotaHeadroom(ctx.db, 'team-x', poolId, ['gpu'], null)).toEqual(new Map());
+    expect(await loadQuotas(ctx.db, [key])).toMatchObject([{ ...key, max: null, charges: [] }]);
   });
 });
