@@ -12,6 +12,7 @@ import { Ledger } from '../../src/db/ledger.ts';
 import { registerQuotaGauges } from '../../src/metrics/quota.ts';
 import { startTestApi, TOKENS, type TestApi } from '../support/api.ts';
 import { makeNode, reservation } from '../support/builders.ts';
+import { ensurePrometheus, promtoolCheck } from '../support/prometheus.ts';
 import { fakeController, type FakeController } from '../support/controller-context.ts';
 import { createTestDatabase, type TestDatabase } from '../support/db.ts';
 
@@ -113,12 +114,15 @@ describe('metrics', () => {
       ['bettercompute_quota_limit', 4],
       ['bettercompute_quota_used', 3],
       ['bettercompute_quota_reserved', 1],
-      ['bettercompute_quota_hours_limit', 100],
-      ['bettercompute_quota_hours_used', 3],
-      ['bettercompute_quota_hours_reserved', 8],
+      ['bettercompute_quota_budget_limit_atom_seconds', 100 * 3600],
+      ['bettercompute_quota_budget_used_atom_seconds', 3 * 3600],
+      ['bettercompute_quota_budget_reserved_atom_seconds', 8 * 3600],
     ] as const) {
       expect(res.text).toContain(`${name}{${labels}} ${value}\n`);
     }
+    const quotaLines = res.text.split('\n').filter((l) => l.includes('bettercompute_quota_')).join('\n');
+    const { promtool } = await ensurePrometheus();
+    expect(await promtoolCheck(promtool, `${quotaLines}\n`)).toEqual({ code: 0, output: '' });
   });
 });
 
