@@ -2,7 +2,7 @@
 // by hand: now is Wednesday 2027-03-10 12:00 UTC, the current period March (UTC).
 import { once } from 'node:events';
 import pg from 'pg';
-import { beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it, onTestFinished, vi } from 'vitest';
 import { setQuota, setQuotaHours, setQuotaOverrides } from '../../src/db/inventory.ts';
 import { Ledger, type ReserveOutcome } from '../../src/db/ledger.ts';
 import { createPool } from '../../src/db/pool.ts';
@@ -143,6 +143,31 @@ describe('GPU-hour quota', () => {
     // Removing the limit: nothing counts hours any more.
     await setQuotaHours(ctx.db, 'delta', poolId, 'gpu', null);
     expect((await book('2027-03-14T00:00:00Z', 20)).ok).toBe(true);
+  });
+
+  it('an hour limit set while a booking waits on the key is honoured by that booking', async () => {
+    const poolId = await makePool('hours-meanwhile').owner('ops').offer('eta').create(ctx.db);
+    await makeNode('hours-meanwhile-n').gpus(2).create(ctx.db, poolId);
+    await setQuotaHours(ctx.db, 'eta', poolId, 'gpu', null); // the key exists, unguarded
+    // The limit's UPDATE holds the key's row while the booking arrives (it read the key unguarded before).
+    const setter = new pg.Client({ connectionString: ctx.url });
+    await setter.connect();
+    onTestFinished(() => setter.end().catch(() => undefined));
+    await setter.query('BEGIN');
+    await setter.query(`UPDATE quotas SET hour_limit = 1 WHERE tenant_id = 'eta' AND pool_id = $1`, [poolId]);
+    const booking = new Ledger(ctx.db).reserve(
+      reservation(poolId, { tenantId: 'eta', start: at('2027-03-12T00:00:00Z'), duration: 2 * 3600 }),
+      ctx.clock.now(),
+    );
+    await vi.waitFor(async () => {
+      const { rows } = await ctx.db.query(
+        `SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%bc_place_batch%'`,
+      );
+      expect(rows[0].n).toBe(1);
+    });
+    await setter.query('COMMIT');
+    expect(await booking).toMatchObject({ ok: false, code: 'QUOTA_EXCEEDED', details: { kind: 'hours', limit: 1, requested: 2 } });
+    expect(await chargedHours('eta', poolId, MARCH.periodStart, MARCH.periodEnd)).toBe(0);
   });
 
   it('the period is configurable per key: a daily budget refuses the same hours on one day and passes them spread', async () => {
