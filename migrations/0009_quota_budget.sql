@@ -64,7 +64,7 @@ RETURNS TABLE (at timestamptz, charged integer, lim integer) LANGUAGE sql STABLE
 $$;
 
 -- The calendar period (UTC) that contains `t`.
-CREATE FUNCTION bc_quota_period(p_period text, t timestamptz) RETURNS tstzrange LANGUAGE sql IMMUTABLE AS $$
+CREATE FUNCTION bc_quota_period(p_period text, t timestamptz) RETURNS tstzrange LANGUAGE sql STABLE AS $$
   SELECT tstzrange(date_trunc(p_period, t AT TIME ZONE 'UTC') AT TIME ZONE 'UTC',
                    (date_trunc(p_period, t AT TIME ZONE 'UTC') + ('1 ' || p_period)::interval) AT TIME ZONE 'UTC', '[)')
 $$;
@@ -259,8 +259,8 @@ BEGIN
       END LOOP;
 
       -- Guard 5: quota per atom class. A guarded key (an instantaneous limit, an hour limit or overrides) is checked
-      -- over the whole window under its row lock, and its counters kept exact; an unguarded key takes only a share lock
-      -- (no hot row), and the rebuild counts its use.
+      -- over the whole window under its row lock, and with a `max` its counters kept exact; any other key takes only a
+      -- share lock (no hot row), and the rebuild counts its use.
       FOR v_charge IN SELECT class AS resource, count(*)::integer AS amount FROM devices WHERE id = ANY (v_atoms)
                       GROUP BY class ORDER BY class LOOP
         SELECT max IS NOT NULL OR hour_limit IS NOT NULL OR has_overrides INTO v_guarded FROM quotas
