@@ -1,4 +1,4 @@
-// The HTTP API: the four capacity methods, health, readiness and (given a registry) /metrics. Routes are thin: authenticate, read the
+// The HTTP API: the four capacity methods and the quota method (ADR 0012), health, readiness and (given a registry) /metrics. Routes are thin: authenticate, read the
 // JSON body, validate with the zod schema, authorize on the tenant (or the pool), call the service, encode. Every
 // failure goes through one translator (toErrorResponse).
 import express, { type NextFunction, type Request, type RequestHandler, type Response } from 'express';

@@ -54,7 +54,7 @@ export class CliError extends Error {
 
 const usage = (message: string) => new CliError('USAGE', message, 2);
 
-/** The four capacity calls, over HTTP or directly on the database. */
+/** The four capacity calls and the quota call, over HTTP or directly on the database. */
 export interface CapacityClient {
   summary(body: unknown): Promise<Summary>;
   byPool(body: unknown): Promise<ByPoolResult>;
