@@ -21,7 +21,10 @@ export interface PoolSpec {
   offerings?: {
     tenantId: string;
     quota?: Partial<Record<string, number | null>>;
-    /** GPU-hour limits (atom-hours per `hoursPeriod`, default a UTC month) per resource; null removes one. */
+    /**
+     * GPU-hour limits (atom-hours per `hoursPeriod`, default a UTC month) per resource; when given, the offering's
+     * limits are exactly these (a resource left out loses its limit).
+     */
     hours?: Partial<Record<string, number | null>>;
     hoursPeriod?: QuotaPeriod;
     /** When given, replaces every override of the tenant's keys in the pool. */
@@ -74,8 +77,16 @@ export async function upsertPool(db: Db, spec: PoolSpec): Promise<string> {
         for (const [resource, max] of Object.entries(o.quota ?? {})) {
           await setQuotaIn(c, o.tenantId, poolId, resource, max ?? null);
         }
-        for (const [resource, limit] of Object.entries(o.hours ?? {})) {
-          await setQuotaHoursIn(c, o.tenantId, poolId, resource, limit ?? null, o.hoursPeriod ?? 'month');
+        if (o.hours) {
+          const limited = Object.entries(o.hours).filter(([, limit]) => limit !== null && limit !== undefined);
+          await c.query(
+            `UPDATE quotas SET hour_limit = NULL
+             WHERE tenant_id = $1 AND pool_id = $2 AND hour_limit IS NOT NULL AND NOT (resource = ANY ($3))`,
+            [o.tenantId, poolId, limited.map(([resource]) => resource)],
+          );
+          for (const [resource, limit] of limited) {
+            await setQuotaHoursIn(c, o.tenantId, poolId, resource, limit ?? null, o.hoursPeriod ?? 'month');
+          }
         }
         if (o.overrides) await replaceOverridesIn(c, o.tenantId, poolId, o.overrides);
       }

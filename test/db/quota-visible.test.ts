@@ -87,6 +87,24 @@ describe('Pool status', () => {
     expect(f.informers.pools.get('visible')!.status!.quota).toEqual([EXPECTED]);
   });
 
+  it('a budget or override taken out of the spec is gone from the ledger (the offering is declarative)', async () => {
+    f.informers.pools.put(poolCR('visible-undo', [{ tenant: 'undo', gpuHours: { gpu: 10, 'gpu.mig': 5 }, quotaOverrides: [{ resource: 'gpu', start: '2027-03-20T00:00:00Z', end: '2027-03-21T00:00:00Z', set: 1 }] }]));
+    await new PoolReconciler(f.ctx).reconcile('visible-undo');
+    const id = f.ctx.poolIds.get('visible-undo')!;
+    const keys = async () =>
+      (await t.db.query(`SELECT resource, hour_limit::float8 AS h, has_overrides AS o FROM quotas WHERE pool_id = $1 ORDER BY resource`, [id])).rows;
+    expect(await keys()).toEqual([
+      { resource: 'gpu', h: 10, o: true },
+      { resource: 'gpu.mig', h: 5, o: false },
+    ]);
+    f.informers.pools.put({ ...poolCR('visible-undo', [{ tenant: 'undo', gpuHours: { gpu: 20 } }]), metadata: { name: 'visible-undo', generation: 2 } });
+    await new PoolReconciler(f.ctx).reconcile('visible-undo');
+    expect(await keys()).toEqual([
+      { resource: 'gpu', h: 20, o: false },
+      { resource: 'gpu.mig', h: null, o: false },
+    ]);
+  });
+
   it('a Pool whose override windows overlap is not synced, with the reason in its Ready condition', async () => {
     f.informers.pools.put(
       poolCR('visible-bad', [
