@@ -137,7 +137,9 @@ export function createApp(deps: AppDeps): express.Express {
   method(CAPACITY_PATHS.byPool, ByPoolInput, onPool, (i) => deps.service.byPool(i));
   method(CAPACITY_PATHS.preview, PreviewInput, onPool, (i) => deps.service.preview(i));
   method(CAPACITY_PATHS.timeline, TimelineInput, onPool, (i) => deps.service.timeline(i));
-  method(CAPACITY_PATHS.quota, QuotaInput, (i) => (i.poolId ? onPool({ tenantId: i.tenantId, poolId: i.poolId }) : onTenant(i)), (i) => deps.service.quota(i));
+  // The quota method reads one pool (authorized on it) or every pool the tenant sees (on the tenant).
+  const onPoolOrTenant = (i: QuotaInput) => (i.poolId ? onPool({ tenantId: i.tenantId, poolId: i.poolId }) : onTenant(i));
+  method(CAPACITY_PATHS.quota, QuotaInput, onPoolOrTenant, (i) => deps.service.quota(i));
 
   app.use((req, _res, next) => {
     next(new ApiError('NOT_FOUND', `no route ${req.method} ${req.path}`));
