@@ -1,4 +1,4 @@
-// The HTTP API: the four capacity methods, health, readiness and (given a registry) /metrics. Routes are thin: authenticate, read the
+// The HTTP API: the four capacity methods and the quota method (ADR 0012), health, readiness and (given a registry) /metrics. Routes are thin: authenticate, read the
 // JSON body, validate with the zod schema, authorize on the tenant (or the pool), call the service, encode. Every
 // failure goes through one translator (toErrorResponse).
 import express, { type NextFunction, type Request, type RequestHandler, type Response } from 'express';
@@ -9,7 +9,7 @@ import type { HttpMetrics } from '../metrics/registry.ts';
 import { bearerToken, type Authorizer, type CapacityReadTarget, type Principal } from './authz.ts';
 import type { CapacityService } from './capacity-service.ts';
 import { ApiError, invalidInput, toErrorResponse } from './errors.ts';
-import { ByDomainInput, ByPoolInput, parseInput, PreviewInput, SummaryInput, TimelineInput, UsageInput } from './schemas.ts';
+import { ByDomainInput, ByPoolInput, parseInput, PreviewInput, QuotaInput, SummaryInput, TimelineInput, UsageInput } from './schemas.ts';
 
 /** The largest request body read, in bytes; a larger one is INVALID_INPUT. */
 export const MAX_BODY_BYTES = 64 * 1024;
@@ -23,6 +23,8 @@ export const CAPACITY_PATHS = {
   byDomain: '/api/compute/capacity/byDomain',
   /** Not one of the spec's four: hourly usage windows (docs/adr/0011-usage-windows.md). */
   usage: '/api/compute/capacity/usage',
+  /** Not one of the spec's four: limit, used and reserved per quota key, in GPUs and GPU-hours (docs/adr/0012-gpu-hour-quota.md). */
+  quota: '/api/compute/capacity/quota',
 } as const;
 
 export interface AppDeps {
@@ -144,6 +146,9 @@ export function createApp(deps: AppDeps): express.Express {
   // On the tenant, and on the pool when one is named (as byPool).
   const onTenantOrPool = (i: { tenantId: string; poolId?: string | undefined }) => (i.poolId === undefined ? onTenant(i) : { tenantId: i.tenantId, poolId: i.poolId });
   method(CAPACITY_PATHS.usage, UsageInput, onTenantOrPool, (i) => deps.service.usage(i));
+  // The quota method reads one pool (authorized on it) or every pool the tenant sees (on the tenant).
+  const onPoolOrTenant = (i: QuotaInput) => (i.poolId ? onPool({ tenantId: i.tenantId, poolId: i.poolId }) : onTenant(i));
+  method(CAPACITY_PATHS.quota, QuotaInput, onPoolOrTenant, (i) => deps.service.quota(i));
 
   app.use((req, _res, next) => {
     next(new ApiError('NOT_FOUND', `no route ${req.method} ${req.path}`));

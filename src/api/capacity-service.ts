@@ -13,6 +13,7 @@ import {
 } from '../db/capacity.ts';
 import { Ledger, type LedgerMetrics } from '../db/ledger.ts';
 import type { Db } from '../db/pool.ts';
+import { quotaStatus, type QuotaStatus } from '../db/quota.ts';
 import { getPool, isPoolVisible, type PoolInfo } from '../db/snapshot.ts';
 import { notFound } from './errors.ts';
 import { readUsage, type UsageTotal } from '../db/usage.ts';
@@ -22,6 +23,7 @@ import {
   type ByDomainInput,
   type ByPoolInput,
   type PreviewInput,
+  type QuotaInput,
   type SummaryInput,
   type TimelineInput,
   type UsageInput,
@@ -65,6 +67,11 @@ export interface ByDomainResult {
   topologyKey: string;
   /** Ordered by domain; nodes without the label last, as `domain: null`. */
   domains: DomainCapacity[];
+}
+
+export interface QuotaResult {
+  tenantId: string;
+  quotas: QuotaStatus[];
 }
 
 export interface TimelineResult {
@@ -160,6 +167,18 @@ export class CapacityService {
       // A count and a time only, and only for a regular request: spot requests never preempt.
       ...(p && !input.spot ? { preemptible: { count: p.count, start: p.start } } : {}),
     };
+  }
+
+  /** The tenant's quota keys (limit, used, reserved; GPU-hours of the current period) in the pools it may see. */
+  async quota(input: QuotaInput): Promise<QuotaResult> {
+    if (input.poolId) await this.visiblePool(input.poolId, input.tenantId);
+    const rows = await quotaStatus(this.deps.db, { tenantId: input.tenantId, ...(input.poolId ? { poolId: input.poolId } : {}) });
+    const visible = new Map<string, boolean>();
+    for (const poolId of new Set(rows.map((r) => r.poolId))) {
+      const pool = await getPool(this.deps.db, poolId);
+      visible.set(poolId, pool !== undefined && isPoolVisible(pool, input.tenantId));
+    }
+    return { tenantId: input.tenantId, quotas: rows.filter((r) => visible.get(r.poolId)) };
   }
 
   async timeline(input: TimelineInput): Promise<TimelineResult> {

@@ -220,6 +220,12 @@ export const SummaryInput = z.strictObject({
   tenantId: TenantId,
 });
 
+/** The quota method (ADR 0012): the tenant's quota keys, in one pool or in every pool it sees. */
+export const QuotaInput = z.strictObject({
+  tenantId: TenantId,
+  poolId: PoolId.optional(),
+});
+
 export const ByPoolInput = z.strictObject({
   tenantId: TenantId,
   poolId: PoolId,
@@ -270,6 +276,7 @@ export const TimelineInput = z.strictObject({
 });
 
 export type SummaryInput = z.output<typeof SummaryInput>;
+export type QuotaInput = z.output<typeof QuotaInput>;
 export type ByPoolInput = z.output<typeof ByPoolInput>;
 export type ByDomainInput = z.output<typeof ByDomainInput>;
 export type DeviceRequest = z.output<typeof DeviceRequest>;

@@ -10,14 +10,15 @@ import {
   type ByDomainResult,
   type ByPoolResult,
   type PreviewResult,
+  type QuotaResult,
   type TimelineResult,
 } from '../api/capacity-service.ts';
-import { ByDomainInput, ByPoolInput, parseInput, PreviewInput, SummaryInput, TimelineInput, ValidationError } from '../api/schemas.ts';
+import { ByDomainInput, ByPoolInput, parseInput, PreviewInput, QuotaInput, SummaryInput, TimelineInput, ValidationError } from '../api/schemas.ts';
 import type { Config } from '../config.ts';
 import { SelectorError } from '../core/selector.ts';
 import type { Summary } from '../db/capacity.ts';
 import { openDatabase } from '../db/connect.ts';
-import { renderDomains, renderPoolRows, renderPreview, renderSummary, renderTimeline } from './render.ts';
+import { renderDomains, renderPoolRows, renderPreview, renderQuota, renderSummary, renderTimeline } from './render.ts';
 import { selectorTextToObject } from './selector-object.ts';
 
 export const CAPACITY_USAGE = `usage: better-compute capacity --tenant T [what] [options]
@@ -38,6 +39,8 @@ what:
   --timeline --pool P          whole GPUs booked per time bucket, as a chart
       --from T --to T          window (default: this hour, for 24 hours)
       --step M                 bucket minutes (default 60)
+  --quota [--pool P]           quota per pool and resource: GPUs (limit in force, used, reserved) and GPU-hours of
+                               the current period (limit, used, reserved)
 
 options:
   --tenant T                   the tenant (BETTER_COMPUTE_TENANT)
@@ -60,13 +63,14 @@ export class CliError extends Error {
 
 const usage = (message: string) => new CliError('USAGE', message, 2);
 
-/** The capacity calls (the spec's four and byDomain), over HTTP or directly on the database. */
+/** The capacity calls (the spec's four, byDomain and quota), over HTTP or directly on the database. */
 export interface CapacityClient {
   summary(body: unknown): Promise<Summary>;
   byPool(body: unknown): Promise<ByPoolResult>;
   preview(body: unknown): Promise<PreviewResult>;
   timeline(body: unknown): Promise<TimelineResult>;
   byDomain(body: unknown): Promise<ByDomainResult>;
+  quota(body: unknown): Promise<QuotaResult>;
   close(): Promise<void>;
 }
 
@@ -106,6 +110,7 @@ export function httpClient(serverUrl: string, token: string | undefined): Capaci
     preview: (b) => call(CAPACITY_PATHS.preview, b),
     timeline: (b) => call(CAPACITY_PATHS.timeline, b),
     byDomain: (b) => call(CAPACITY_PATHS.byDomain, b),
+    quota: (b) => call(CAPACITY_PATHS.quota, b),
     async close() {},
   };
 }
@@ -120,6 +125,7 @@ export async function directClient(config: Config): Promise<CapacityClient> {
       preview: async (b) => service.preview(parseInput(PreviewInput, b)),
       timeline: async (b) => service.timeline(parseInput(TimelineInput, b)),
       byDomain: async (b) => service.byDomain(parseInput(ByDomainInput, b)),
+      quota: async (b) => service.quota(parseInput(QuotaInput, b)),
       close: () => database.close(),
     };
   } catch (e) {
@@ -163,6 +169,7 @@ export async function capacityCommand(argv: string[], config: Config, io: Capaci
         preview: { type: 'boolean' },
         timeline: { type: 'boolean' },
         domains: { type: 'boolean' },
+        quota: { type: 'boolean' },
         gpus: { type: 'string' },
         class: { type: 'string' },
         for: { type: 'string' },
@@ -195,7 +202,7 @@ export async function capacityCommand(argv: string[], config: Config, io: Capaci
     if (output !== 'table' && output !== 'json') throw usage(`-o: table or json, not ${output}`);
     const tenantId = values.tenant ?? config.tenant;
     if (!tenantId) throw usage('--tenant is required (or set BETTER_COMPUTE_TENANT)');
-    const views = (['preview', 'timeline', 'domains'] as const).filter((v) => values[v]);
+    const views = (['preview', 'timeline', 'domains', 'quota'] as const).filter((v) => values[v]);
     if (views.length > 1) throw usage(`--${views[0]} and --${views[1]} do not go together`);
     const previewOnly = ['gpus', 'class', 'for', 'start', 'selector', 'gang', 'binding', 'spot'] as const;
     const timelineOnly = ['from', 'to', 'step'] as const;
@@ -263,6 +270,10 @@ export async function capacityCommand(argv: string[], config: Config, io: Capaci
         });
         result = r;
         text = renderDomains(r);
+      } else if (values.quota) {
+        const r = await client.quota({ tenantId, ...(values.pool ? { poolId: values.pool } : {}) });
+        result = r;
+        text = renderQuota(r);
       } else if (values.pool) {
         const r = await client.byPool({ tenantId, poolId: values.pool });
         result = r;

@@ -1,5 +1,5 @@
 // Human output of `better-compute capacity`: aligned tables and the timeline chart. Pure: strings in, strings out.
-import type { ByDomainResult, ByPoolResult, PreviewResult, TimelineResult, UsageResult } from '../api/capacity-service.ts';
+import type { ByDomainResult, ByPoolResult, PreviewResult, QuotaResult, TimelineResult, UsageResult } from '../api/capacity-service.ts';
 import { UNLABELLED_DOMAIN, type CapacityRow, type Summary } from '../db/capacity.ts';
 
 type Align = 'left' | 'right';
@@ -180,4 +180,32 @@ export function renderUsage(u: UsageResult): string {
     );
   }
   return `${out.join('\n')}\n`;
+}
+
+/** Hours with at most two decimals, without trailing zeros. */
+const hours = (h: number) => String(Math.round(h * 100) / 100);
+
+/** `capacity --quota`: one line per pool and resource; '-' for no limit. */
+export function renderQuota(r: QuotaResult): string {
+  const n = r.quotas.length;
+  const head = `Tenant ${r.tenantId}: ${n} quota key${n === 1 ? '' : 's'}`;
+  if (n === 0) return `${head}\n`;
+  const rows = r.quotas.map((q) => [
+    q.poolId,
+    q.resource,
+    q.limit ?? '-',
+    q.used,
+    q.reserved,
+    q.hours.limit === null ? '-' : hours(q.hours.limit),
+    hours(q.hours.used),
+    hours(q.hours.reserved),
+    `${formatTime(q.hours.periodStart, false)}..${formatTime(q.hours.periodEnd, false)} (${q.hours.period})`,
+  ]);
+  const right = 'right' as const;
+  const left = 'left' as const;
+  return `${head}\n\n${table(
+    ['POOL ID', 'RESOURCE', 'LIMIT', 'USED', 'RESERVED', 'HOURS LIMIT', 'HOURS USED', 'HOURS RESERVED', 'PERIOD'],
+    rows,
+    [left, left, right, right, right, right, right, right, left],
+  )}\n`;
 }

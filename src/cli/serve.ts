@@ -13,6 +13,7 @@ import { openDatabase } from '../db/connect.ts';
 import { startCapacityJobs } from '../jobs/capacity.ts';
 import { createLogger, type Logger } from '../log.ts';
 import { registerCapacityGauges, registerDomainGauges } from '../metrics/capacity.ts';
+import { registerQuotaGauges } from '../metrics/quota.ts';
 import { ledgerMetrics } from '../metrics/ledger.ts';
 import { createRegistry, httpMetrics } from '../metrics/registry.ts';
 
@@ -50,6 +51,7 @@ export async function startServe(config: Config, log: Logger, opts: { drainMs?: 
     const registry = createRegistry();
     registerCapacityGauges(registry, database.db);
     registerDomainGauges(registry, database.db);
+    registerQuotaGauges(registry, database.db);
     const { service, clock } = await createCapacityService(database.db, { metrics: ledgerMetrics(registry) });
     let shuttingDown = false;
     const app = createApp({

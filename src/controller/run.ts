@@ -28,6 +28,7 @@ import { StatePreviewer } from '../extender/preview.ts';
 import { ExtenderStateSync } from '../extender/state-sync.ts';
 import { errorFields, type Logger } from '../log.ts';
 import { registerCapacityGauges, registerDomainGauges } from '../metrics/capacity.ts';
+import { registerQuotaGauges } from '../metrics/quota.ts';
 import { ledgerMetrics } from '../metrics/ledger.ts';
 import { createRegistry, httpMetrics } from '../metrics/registry.ts';
 import { serviceSans } from './certs.ts';
@@ -139,6 +140,7 @@ export async function runController(config: Config, log: Logger, opts: RunContro
     const registry = createRegistry();
     registerCapacityGauges(registry, database.db);
     registerDomainGauges(registry, database.db);
+    registerQuotaGauges(registry, database.db);
     const placement = ledgerMetrics(registry);
     const metrics = controllerMetrics(registry);
     const drift = driftMetrics(registry, DRIFT_SERIES);

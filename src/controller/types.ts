@@ -1,6 +1,7 @@
 // The custom resources of group bettercompute.io/v1alpha1 (crds/), as the controller reads and writes them. The
 // OpenAPI schemas in crds/ are the authority on constraints; these types only name the fields.
 import type { InventoryReport } from '../core/inventory.ts';
+import type { OfferingBudgetSpec } from '../core/quota.ts';
 export const GROUP = 'bettercompute.io';
 export const VERSION = 'v1alpha1';
 export const API_VERSION = `${GROUP}/${VERSION}`;
@@ -138,7 +139,7 @@ export interface PoolSpecCR {
   slotsPerGpu?: number;
   topologyKey?: string;
   ownerTenant: string;
-  offerings?: { tenant: string; quota?: Partial<Record<'gpu' | 'gpu.mig' | 'gpu.slot', number>> }[];
+  offerings?: ({ tenant: string; quota?: Partial<Record<'gpu' | 'gpu.mig' | 'gpu.slot', number>> } & OfferingBudgetSpec)[];
   overcommit?: Partial<Record<'vcpu' | 'memoryGiB' | 'hugepages1Gi', number>>;
   archived?: boolean;
 }
@@ -150,6 +151,7 @@ export interface PoolCR extends KubeObject {
     observedGeneration?: number;
     conditions?: Condition[];
     capacity?: Record<string, unknown>[];
+    quota?: Record<string, unknown>[];
     updatedAt?: string;
   };
 }

@@ -2,6 +2,7 @@
 // of a GPU's layout (whole ↔ MIG ↔ slots, or another MIG set) books every atom of that GPU, parent included, for the
 // change window (guard 2, the atom rule).
 import type { InventoryReport } from '../core/inventory.ts';
+import type { QuotaOverride, QuotaPeriod } from '../core/quota.ts';
 import type { ScalarResource, Sharing } from '../core/types.ts';
 import { newAllocationId, newPoolId } from '../ids.ts';
 import { withTransaction, type Db } from './pool.ts';
@@ -17,7 +18,18 @@ export interface PoolSpec {
   nodeSelector?: Record<string, string>;
   overcommit?: Partial<Record<ScalarResource, number>>;
   archived?: boolean;
-  offerings?: { tenantId: string; quota?: Partial<Record<string, number | null>> }[];
+  offerings?: {
+    tenantId: string;
+    quota?: Partial<Record<string, number | null>>;
+    /**
+     * GPU-hour limits (atom-hours per `hoursPeriod`, default a UTC month) per resource; when given, the offering's
+     * limits are exactly these (a resource left out loses its limit).
+     */
+    hours?: Partial<Record<string, number | null>>;
+    hoursPeriod?: QuotaPeriod;
+    /** When given, replaces every override of the tenant's keys in the pool. */
+    overrides?: QuotaOverride[];
+  }[];
 }
 
 /** Creates or updates a pool by name (its id is kept), with its offerings and their quotas. Returns the id. */
@@ -65,6 +77,18 @@ export async function upsertPool(db: Db, spec: PoolSpec): Promise<string> {
         for (const [resource, max] of Object.entries(o.quota ?? {})) {
           await setQuotaIn(c, o.tenantId, poolId, resource, max ?? null);
         }
+        if (o.hours) {
+          const limited = Object.entries(o.hours).filter(([, limit]) => limit !== null && limit !== undefined);
+          await c.query(
+            `UPDATE quotas SET hour_limit = NULL
+             WHERE tenant_id = $1 AND pool_id = $2 AND hour_limit IS NOT NULL AND NOT (resource = ANY ($3))`,
+            [o.tenantId, poolId, limited.map(([resource]) => resource)],
+          );
+          for (const [resource, limit] of limited) {
+            await setQuotaHoursIn(c, o.tenantId, poolId, resource, limit ?? null, o.hoursPeriod ?? 'month');
+          }
+        }
+        if (o.overrides) await replaceOverridesIn(c, o.tenantId, poolId, o.overrides);
       }
     }
     // Archiving moves the pool's atoms between buckets: recount (rare, so the whole rebuild is fine).
@@ -90,6 +114,56 @@ async function setQuotaIn(c: Queryable, tenantId: string, poolId: string, resour
 /** Sets a tenant's limit in a pool for one resource (`gpu`, `gpu.mig`, `gpu.slot`); null removes the limit. */
 export async function setQuota(db: Db, tenantId: string, poolId: string, resource: string, max: number | null) {
   await setQuotaIn(db, tenantId, poolId, resource, max);
+}
+
+async function setQuotaHoursIn(c: Queryable, tenantId: string, poolId: string, resource: string, limit: number | null, period: QuotaPeriod) {
+  // Like `max`: the UPDATE waits for bookings holding the row, and a lowered limit only blocks new bookings.
+  await c.query(
+    `INSERT INTO quotas (tenant_id, pool_id, resource, max, hour_limit, hour_period) VALUES ($1, $2, $3, NULL, $4, $5)
+     ON CONFLICT (tenant_id, pool_id, resource) DO UPDATE SET hour_limit = EXCLUDED.hour_limit, hour_period = EXCLUDED.hour_period`,
+    [tenantId, poolId, resource, limit, period],
+  );
+}
+
+/**
+ * Sets a tenant's GPU-hour limit in a pool for one resource: atom-hours per calendar period in UTC (default a month);
+ * null removes it. Checked by every booking against the hours used and booked ahead in each period it touches.
+ */
+export async function setQuotaHours(db: Db, tenantId: string, poolId: string, resource: string, limit: number | null, period: QuotaPeriod = 'month') {
+  await setQuotaHoursIn(db, tenantId, poolId, resource, limit, period);
+}
+
+const overrideRows = (overrides: readonly QuotaOverride[]) =>
+  JSON.stringify(overrides.map((o) => ({ start: o.start, end: o.end, kind: o.kind, amount: o.amount })));
+
+async function replaceOverridesIn(c: Queryable, tenantId: string, poolId: string, overrides: readonly QuotaOverride[]) {
+  // The tenant's resources that have overrides now or will: each is replaced (emptied when absent from the list).
+  const { rows } = await c.query<{ resource: string }>(
+    `SELECT resource FROM quota_overrides WHERE tenant_id = $1 AND pool_id = $2
+     UNION SELECT unnest($3::text[]) ORDER BY 1`,
+    [tenantId, poolId, [...new Set(overrides.map((o) => o.resource))]],
+  );
+  for (const { resource } of rows) {
+    await c.query('SELECT bc_set_quota_overrides($1, $2, $3, $4)', [
+      tenantId,
+      poolId,
+      resource,
+      overrideRows(overrides.filter((o) => o.resource === resource)),
+    ]);
+  }
+}
+
+/**
+ * Replaces the time-bounded overrides of a tenant's instantaneous limit in a pool for one resource: in each window the
+ * limit is `set` to a value or has `add` added (say +32 GPUs for a conference week). Windows must not overlap.
+ */
+export async function setQuotaOverrides(db: Db, tenantId: string, poolId: string, resource: string, overrides: readonly Omit<QuotaOverride, 'resource'>[]) {
+  await db.query('SELECT bc_set_quota_overrides($1, $2, $3, $4)', [
+    tenantId,
+    poolId,
+    resource,
+    overrideRows(overrides.map((o) => ({ ...o, resource }))),
+  ]);
 }
 
 export interface NodeSpec {

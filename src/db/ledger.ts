@@ -7,6 +7,7 @@ import type { ReservationCreateInput } from '../api/schemas.ts';
 import { plan, spotVictims, summarizeShared, withoutSpot } from '../core/planner.ts';
 import { selectorFromObject } from '../core/selector.ts';
 import type { Candidate, NodeSnap, NodeSummary, PlacementRequest, PlanResult, PoolSnap } from '../core/types.ts';
+import { quotaRefusalMessage, type QuotaRefusal } from '../core/quota.ts';
 import { newAllocationId, newReservationId } from '../ids.ts';
 import type pg from 'pg';
 import { isRetryable, sqlState } from './errors.ts';
@@ -48,11 +49,11 @@ export type PreviewResult = PlanResult | (Extract<PlanResult, { ok: false }> & {
 
 export type PodBookingOutcome =
   | { ok: true; allocationId: string; nodeId: string; atoms: string[]; existing: boolean }
-  | { ok: false; code: ReserveFailure; message: string; replans: number };
+  | { ok: false; code: ReserveFailure; message: string; details?: QuotaRefusal; replans: number };
 
 export type ReserveOutcome =
   | { ok: true; reservation: ReservationView; existing: boolean; replans: number }
-  | { ok: false; code: ReserveFailure; message: string; replans: number };
+  | { ok: false; code: ReserveFailure; message: string; details?: QuotaRefusal; replans: number };
 
 export interface LedgerMetrics {
   onPlacement?(seconds: number, outcome: string): void;
@@ -124,6 +125,8 @@ interface PlaceResult {
   start?: number;
   end?: number | null;
   leaseExpiresAt?: number | null;
+  /** A quota refusal's numbers. */
+  details?: QuotaRefusal;
 }
 
 export class Ledger {
@@ -413,7 +416,8 @@ export class Ledger {
         return {
           ok: false,
           code: 'QUOTA_EXCEEDED',
-          message: `tenant ${input.tenantId} would exceed its quota in pool ${input.poolId} during the requested window`,
+          message: quotaRefusalMessage(input.tenantId, input.poolId, r.details),
+          ...(r.details ? { details: r.details } : {}),
           replans,
         };
       }

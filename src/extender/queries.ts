@@ -80,7 +80,10 @@ export async function nodePools(c: Queryable): Promise<Map<string, string | null
   return new Map(rows.map((r) => [r.id, r.pool_id]));
 }
 
-/** The tenant's peak quota use in the window and its limit, per resource (no row: unlimited). */
+/**
+ * The tenant's peak quota use in the window and its limit, per resource (no row: unlimited). A key with time-bounded
+ * overrides is left to bind, which compares each instant with the limit in force then (ADR 0012).
+ */
 export async function quotaHeadroom(
   c: Queryable,
   tenantId: string,
@@ -92,7 +95,8 @@ export async function quotaHeadroom(
     `SELECT q.resource, q.max,
             bc_quota_peak(q.tenant_id, q.pool_id, q.resource,
               tstzrange(compute_now(), CASE WHEN $4::float8 IS NULL THEN NULL ELSE to_timestamp($4::float8 / 1000) END)) AS peak
-     FROM quotas q WHERE q.tenant_id = $1 AND q.pool_id = $2 AND q.resource = ANY ($3) AND q.max IS NOT NULL`,
+     FROM quotas q WHERE q.tenant_id = $1 AND q.pool_id = $2 AND q.resource = ANY ($3) AND q.max IS NOT NULL
+       AND NOT q.has_overrides`,
     [tenantId, poolId, resources, windowEndMs],
   );
   return new Map(rows.map((r) => [r.resource as string, { max: r.max as number, peak: r.peak as number }]));
@@ -192,11 +196,14 @@ export interface QuotaRow {
   charges: { start: number; end: number; amount: number }[];
 }
 
-/** Quota keys (every one, with `keys` null) with their limit and, when limited, their charges that have not ended. */
+/**
+ * Quota keys (every one, with `keys` null) with their limit and, when limited, their charges that have not ended. A key
+ * with overrides loads as unlimited: the filter leaves it to bind (ADR 0012).
+ */
 export async function loadQuotas(c: Queryable, keys: readonly { tenantId: string; poolId: string; resource: string }[] | null): Promise<QuotaRow[]> {
   const { rows } = await c.query(
-    `SELECT q.tenant_id, q.pool_id, q.resource, q.max,
-            CASE WHEN q.max IS NULL THEN '[]'::json ELSE coalesce((
+    `SELECT q.tenant_id, q.pool_id, q.resource, CASE WHEN q.has_overrides THEN NULL ELSE q.max END AS max,
+            CASE WHEN q.max IS NULL OR q.has_overrides THEN '[]'::json ELSE coalesce((
               SELECT json_agg(json_build_array((extract(epoch FROM lower(ch.during)) * 1000)::float8,
                                                CASE WHEN upper_inf(ch.during) OR upper(ch.during) = 'infinity' THEN NULL
                                                     ELSE (extract(epoch FROM upper(ch.during)) * 1000)::float8 END,

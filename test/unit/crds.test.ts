@@ -67,3 +67,31 @@ describe('crds/reservations.yaml: spec.recurrence', () => {
     expect(spec['x-kubernetes-validations'].map((v: Obj) => v.rule)).toContain('has(self.duration) != has(self.recurrence)');
   });
 });
+
+describe('crds/pools.yaml: the offering budget (ADR 0012)', () => {
+  const schema = schemaOf(crd('pools.yaml'));
+  const offering = schema.properties.spec.properties.offerings.items.properties;
+
+  it('GPU-hours per resource are numbers >= 0, over a calendar period that defaults to a month', () => {
+    for (const r of ['gpu', 'gpu.mig', 'gpu.slot']) expect(offering.gpuHours.properties[r], r).toEqual({ type: 'number', minimum: 0 });
+    expect(offering.gpuHoursPeriod).toMatchObject({ type: 'string', enum: ['day', 'week', 'month'], default: 'month' });
+  });
+
+  it('an override names a resource and a window, with exactly one of add and set, ending after it starts (CEL)', () => {
+    const o = offering.quotaOverrides;
+    expect(o.maxItems).toBe(64);
+    expect(o.items.required).toEqual(['resource', 'start', 'end']);
+    expect(o.items.properties.resource.enum).toEqual(['gpu', 'gpu.mig', 'gpu.slot']);
+    expect(o.items.properties.set).toEqual({ type: 'integer', minimum: 0 });
+    expect(o.items['x-kubernetes-validations'].map((v: Obj) => v.rule)).toEqual([
+      'has(self.add) != has(self.set)',
+      'timestamp(self.end) > timestamp(self.start)',
+    ]);
+  });
+
+  it('status.quota carries limit, used and reserved in GPUs and GPU-hours', () => {
+    const q = schema.properties.status.properties.quota.items.properties;
+    expect(Object.keys(q)).toEqual(['tenant', 'resource', 'limit', 'used', 'reserved', 'gpuHours']);
+    expect(Object.keys(q.gpuHours.properties)).toEqual(['limit', 'period', 'periodStart', 'periodEnd', 'used', 'reserved']);
+  });
+});

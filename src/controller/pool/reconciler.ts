@@ -1,16 +1,36 @@
-// Pool → the ledger's pools row (upsertPool, id kept per name), status.poolId, and status.capacity refreshed from the
-// rollup every capacityRefreshMs. A deleted Pool is archived in the ledger (its bookings and history stay).
+// Pool → the ledger's pools row (upsertPool, id kept per name), status.poolId, and status.capacity (from the rollup)
+// and status.quota (bc_quota_status) refreshed every capacityRefreshMs. A deleted Pool is archived in the ledger (its
+// bookings and history stay).
+import { parseOfferingBudget } from '../../core/quota.ts';
 import { poolCapacity } from '../../db/capacity.ts';
 import { upsertPool, type PoolSpec } from '../../db/inventory.ts';
 import { FencedError } from '../../db/ledger.ts';
+import { quotaStatus, type QuotaStatus } from '../../db/quota.ts';
 import type { ControllerContext } from '../context.ts';
 import { fenced } from '../fence.ts';
 import { poolGone } from '../gone.ts';
 import type { ReconcileResult } from '../queue.ts';
 import { findCondition, sameJson, setCondition, type PoolCR } from '../types.ts';
 
+/** A Pool whose spec the CRD schema let through but the controller cannot take (e.g. overlapping override windows). */
+export class InvalidPoolSpecError extends Error {
+  readonly code = 'INVALID_POOL_SPEC';
+}
+
 export function toPoolSpec(p: PoolCR): PoolSpec {
   const s = p.spec;
+  const offerings = (s.offerings ?? []).map((o) => {
+    // The budget fields are checked again here (zod): overlapping override windows are beyond the CRD schema.
+    const budget = parseOfferingBudget({ gpuHours: o.gpuHours, gpuHoursPeriod: o.gpuHoursPeriod, quotaOverrides: o.quotaOverrides });
+    if (!budget.ok) throw new InvalidPoolSpecError(`offering ${o.tenant}: ${budget.message}`);
+    return {
+      tenantId: o.tenant,
+      quota: { ...(o.quota ?? {}) },
+      hours: budget.value.hours,
+      hoursPeriod: budget.value.hoursPeriod,
+      overrides: budget.value.overrides,
+    };
+  });
   return {
     name: p.metadata.name,
     ownerTenant: s.ownerTenant,
@@ -21,7 +41,7 @@ export function toPoolSpec(p: PoolCR): PoolSpec {
     nodeSelector: s.nodeSelector ?? {},
     overcommit: s.overcommit ?? {},
     archived: s.archived ?? false,
-    offerings: (s.offerings ?? []).map((o) => ({ tenantId: o.tenant, quota: { ...(o.quota ?? {}) } })),
+    offerings,
   };
 }
 
@@ -49,8 +69,8 @@ export class PoolReconciler {
     const generation = pool.metadata.generation ?? 0;
     let poolId = ctx.poolIds.get(name);
     if (!poolId || this.upserted.get(name) !== generation) {
-      const spec = toPoolSpec(pool);
       try {
+        const spec = toPoolSpec(pool);
         poolId = await fenced(ctx.db, ctx.fence(), (tx) => upsertPool(tx, spec));
       } catch (e) {
         if (e instanceof FencedError) throw e;
@@ -79,12 +99,14 @@ export class PoolReconciler {
     const ctx = this.ctx;
     const rows = poolId ? await poolCapacity(ctx.db, poolId) : [];
     const capacity = rows.map(({ poolId: _p, updatedAt: _u, ...r }) => r);
+    const quota = poolId ? (await quotaStatus(ctx.db, { poolId })).map(quotaStatusEntry) : [];
     const prev = pool.status;
     const conditions = setCondition(prev?.conditions, { type: 'Ready', ...ready, observedGeneration: pool.metadata.generation ?? 0 }, ctx.nowIso());
     const same =
       prev?.poolId === poolId &&
       prev?.observedGeneration === pool.metadata.generation &&
       sameJson(prev?.capacity ?? [], capacity) &&
+      sameJson(prev?.quota ?? [], quota) &&
       findCondition(prev?.conditions, 'Ready')?.reason === ready.reason;
     if (same) return;
     await ctx.kube.patchPoolStatus(pool.metadata.name, {
@@ -92,7 +114,27 @@ export class PoolReconciler {
       observedGeneration: pool.metadata.generation ?? 0,
       conditions,
       capacity,
+      quota,
       updatedAt: ctx.nowIso(),
     });
   }
+}
+
+/** One key of status.quota (crds/pools.yaml): GPUs now and ahead, and the current period's GPU-hours. */
+export function quotaStatusEntry(q: QuotaStatus): Record<string, unknown> {
+  return {
+    tenant: q.tenantId,
+    resource: q.resource,
+    limit: q.limit,
+    used: q.used,
+    reserved: q.reserved,
+    gpuHours: {
+      limit: q.hours.limit,
+      period: q.hours.period,
+      periodStart: new Date(q.hours.periodStart).toISOString(),
+      periodEnd: new Date(q.hours.periodEnd).toISOString(),
+      used: q.hours.used,
+      reserved: q.hours.reserved,
+    },
+  };
 }
