@@ -46,11 +46,11 @@ describe.skipIf(external)('npm run demo -- --once', () => {
     const { code, out } = await runDemo(['--once', '--nodes', '2', '--state', state], 420_000);
     process.stderr.write(`[demo] --once in ${((performance.now() - t0) / 1000).toFixed(1)}s\n${out}\n`);
     expect(code, out).toBe(0);
-    // The printer columns of `kubectl get reservations`, both Reserved.
+    // The printer columns of `kubectl get reservations`, both Reserved and confirmed (no lease: booked confirmed).
     const table = out.slice(out.indexOf('$ kubectl -n demo-team-a get reservations'));
-    expect(table).toMatch(/NAME\s+PHASE\s+POOL\s+GPUS\s+NODES\s+START\s+END\s+AGE/);
-    expect(table).toMatch(/train-now\s+Reserved\s+demo-local\s+2\s+127\.0\.0\.1\s/);
-    expect(table).toMatch(/train-tomorrow\s+Reserved\s+demo-sim\s+4\s/);
+    expect(table).toMatch(/NAME\s+PHASE\s+STATE\s+POOL\s+GPUS\s+NODES\s+START\s+END\s+AGE/);
+    expect(table).toMatch(/train-now\s+Reserved\s+confirmed\s+demo-local\s+2\s+127\.0\.0\.1\s/);
+    expect(table).toMatch(/train-tomorrow\s+Reserved\s+confirmed\s+demo-sim\s+4\s/);
     expect(out).toMatch(/trainer: BETTERCOMPUTE_ATOMS=GPU-\S+,GPU-\S+/);
     expect(out).toMatch(/notebook: BETTERCOMPUTE_ATOMS=GPU-\S+/);
     expect(out).toContain('Tenant team-a: 2 pools');
