@@ -1,0 +1,187 @@
+// BookingRepair at the db level (ADR 0016): a node failing between placement and start is re-placed before the start,
+// same reservation id; with no room the reservation is Degraded with the atoms short, then repaired when a node comes;
+// a GPU going unhealthy under a live reservation is replaced on its node, the old booking truncated at now and kept as
+// history. Quota: the replacement is not refused for the atoms it replaces. The test clock moves time.
+import { beforeAll, describe, expect, it } from 'vitest';
+import { advanceClock } from '../../src/db/clock.ts';
+import { setDeviceHealth, setNodeState, upsertNode } from '../../src/db/inventory.ts';
+import { Ledger } from '../../src/db/ledger.ts';
+import { repairPass, type RepairOutcome } from '../../src/db/repair.ts';
+import { makeNode, makePool, reservation } from '../support/builders.ts';
+import { useTestDatabase } from '../support/db.ts';
+import { checkInvariants, CLEAN } from '../support/invariants.ts';
+
+const t = useTestDatabase();
+const GRACE = 120;
+let ledger: Ledger;
+
+beforeAll(() => {
+  ledger = new Ledger(t.db);
+});
+
+async function advance(ms: number): Promise<void> {
+  await advanceClock(t.db, ms);
+  await t.clock.sync();
+}
+
+const pass = async (id: string): Promise<RepairOutcome | undefined> =>
+  (await repairPass(t.db, { graceSeconds: GRACE })).find((o) => o.reservationId === id);
+
+async function bookings(reservationId: string) {
+  const { rows } = await t.db.query<{ device_id: string; node_id: string; empty: boolean; lost: boolean; from: number | null; to: number | null }>(
+    `SELECT b.device_id, a.node_id, isempty(b.during) AS empty, b.lost_at IS NOT NULL AS lost,
+            (extract(epoch FROM lower(b.during)) * 1000)::float8 AS "from", (extract(epoch FROM upper(b.during)) * 1000)::float8 AS "to"
+     FROM device_bookings b JOIN allocations a ON a.id = b.allocation_id WHERE a.reservation_id = $1 ORDER BY b.id`,
+    [reservationId],
+  );
+  return rows;
+}
+
+async function nowMs(): Promise<number> {
+  const { rows } = await t.db.query<{ t: number }>('SELECT (extract(epoch FROM compute_now()) * 1000)::float8 AS t');
+  return rows[0]!.t;
+}
+
+describe('a node failing between placement and start', () => {
+  let poolId: string;
+  beforeAll(async () => {
+    poolId = await makePool('nf').owner('ops').offer('acme', { gpu: 2 }).create(t.db);
+    for (const n of ['nf-a', 'nf-b']) await makeNode(n).gpus(2).create(t.db, poolId);
+  });
+
+  it('is re-placed on another node before its start, same id, once the node is NotReady past the grace', async () => {
+    const start = t.clock.now() + 3_600_000;
+    const out = await ledger.reserve(reservation(poolId, { devices: [{ class: 'gpu', count: 2 }], start, duration: 3600 }), t.clock.now());
+    if (!out.ok) throw new Error(out.message);
+    const id = out.reservation.id;
+    const first = out.reservation.allocations[0]!.nodeId;
+    const other = first === 'nf-a' ? 'nf-b' : 'nf-a';
+
+    await setNodeState(t.db, first, { connectivity: 'unreachable' });
+    await advance(60_000);
+    expect(await pass(id)).toBeUndefined(); // within the grace: NotReady may pass
+    await advance(61_000);
+    expect(await pass(id)).toEqual({ reservationId: id, verdict: 'repaired', atoms: 2, reason: 'NodeNotReady' });
+
+    const view = (await ledger.get(id))!;
+    expect(view.id).toBe(id);
+    expect(view.start).toBe(out.reservation.start);
+    expect(view.end).toBe(out.reservation.end);
+    expect(view.allocations).toEqual([{ id: expect.any(String), nodeId: other, atoms: [`GPU-${other}-00`, `GPU-${other}-01`] }]);
+    expect(view.repair).toEqual({ short: 0, reason: 'NodeNotReady', repairs: 1, repairedAt: expect.any(Number) });
+    // History: the old bookings had not started, so they end empty; the new ones cover the whole window.
+    const rows = await bookings(id);
+    expect(rows.filter((b) => b.node_id === first).map((b) => [b.empty, b.lost])).toEqual([[true, true], [true, true]]);
+    expect(rows.filter((b) => b.node_id === other).map((b) => [b.from, b.to, b.lost])).toEqual([
+      [out.reservation.start, out.reservation.end, false],
+      [out.reservation.start, out.reservation.end, false],
+    ]);
+    // Quota (limit 2): the old charge ended as the new one began; 2 reserved, not 4.
+    const q = await t.db.query('SELECT used, reserved FROM quotas WHERE tenant_id = $1 AND pool_id = $2 AND resource = $3', ['acme', poolId, 'gpu']);
+    expect(q.rows[0]).toEqual({ used: 0, reserved: 2 });
+    expect(await checkInvariants(t.db)).toEqual(CLEAN);
+    await ledger.release(id);
+  });
+});
+
+describe('with no room', () => {
+  let poolId: string;
+  beforeAll(async () => {
+    poolId = await makePool('nr').owner('acme').create(t.db);
+    await makeNode('nr-a').gpus(2).create(t.db, poolId);
+  });
+
+  it('is Degraded with the atoms short, then repaired when a node comes', async () => {
+    const start = t.clock.now() + 3_600_000;
+    const out = await ledger.reserve(reservation(poolId, { devices: [{ class: 'gpu', count: 2 }], start, duration: 3600 }), t.clock.now());
+    if (!out.ok) throw new Error(out.message);
+    const id = out.reservation.id;
+
+    // The Node is deleted (what nodeGone writes): no grace, and no other node to go to.
+    await upsertNode(t.db, { id: 'nr-a', poolId: null });
+    await setNodeState(t.db, 'nr-a', { connectivity: 'unreachable' });
+    const degraded = await pass(id);
+    expect(degraded).toMatchObject({ reservationId: id, verdict: 'degraded', short: 2, reason: 'NodeGone' });
+    expect((await ledger.get(id))!.repair).toEqual({ short: 2, reason: 'NodeGone', repairs: 0, repairedAt: null });
+    // It keeps its bookings meanwhile, and says so once: another pass changes nothing.
+    expect((await ledger.get(id))!.allocations[0]!.atoms).toHaveLength(2);
+    expect(await pass(id)).toBeUndefined();
+
+    await makeNode('nr-b').gpus(2).create(t.db, poolId);
+    expect(await pass(id)).toEqual({ reservationId: id, verdict: 'repaired', atoms: 2, reason: 'NodeGone' });
+    const view = (await ledger.get(id))!;
+    expect(view.allocations.map((a) => a.nodeId)).toEqual(['nr-b']);
+    expect(view.repair).toMatchObject({ short: 0, repairs: 1 });
+    expect(await checkInvariants(t.db)).toEqual(CLEAN);
+    await ledger.release(id);
+  });
+
+  it('is whole again, without moving, when its NotReady node comes back', async () => {
+    const start = t.clock.now() + 3_600_000;
+    const out = await ledger.reserve(reservation(poolId, { devices: [{ class: 'gpu', count: 2 }], start, duration: 3600 }), t.clock.now());
+    if (!out.ok) throw new Error(out.message);
+    const id = out.reservation.id;
+    await makeNode('nr-c').gpus(2).create(t.db, poolId); // taken by another reservation: no room
+    const blocker = await ledger.reserve(reservation(poolId, { devices: [{ class: 'gpu', count: 2 }], start, duration: 3600 }), t.clock.now());
+    if (!blocker.ok) throw new Error(blocker.message);
+    await setNodeState(t.db, 'nr-b', { connectivity: 'unreachable' });
+    await advance((GRACE + 1) * 1000);
+    expect(await pass(id)).toMatchObject({ verdict: 'degraded', short: 2, reason: 'NodeNotReady' });
+
+    await setNodeState(t.db, 'nr-b', { connectivity: 'connected' });
+    expect(await pass(id)).toEqual({ reservationId: id, verdict: 'restored' });
+    const view = (await ledger.get(id))!;
+    expect(view.allocations.map((a) => a.nodeId)).toEqual(['nr-b']);
+    expect(view.repair).toEqual({ short: 0, reason: 'NodeNotReady', repairs: 0, repairedAt: expect.any(Number) });
+    expect(await checkInvariants(t.db)).toEqual(CLEAN);
+    await ledger.release(id);
+    await ledger.release(blocker.reservation.id);
+  });
+});
+
+describe('a GPU going unhealthy under a live reservation', () => {
+  let poolId: string;
+  beforeAll(async () => {
+    poolId = await makePool('gu').owner('ops').offer('acme', { gpu: 2 }).create(t.db);
+    await makeNode('gu-a').gpus(4).create(t.db, poolId);
+  });
+
+  it('is replaced on its node; the old booking truncated at now, the kept one untouched, quota not refused', async () => {
+    const out = await ledger.reserve(reservation(poolId, { devices: [{ class: 'gpu', count: 2 }], duration: 7200 }), t.clock.now());
+    if (!out.ok) throw new Error(out.message);
+    const id = out.reservation.id;
+    const [lost, kept] = out.reservation.allocations[0]!.atoms as [string, string];
+    await advance(600_000);
+    const before = await nowMs();
+
+    await setDeviceHealth(t.db, lost, false);
+    expect(await pass(id)).toEqual({ reservationId: id, verdict: 'repaired', atoms: 1, reason: 'DeviceUnhealthy' });
+
+    const view = (await ledger.get(id))!;
+    const atoms = view.allocations.flatMap((a) => a.atoms).sort();
+    expect(atoms).toHaveLength(2);
+    expect(atoms).toContain(kept);
+    expect(atoms).not.toContain(lost);
+    expect(view.allocations.every((a) => a.nodeId === 'gu-a')).toBe(true);
+    const rows = await bookings(id);
+    const s = out.reservation.start;
+    const e = out.reservation.end;
+    const replacement = atoms.find((a) => a !== kept)!;
+    // The cut: one instant, now (the test clock runs), where the lost GPU's booking ends and its replacement's begins.
+    const cut = rows.find((b) => b.device_id === replacement)!.from!;
+    expect(cut).toBeGreaterThan(before);
+    expect(cut).toBeLessThanOrEqual(await nowMs());
+    expect(rows.map((b) => [b.device_id, b.from, b.to, b.lost])).toEqual(
+      expect.arrayContaining([
+        [lost, s, cut, true], // history: it held the lost GPU from its start until now
+        [kept, s, e, false],
+        [replacement, cut, e, false],
+      ]),
+    );
+    expect(rows).toHaveLength(3);
+    // Limit 2, 2 in use: the replacement fits because the lost GPU's charge ends where it starts.
+    const q = await t.db.query('SELECT used, reserved FROM quotas WHERE tenant_id = $1 AND pool_id = $2 AND resource = $3', ['acme', poolId, 'gpu']);
+    expect(q.rows[0]).toEqual({ used: 2, reserved: 0 });
+    expect(await checkInvariants(t.db)).toEqual(CLEAN);
+  });
+});
