@@ -5,6 +5,7 @@
 import { beforeAll, describe, expect, it } from 'vitest';
 import { advanceClock } from '../../src/db/clock.ts';
 import { setDeviceHealth, setNodeState, upsertNode } from '../../src/db/inventory.ts';
+import { withTransaction } from '../../src/db/pool.ts';
 import { Ledger } from '../../src/db/ledger.ts';
 import { repairPass, type RepairOutcome } from '../../src/db/repair.ts';
 import { makeNode, makePool, reservation } from '../support/builders.ts';
@@ -185,3 +186,74 @@ describe('a GPU going unhealthy under a live reservation', () => {
     expect(await checkInvariants(t.db)).toEqual(CLEAN);
   });
 });
+
+// The design notes' scenario, as docs/repair.md tells it: rack A (a1, a2) is pulled for maintenance while three
+// reservations are being placed and two confirmed ones hold atoms there. Limit 10 GPUs for acme, 10 GPUs off the rack.
+describe('a rack pulled for repair', () => {
+  let poolId: string;
+  beforeAll(async () => {
+    poolId = await makePool('rack').owner('ops').offer('acme', { gpu: 10 }).create(t.db);
+    for (const n of ['a1', 'a2']) await makeNode(n).gpus(2).domain('rack-a').create(t.db, poolId);
+    for (const n of ['b1', 'b2', 'b3', 'b4', 'b5']) await makeNode(n).gpus(2).domain('rack-b').create(t.db, poolId);
+  });
+
+  const capacity = async () =>
+    (await t.db.query(
+      `SELECT allocatable, allocated, reserved, maintenance FROM pool_capacity WHERE pool_id = $1 AND resource = 'gpu'`,
+      [poolId],
+    )).rows[0];
+  const quota = async () =>
+    (await t.db.query(`SELECT used, reserved FROM quotas WHERE tenant_id = 'acme' AND pool_id = $1 AND resource = 'gpu'`, [poolId])).rows[0];
+
+  it('moves the rollup first, quota never, and re-places both confirmed ones off the rack; the in-flight ones land off it', async () => {
+    const h = 3_600_000;
+    const t0 = t.clock.now();
+    const gpus2 = [{ class: 'gpu' as const, count: 2 }];
+    // R1 live from now for 2 h, R2 from +1 h for 2 h: on empty nodes the planner breaks ties by node name, so a1 and
+    // a2. The rack's atoms are then busy through [+1 h, +2 h).
+    const r1 = await ledger.reserve(reservation(poolId, { devices: gpus2, duration: 2 * 3600 }), t0);
+    if (!r1.ok) throw new Error(r1.message);
+    const r2out = await ledger.reserve(reservation(poolId, { devices: gpus2, start: t0 + h, duration: 2 * 3600 }), t0);
+    if (!r2out.ok) throw new Error(r2out.message);
+    const r2 = r2out.reservation;
+    expect([r1.reservation.allocations[0]!.nodeId, r2.allocations[0]!.nodeId]).toEqual(['a1', 'a2']);
+    expect(await capacity()).toEqual({ allocatable: 14, allocated: 2, reserved: 2, maintenance: 0 });
+    expect(await quota()).toEqual({ used: 2, reserved: 2 });
+
+    // The pull (the node reconciler's writes for the labelled rack) while three 2-GPU reservations for [+1 h, +2 h) are
+    // being placed: the rack's atoms are booked then, so wherever they land it is off the rack.
+    const [, ...inFlight] = await Promise.all([
+      withTransaction(t.db, async (c) => {
+        for (const n of ['a1', 'a2']) await setNodeState(c as never, n, { maintenance: true });
+      }),
+      ...[1, 2, 3].map(() => ledger.reserve(reservation(poolId, { devices: gpus2, start: t0 + h, duration: 3600 }), t0)),
+    ]);
+    for (const r of inFlight) {
+      if (!r.ok) throw new Error(r.message);
+      expect(r.reservation.allocations.map((a) => a.nodeId)[0]).toMatch(/^b/);
+    }
+    // First the rollup, in the pull's own transaction: 4 GPUs from allocatable to maintenance, and the bookings on
+    // them leave allocated (R1) and reserved (R2). Quota does not move: both are still charged.
+    expect(await capacity()).toEqual({ allocatable: 10, allocated: 0, reserved: 6, maintenance: 4 });
+    expect(await quota()).toEqual({ used: 2, reserved: 8 });
+
+    // The repair pass: both confirmed ones re-placed on rack B, same ids; at the limit of 10, not refused.
+    const outcomes = (await repairPass(t.db, { graceSeconds: GRACE })).filter((o) => [r1.reservation.id, r2.id].includes(o.reservationId));
+    expect(outcomes).toEqual([
+      { reservationId: r1.reservation.id, verdict: 'repaired', atoms: 2, reason: 'Maintenance' },
+      { reservationId: r2.id, verdict: 'repaired', atoms: 2, reason: 'Maintenance' },
+    ].sort((a, b) => (a.reservationId < b.reservationId ? -1 : 1)));
+    for (const id of [r1.reservation.id, r2.id]) {
+      const v = (await ledger.get(id))!;
+      expect(v.allocations.map((a) => a.nodeId)[0]).toMatch(/^b/);
+      expect(v.allocations.flatMap((a) => a.atoms)).toHaveLength(2);
+    }
+    // Then the rollup gets them back on rack B; quota still as before; rack B is full in [+1 h, +2 h).
+    expect(await capacity()).toEqual({ allocatable: 10, allocated: 2, reserved: 8, maintenance: 4 });
+    expect(await quota()).toEqual({ used: 2, reserved: 8 });
+    const full = await ledger.reserve(reservation(poolId, { devices: [{ class: 'gpu', count: 1 }], start: t0 + h, duration: 60 }), t.clock.now());
+    expect(full).toMatchObject({ ok: false });
+    expect(await checkInvariants(t.db)).toEqual(CLEAN);
+  });
+});
+
