@@ -51,7 +51,7 @@ export function planRepair(input: RepairInput): RepairPlan {
   const topologyKey = req.gang?.topologyKey ?? input.pool.topologyKey;
   const domainOf = (nodeId: string) => nodes.get(nodeId)?.labels[topologyKey];
   // A gang's domain: that of a member that keeps every atom (a member that loses all may be on a node gone from the pool).
-  const domain = req.gang
+  let domain = req.gang
     ? input.allocations.filter((a) => !(input.lost.get(a.id)?.length)).map((a) => domainOf(a.nodeId)).find((d) => d !== undefined)
     : undefined;
   const cuts: RepairCut[] = [];
@@ -84,6 +84,8 @@ export function planRepair(input: RepairInput): RepairPlan {
         const c = whole.candidates[0]!;
         take(nodes.get(c.nodeId)!, c.atoms, req.window);
         used.add(c.nodeId);
+        // A gang that lost every member: the first replacement's domain is the gang's from now on.
+        if (req.gang && domain === undefined) domain = domainOf(c.nodeId);
         cuts.push({ allocationId: a.id, atoms: [...a.atoms] });
         placements.push(c);
         continue;

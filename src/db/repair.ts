@@ -93,6 +93,7 @@ interface Target {
 /** Repairs one reservation in one transaction; undefined when nothing changed (still Degraded by as much, or gone). */
 async function repairReservation(db: Db, opts: RepairOptions, id: string, lost: LostAtom[]): Promise<RepairOutcome | undefined> {
   const notPlaced = new Error('not placed');
+  let refusal: string | undefined;
   const reason = [...new Set(lost.map((l) => l.reason))].join(',');
   try {
     return await tx(db, opts, async (c) => {
@@ -145,7 +146,10 @@ async function repairReservation(db: Db, opts: RepairOptions, id: string, lost: 
             allocations: p.placements.map((x) => ({ id: newAllocationId(), nodeId: x.nodeId, atoms: x.atoms, scalars: x.scalars })),
           }),
         ]);
-        if (!placed.rows[0]!.r.ok) throw notPlaced;
+        if (!placed.rows[0]!.r.ok) {
+          refusal = placed.rows[0]!.r.code;
+          throw notPlaced;
+        }
       }
       const message = p.short > 0 ? `${p.short} atoms short after losing ${current.length} (${reason}): ${p.reasons.join('; ')}` : '';
       if (p.placements.length === 0 && r.repair_short === p.short && r.repair_reason === reason) return undefined;
@@ -159,8 +163,19 @@ async function repairReservation(db: Db, opts: RepairOptions, id: string, lost: 
       return { reservationId: id, verdict: 'repaired' as const, atoms: current.length, reason };
     });
   } catch (e) {
-    if (e === notPlaced) return { reservationId: id, verdict: 'contended' };
-    throw e;
+    if (e !== notPlaced) throw e;
+    if (refusal !== 'quota') return { reservationId: id, verdict: 'contended' };
+    // Quota refuses what the reservation itself would exceed (a limit lowered since it was booked): Degraded by all it lost.
+    const short = lost.length;
+    const changed = await tx(db, opts, async (c) =>
+      (await c.query(
+        `UPDATE reservations SET repair_short = $2, repair_reason = $3
+         WHERE id = $1 AND state IN ('held', 'confirmed') AND (repair_short, repair_reason) IS DISTINCT FROM ($2, $3)`,
+        [id, short, reason],
+      )).rowCount,
+    );
+    if (!changed) return undefined;
+    return { reservationId: id, verdict: 'degraded', short, reason, message: `${short} atoms short (${reason}): the replacement exceeds the tenant's quota` };
   }
 }
 

@@ -257,3 +257,61 @@ describe('a rack pulled for repair', () => {
   });
 });
 
+
+describe('a gang whose domain loses a node', () => {
+  let poolId: string;
+  beforeAll(async () => {
+    poolId = await makePool('gg').owner('acme').create(t.db);
+    for (const n of ['gg1-a', 'gg1-b', 'gg1-c']) await makeNode(n).gpus(2).domain('z1').create(t.db, poolId);
+    for (const n of ['gg2-a', 'gg2-b']) await makeNode(n).gpus(2).domain('z2').create(t.db, poolId);
+  });
+
+  it('gets the member replaced inside its domain; when the domain is full it is Degraded, not moved to another', async () => {
+    const start = t.clock.now() + 3_600_000;
+    const out = await ledger.reserve(
+      reservation(poolId, { devices: [{ class: 'gpu', count: 2 }], gang: { size: 2 }, start, duration: 3600 }),
+      t.clock.now(),
+    );
+    if (!out.ok) throw new Error(out.message);
+    const id = out.reservation.id;
+    // Equal scores: the domain and members first by name.
+    expect(out.reservation.allocations.map((a) => a.nodeId)).toEqual(['gg1-a', 'gg1-b']);
+
+    await setNodeState(t.db, 'gg1-a', { maintenance: true });
+    expect(await pass(id)).toEqual({ reservationId: id, verdict: 'repaired', atoms: 2, reason: 'Maintenance' });
+    expect((await ledger.get(id))!.allocations.map((a) => a.nodeId)).toEqual(['gg1-b', 'gg1-c']);
+
+    // z1 has no node left for a member; z2 has two free nodes, but the gang keeps gg1-b and stays in z1.
+    await setNodeState(t.db, 'gg1-c', { maintenance: true });
+    expect(await pass(id)).toMatchObject({ reservationId: id, verdict: 'degraded', short: 2, reason: 'Maintenance' });
+    expect((await ledger.get(id))!.allocations.map((a) => a.nodeId)).toEqual(['gg1-b', 'gg1-c']);
+
+    // gg1-a back from maintenance: the member moves there.
+    await setNodeState(t.db, 'gg1-a', { maintenance: false });
+    expect(await pass(id)).toMatchObject({ reservationId: id, verdict: 'repaired' });
+    expect((await ledger.get(id))!.allocations.map((a) => a.nodeId)).toEqual(['gg1-a', 'gg1-b']);
+    expect((await ledger.get(id))!.repair).toEqual({ short: 0, reason: 'Maintenance', repairs: 2, repairedAt: expect.any(Number) });
+    expect(await checkInvariants(t.db)).toEqual(CLEAN);
+  });
+});
+
+describe('a started reservation that loses a GPU with no spare on its node', () => {
+  let poolId: string;
+  beforeAll(async () => {
+    poolId = await makePool('st').owner('acme').create(t.db);
+    for (const n of ['st-a', 'st-b']) await makeNode(n).gpus(2).create(t.db, poolId);
+  });
+
+  it('keeps its node and its other GPU (pods may run there), and is Degraded by one', async () => {
+    const out = await ledger.reserve(reservation(poolId, { devices: [{ class: 'gpu', count: 2 }], duration: 3600 }), t.clock.now());
+    if (!out.ok) throw new Error(out.message);
+    const id = out.reservation.id;
+    const [lost] = out.reservation.allocations[0]!.atoms as [string];
+    await setDeviceHealth(t.db, lost, false);
+    expect(await pass(id)).toMatchObject({ reservationId: id, verdict: 'degraded', short: 1, reason: 'DeviceUnhealthy' });
+    expect((await ledger.get(id))!.allocations).toEqual(out.reservation.allocations);
+    await setDeviceHealth(t.db, lost, true);
+    expect(await pass(id)).toEqual({ reservationId: id, verdict: 'restored' });
+    expect(await checkInvariants(t.db)).toEqual(CLEAN);
+  });
+});
