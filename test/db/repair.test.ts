@@ -4,7 +4,7 @@
 // history. Quota: the replacement is not refused for the atoms it replaces. The test clock moves time.
 import { beforeAll, describe, expect, it } from 'vitest';
 import { advanceClock } from '../../src/db/clock.ts';
-import { setDeviceHealth, setNodeState, upsertNode } from '../../src/db/inventory.ts';
+import { setDeviceHealth, setNodeState, setQuota, upsertNode } from '../../src/db/inventory.ts';
 import { withTransaction } from '../../src/db/pool.ts';
 import { Ledger } from '../../src/db/ledger.ts';
 import { repairPass, type RepairOutcome } from '../../src/db/repair.ts';
@@ -312,6 +312,31 @@ describe('a started reservation that loses a GPU with no spare on its node', () 
     expect((await ledger.get(id))!.allocations).toEqual(out.reservation.allocations);
     await setDeviceHealth(t.db, lost, true);
     expect(await pass(id)).toEqual({ reservationId: id, verdict: 'restored' });
+    expect(await checkInvariants(t.db)).toEqual(CLEAN);
+  });
+});
+
+describe('a repair that the tenant\'s quota refuses', () => {
+  let poolId: string;
+  beforeAll(async () => {
+    poolId = await makePool('qd').owner('ops').offer('acme', { gpu: 2 }).create(t.db);
+    for (const n of ['qd-a', 'qd-b']) await makeNode(n).gpus(2).create(t.db, poolId);
+  });
+
+  it('is Degraded (not retried as a lost race) while the limit was lowered below it, and repaired once raised', async () => {
+    const out = await ledger.reserve(
+      reservation(poolId, { devices: [{ class: 'gpu', count: 2 }], start: t.clock.now() + 3_600_000, duration: 3600 }),
+      t.clock.now(),
+    );
+    if (!out.ok) throw new Error(out.message);
+    const id = out.reservation.id;
+    await setQuota(t.db, 'acme', poolId, 'gpu', 1);
+    await setNodeState(t.db, out.reservation.allocations[0]!.nodeId, { maintenance: true });
+    expect(await pass(id)).toMatchObject({ reservationId: id, verdict: 'degraded', short: 2, reason: 'Maintenance' });
+    expect((await ledger.get(id))!.allocations).toEqual(out.reservation.allocations); // rolled back: kept as it was
+    expect(await pass(id)).toBeUndefined();
+    await setQuota(t.db, 'acme', poolId, 'gpu', 2);
+    expect(await pass(id)).toEqual({ reservationId: id, verdict: 'repaired', atoms: 2, reason: 'Maintenance' });
     expect(await checkInvariants(t.db)).toEqual(CLEAN);
   });
 });
