@@ -5,7 +5,7 @@
 import { beforeAll, describe, expect, it } from 'vitest';
 import { advanceClock } from '../../src/db/clock.ts';
 import { setDeviceHealth, setNodeState, setQuota, upsertNode } from '../../src/db/inventory.ts';
-import { withTransaction } from '../../src/db/pool.ts';
+import { withTransaction, type Db } from '../../src/db/pool.ts';
 import { Ledger } from '../../src/db/ledger.ts';
 import { repairPass, type RepairOutcome } from '../../src/db/repair.ts';
 import { makeNode, makePool, reservation } from '../support/builders.ts';
@@ -224,7 +224,7 @@ describe('a rack pulled for repair', () => {
     // being placed: the rack's atoms are booked then, so wherever they land it is off the rack.
     const [, ...inFlight] = await Promise.all([
       withTransaction(t.db, async (c) => {
-        for (const n of ['a1', 'a2']) await setNodeState(c as never, n, { maintenance: true });
+        for (const n of ['a1', 'a2']) await setNodeState(c as unknown as Db, n, { maintenance: true });
       }),
       ...[1, 2, 3].map(() => ledger.reserve(reservation(poolId, { devices: gpus2, start: t0 + h, duration: 3600 }), t0)),
     ]);
