@@ -340,3 +340,24 @@ describe('a repair that the tenant\'s quota refuses', () => {
     expect(await checkInvariants(t.db)).toEqual(CLEAN);
   });
 });
+
+describe('pods of a repaired reservation', () => {
+  let poolId: string;
+  beforeAll(async () => {
+    poolId = await makePool('pd').owner('acme').create(t.db);
+    for (const n of ['pd-a', 'pd-b']) await makeNode(n).gpus(2).create(t.db, poolId);
+  });
+
+  it('land on the new atoms: the assignment counts the replacement, not the lost node', async () => {
+    const out = await ledger.reserve(reservation(poolId, { devices: [{ class: 'gpu', count: 2 }], duration: 3600 }), t.clock.now());
+    if (!out.ok) throw new Error(out.message);
+    const id = out.reservation.id;
+    const pod = (n: number, nodeId: string) =>
+      ledger.assignPod({ podUid: `pd-pod-${n}`, reservationId: id, tenantId: 'acme', nodeId, namespace: 'team-a', podName: `p${n}`, count: 2 });
+    expect(await pod(1, 'pd-a')).toMatchObject({ ok: true }); // running there before the loss: left alone
+    await setNodeState(t.db, 'pd-a', { maintenance: true });
+    expect(await pass(id)).toMatchObject({ verdict: 'repaired' });
+    expect(await pod(2, 'pd-b')).toMatchObject({ ok: true });
+    expect(await pod(3, 'pd-a')).toMatchObject({ ok: false, reason: expect.stringContaining('holds 0 atoms on pd-a') });
+  });
+});
