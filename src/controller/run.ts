@@ -282,11 +282,14 @@ export async function runController(config: Config, log: Logger, opts: RunContro
       every(config.resyncEveryMs, 'resync', async () => controllers.resync());
       // BookingRepair: bookings on atoms out of service re-placed, Degraded when short, retried each pass (ADR 0016).
       every(config.repairEveryMs, 'repair', async () => {
-        const changed = await repairPass(database.db, { graceSeconds: config.repairGraceMs / 1000, fence: fence.fence });
+        const outcomes = await repairPass(database.db, { graceSeconds: config.repairGraceMs / 1000, fence: fence.fence });
+        if (outcomes.length === 0) return;
+        log.info('booking repair', { outcomes });
+        // A lost race changed nothing: the next pass replans it.
+        const changed = outcomes.filter((o) => o.verdict !== 'contended').map((o) => o.reservationId);
         if (changed.length === 0) return;
-        log.info('booking repair', { outcomes: changed });
         ledger.invalidate();
-        controllers.wakeReservations(changed.map((o) => o.reservationId));
+        controllers.wakeReservations(changed);
       });
       // Hourly usage windows: at once (backfilling the hours no leader computed), then every usageEvery.
       leaderServices.push(startUsageWindows({ db: database.db, fence: fence.fence, log, metrics: usage, everyMs: config.usageEveryMs }));
