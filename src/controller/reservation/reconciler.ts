@@ -546,8 +546,10 @@ export class ReservationReconciler {
         ctx.nowIso(),
       );
     }
+    // Each change of the verdict is an Event: a second repair (a new time, new nodes) as much as a first.
     const degradedChanged =
-      degraded !== undefined && (prevDegraded?.status !== degraded.status || prevDegraded.reason !== degraded.reason);
+      degraded !== undefined &&
+      (prevDegraded?.status !== degraded.status || prevDegraded.reason !== degraded.reason || prevDegraded.message !== degraded.message);
     const next: ReservationStatus = { ...status, observedGeneration: r.metadata.generation ?? 0, conditions };
     const changed =
       prev.phase !== next.phase ||
@@ -555,7 +557,6 @@ export class ReservationReconciler {
       prevCond?.message !== v.message ||
       prev.observedGeneration !== next.observedGeneration ||
       degradedChanged ||
-      (degraded !== undefined && prevDegraded?.message !== degraded.message) ||
       !sameJson({ ...prev, conditions: undefined }, { ...next, conditions: undefined });
     if (!changed) return;
     const key = `${r.metadata.namespace}/${r.metadata.name}`;
