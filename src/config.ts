@@ -71,6 +71,12 @@ const ConfigSchema = z.object({
   /** `controller` leader: a pod that holds atoms is released once two complete pod LISTs this far apart lack it. */
   orphanGraceMs: durationMs('BETTER_COMPUTE_ORPHAN_GRACE'),
   /**
+   * `controller` leader job: BookingRepair (ADR 0016) every repairEvery; a NotReady node's atoms count as lost after
+   * repairGrace.
+   */
+  repairEveryMs: durationMs('BETTER_COMPUTE_REPAIR_EVERY'),
+  repairGraceMs: durationMs('BETTER_COMPUTE_REPAIR_GRACE'),
+  /**
    * Database timeouts (every pool): connecting (and waiting for a free connection); a statement, ended by the server
    * (migrations lift it for their session); a transaction left idle, ended by the server; a query's answer, given up by
    * the client (a stalled server or network: above the statement timeout, so the server normally ends it first); and
@@ -195,6 +201,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       usageEveryMs: env.BETTER_COMPUTE_USAGE_EVERY || '1m',
       recurrenceHorizonMs: env.BETTER_COMPUTE_RECURRENCE_HORIZON || '7d',
       orphanGraceMs: env.BETTER_COMPUTE_ORPHAN_GRACE || '30s',
+      repairEveryMs: env.BETTER_COMPUTE_REPAIR_EVERY || '30s',
+      repairGraceMs: env.BETTER_COMPUTE_REPAIR_GRACE || '2m',
       dbConnectTimeoutMs: env.BETTER_COMPUTE_DB_CONNECT_TIMEOUT || '10s',
       dbStatementTimeoutMs: env.BETTER_COMPUTE_DB_STATEMENT_TIMEOUT || '30s',
       dbIdleInTransactionTimeoutMs: env.BETTER_COMPUTE_DB_IDLE_IN_TRANSACTION_TIMEOUT || '60s',

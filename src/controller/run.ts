@@ -19,6 +19,7 @@ import { openDatabase, type Database } from '../db/connect.ts';
 import { DbHealth } from '../db/health.ts';
 import type { Db } from '../db/pool.ts';
 import { Ledger } from '../db/ledger.ts';
+import { repairPass } from '../db/repair.ts';
 import { startCapacityJobs, type Jobs } from '../jobs/capacity.ts';
 import { ClientNodeExtenderKube } from '../extender/kube.ts';
 import { stopOnSignal } from '../cli/signals.ts';
@@ -279,6 +280,17 @@ export async function runController(config: Config, log: Logger, opts: RunContro
         await controllers.wakeHeldNoMore();
       });
       every(config.resyncEveryMs, 'resync', async () => controllers.resync());
+      // BookingRepair: bookings on atoms out of service re-placed, Degraded when short, retried each pass (ADR 0016).
+      every(config.repairEveryMs, 'repair', async () => {
+        const outcomes = await repairPass(database.db, { graceSeconds: config.repairGraceMs / 1000, fence: fence.fence });
+        if (outcomes.length === 0) return;
+        log.info('booking repair', { outcomes });
+        // A lost race changed nothing: the next pass replans it.
+        const changed = outcomes.filter((o) => o.verdict !== 'contended').map((o) => o.reservationId);
+        if (changed.length === 0) return;
+        ledger.invalidate();
+        controllers.wakeReservations(changed);
+      });
       // Hourly usage windows: at once (backfilling the hours no leader computed), then every usageEvery.
       leaderServices.push(startUsageWindows({ db: database.db, fence: fence.fence, log, metrics: usage, everyMs: config.usageEveryMs }));
       // Pods that end give their atoms back; pods of ended reservations are evicted. Then deletions no leader saw

@@ -35,6 +35,11 @@ export interface ReservationView {
   /** Set by get(): when it was released or expired, and whether any pod was ever assigned to it. */
   endedAt?: number | null;
   everUsed?: boolean;
+  /**
+   * Set by get() once BookingRepair touched it (ADR 0016): atoms still short on out-of-service atoms (0: whole), why
+   * they were lost, how many times it was re-placed, and when last.
+   */
+  repair?: { short: number; reason: string | null; repairs: number; repairedAt: number | null };
 }
 
 export type ReserveFailure =
@@ -557,9 +562,15 @@ export class Ledger {
                WHERE p.reservation_id = r.id AND p.created_at = r.updated_at AND r.state = 'confirmed' AND r.request ? 'leaseSeconds'
                ORDER BY p.namespace, p.pod_name LIMIT 1) AS confirmed_by_pod,
               coalesce((SELECT json_agg(json_build_object('id', a.id, 'nodeId', a.node_id, 'atoms',
-                         (SELECT coalesce(json_agg(b.device_id ORDER BY b.device_id), '[]') FROM device_bookings b WHERE b.allocation_id = a.id))
+                         (SELECT coalesce(json_agg(b.device_id ORDER BY b.device_id), '[]') FROM device_bookings b
+                          WHERE b.allocation_id = a.id AND b.lost_at IS NULL))
                          ORDER BY a.node_id)
-                        FROM allocations a WHERE a.reservation_id = r.id), '[]') AS allocations
+                        FROM allocations a WHERE a.reservation_id = r.id
+                          -- An allocation that a repair moved whole (every booking cut: lost_at) is history, not shown.
+                          AND NOT (EXISTS (SELECT 1 FROM device_bookings b WHERE b.allocation_id = a.id AND b.lost_at IS NOT NULL)
+                                   AND NOT EXISTS (SELECT 1 FROM device_bookings b WHERE b.allocation_id = a.id AND b.lost_at IS NULL))),
+                       '[]') AS allocations,
+              r.repair_short, r.repair_reason, r.repairs, (extract(epoch FROM r.repaired_at) * 1000)::float8 AS repaired_at
        FROM reservations r WHERE r.id = $1`,
       [reservationId],
     );
@@ -579,6 +590,9 @@ export class Ledger {
       ...(r.was_held ? { hold: { confirmedAt: r.confirmed_at, confirmedByPod: r.confirmed_by_pod } } : {}),
       endedAt: r.ended_at,
       everUsed: r.ever_used,
+      ...(r.repair_reason !== null
+        ? { repair: { short: r.repair_short, reason: r.repair_reason, repairs: r.repairs, repairedAt: r.repaired_at } }
+        : {}),
     };
   }
 

@@ -32,8 +32,13 @@ export async function tenantReservations(
     `SELECT r.id, r.idempotency_key AS "idempotencyKey", r.pool_id AS "poolId", p.name AS pool, r.state, r.spot,
             (extract(epoch FROM r.starts_at) * 1000)::float8 AS start, (extract(epoch FROM r.ends_at) * 1000)::float8 AS "end",
             (extract(epoch FROM r.lease_expires_at) * 1000)::float8 AS "leaseExpiresAt",
-            (SELECT count(*) FROM allocations a JOIN device_bookings b ON b.allocation_id = a.id WHERE a.reservation_id = r.id)::int AS atoms,
-            coalesce((SELECT array_agg(DISTINCT a.node_id ORDER BY a.node_id) FROM allocations a WHERE a.reservation_id = r.id), '{}') AS nodes
+            -- A booking that a repair cut (lost_at) is history: its replacement is counted instead (ADR 0016).
+            (SELECT count(*) FROM allocations a JOIN device_bookings b ON b.allocation_id = a.id
+             WHERE a.reservation_id = r.id AND b.lost_at IS NULL)::int AS atoms,
+            coalesce((SELECT array_agg(DISTINCT a.node_id ORDER BY a.node_id) FROM allocations a WHERE a.reservation_id = r.id
+                        AND NOT (EXISTS (SELECT 1 FROM device_bookings b WHERE b.allocation_id = a.id AND b.lost_at IS NOT NULL)
+                                 AND NOT EXISTS (SELECT 1 FROM device_bookings b WHERE b.allocation_id = a.id AND b.lost_at IS NULL))),
+                     '{}') AS nodes
      FROM reservations r JOIN pools p ON p.id = r.pool_id
      WHERE r.tenant_id = $1 AND ($2 OR r.state IN ('held', 'confirmed')) AND ($3::text[] IS NULL OR r.id = ANY ($3))
      ORDER BY r.starts_at, r.id

@@ -510,13 +510,18 @@ export class ReservationReconciler {
       ...(confirmedBy ? { confirmedBy } : {}),
     };
     if (fresh) this.ctx.log.info('reservation booked', { reservation: `${r.metadata.namespace}/${r.metadata.name}`, reservationId: view.id, nodes });
-    await this.writeStatus(r, status, {
-      phase,
-      status: phase === 'Reserved' ? 'True' : 'False',
-      reason: reasons[phase],
-      message: messages[phase],
-      eventType: 'Normal',
-    });
+    await this.writeStatus(
+      r,
+      status,
+      {
+        phase,
+        status: phase === 'Reserved' ? 'True' : 'False',
+        reason: reasons[phase],
+        message: messages[phase],
+        eventType: 'Normal',
+      },
+      phase === 'Reserved' ? degradedVerdict(view) : undefined,
+    );
   }
 
   private async writeVerdict(r: Reservation, tenant: string, poolId: string | undefined, v: Verdict): Promise<void> {
@@ -524,21 +529,34 @@ export class ReservationReconciler {
   }
 
   /** Writes status and the Reserved condition when they changed; an Event when the phase or reason changed. */
-  private async writeStatus(r: Reservation, status: ReservationStatus, v: Verdict): Promise<void> {
+  private async writeStatus(r: Reservation, status: ReservationStatus, v: Verdict, degraded?: Omit<Verdict, 'phase'>): Promise<void> {
     const ctx = this.ctx;
     const prev = r.status ?? {};
     const prevCond = findCondition(prev.conditions, 'Reserved');
-    const conditions = setCondition(
+    const prevDegraded = findCondition(prev.conditions, 'Degraded');
+    let conditions = setCondition(
       prev.conditions,
       { type: 'Reserved', status: v.status, reason: v.reason, message: v.message, observedGeneration: r.metadata.generation ?? 0 },
       ctx.nowIso(),
     );
+    if (degraded) {
+      conditions = setCondition(
+        conditions,
+        { type: 'Degraded', status: degraded.status, reason: degraded.reason, message: degraded.message, observedGeneration: r.metadata.generation ?? 0 },
+        ctx.nowIso(),
+      );
+    }
+    // Each change of the verdict is an Event: a second repair (a new time, new nodes) as much as a first.
+    const degradedChanged =
+      degraded !== undefined &&
+      (prevDegraded?.status !== degraded.status || prevDegraded.reason !== degraded.reason || prevDegraded.message !== degraded.message);
     const next: ReservationStatus = { ...status, observedGeneration: r.metadata.generation ?? 0, conditions };
     const changed =
       prev.phase !== next.phase ||
       prevCond?.reason !== v.reason ||
       prevCond?.message !== v.message ||
       prev.observedGeneration !== next.observedGeneration ||
+      degradedChanged ||
       !sameJson({ ...prev, conditions: undefined }, { ...next, conditions: undefined });
     if (!changed) return;
     const key = `${r.metadata.namespace}/${r.metadata.name}`;
@@ -546,6 +564,15 @@ export class ReservationReconciler {
     if ((prev.phase !== v.phase || prevCond?.reason !== v.reason) && this.lastEvent.get(key) !== stamp) {
       this.lastEvent.set(key, stamp);
       await ctx.event(r, 'Reservation', { type: v.eventType, reason: v.reason, message: v.message });
+    }
+    const degradedStamp = degraded && `${r.metadata.uid}|${degraded.status}|${degraded.reason}|${degraded.message}`;
+    if (degraded && degradedChanged && this.lastEvent.get(`${key}|Degraded`) !== degradedStamp) {
+      this.lastEvent.set(`${key}|Degraded`, degradedStamp!);
+      await ctx.event(r, 'Reservation', {
+        type: degraded.eventType,
+        reason: degraded.status === 'True' ? 'Degraded' : 'Repaired',
+        message: degraded.message,
+      });
     }
     // A merge patch keeps what it does not name: a lease that a confirmation or an expiry ended is removed by name.
     const patch: Record<string, unknown> = { ...next, ...(prev.leaseExpiresAt && !next.leaseExpiresAt ? { leaseExpiresAt: null } : {}) };
@@ -556,4 +583,32 @@ export class ReservationReconciler {
       throw e;
     }
   }
+}
+
+/**
+ * The Degraded condition of a booking that BookingRepair touched (ADR 0016): True while atoms are short (on atoms out
+ * of service that nothing replaced yet), False once it was re-placed or its atoms came back. None before any loss.
+ */
+export function degradedVerdict(view: ReservationView): Omit<Verdict, 'phase'> | undefined {
+  const rp = view.repair;
+  if (!rp) return undefined;
+  const lost = rp.reason ?? 'unknown';
+  if (rp.short > 0) {
+    return {
+      status: 'True',
+      reason: 'AtomsLost',
+      message: `${rp.short} atoms short: lost to ${lost}; it keeps its other atoms and is re-placed as soon as capacity appears`,
+      eventType: 'Warning',
+    };
+  }
+  const nodes = view.allocations.map((a) => a.nodeId).join(', ');
+  return {
+    status: 'False',
+    reason: 'Repaired',
+    message:
+      rp.repairs > 0
+        ? `re-placed after losing atoms (${lost}) at ${iso(rp.repairedAt)}, ${rp.repairs} time(s); now on ${nodes}`
+        : `its atoms lost to ${lost} are back in service since ${iso(rp.repairedAt)}; on ${nodes}`,
+    eventType: 'Normal',
+  };
 }

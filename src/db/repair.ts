@@ -1,0 +1,196 @@
+// BookingRepair's I/O (ADR 0016, docs/repair.md): finds the live and future bookings of live reservations on atoms
+// out of service (bc_lost_atoms), plans each reservation's repair with the pure core on fresh rows, and commits it in
+// one transaction under the reservation's row lock: the cut (bc_repair_cut), the replacement (bc_place with repairOf,
+// every guard applying) and the verdict (reservations.repair_*). A lost race rolls it all back; the next pass replans.
+import type pg from 'pg';
+import { planRepair, type RepairAllocation } from '../core/repair.ts';
+import type { DeviceClass } from '../core/types.ts';
+import { newAllocationId } from '../ids.ts';
+import { sqlState } from './errors.ts';
+import { FencedError, toPlacementRequest, type Fence } from './ledger.ts';
+import { withRetriedTransaction, type Db } from './pool.ts';
+import { getPool, loadNodes } from './snapshot.ts';
+import type { ReservationCreateInput } from '../api/schemas.ts';
+
+export type LostReason = 'NodeGone' | 'Maintenance' | 'NodeNotReady' | 'DeviceGone' | 'DeviceUnhealthy';
+
+export interface LostAtom {
+  reservationId: string;
+  allocationId: string;
+  nodeId: string;
+  deviceId: string;
+  class: DeviceClass;
+  reason: LostReason;
+}
+
+/** What one pass did to one reservation. */
+export type RepairOutcome =
+  | { reservationId: string; verdict: 'repaired'; atoms: number; reason: string }
+  | { reservationId: string; verdict: 'degraded'; short: number; reason: string; message: string }
+  | { reservationId: string; verdict: 'restored' }
+  | { reservationId: string; verdict: 'contended' };
+
+export interface RepairOptions {
+  /** How long a node may be NotReady before its atoms count as lost. */
+  graceSeconds: number;
+  /** A leader's fence, checked in each repair's transaction. */
+  fence?: () => Fence | undefined;
+}
+
+/** The atoms out of service under live or future bookings of live reservations. */
+export async function lostAtoms(db: Db, graceSeconds: number): Promise<LostAtom[]> {
+  const { rows } = await db.query<LostAtom>(
+    `SELECT reservation_id AS "reservationId", allocation_id AS "allocationId", node_id AS "nodeId", device_id AS "deviceId",
+            class, reason FROM bc_lost_atoms($1)`,
+    [graceSeconds],
+  );
+  return rows;
+}
+
+/**
+ * One pass: every reservation with lost atoms is repaired (or marked Degraded with the atoms short), and every
+ * reservation marked Degraded that has lost nothing any more (its node came back) is marked whole again. Returns what
+ * changed, one outcome per reservation (unchanged Degraded ones are left out).
+ */
+export async function repairPass(db: Db, opts: RepairOptions): Promise<RepairOutcome[]> {
+  const lost = await lostAtoms(db, opts.graceSeconds);
+  const byReservation = new Map<string, LostAtom[]>();
+  for (const l of lost) byReservation.set(l.reservationId, [...(byReservation.get(l.reservationId) ?? []), l]);
+  const out: RepairOutcome[] = [];
+  for (const [id, atoms] of byReservation) {
+    const o = await repairReservation(db, opts, id, atoms);
+    if (o) out.push(o);
+  }
+  const { rows } = await db.query<{ id: string }>(
+    `SELECT id FROM reservations WHERE repair_short > 0 AND state IN ('held', 'confirmed') AND NOT (id = ANY ($1)) ORDER BY id`,
+    [[...byReservation.keys()]],
+  );
+  for (const { id } of rows) {
+    const restored = await tx(db, opts, async (c) => {
+      const r = await c.query(
+        `UPDATE reservations SET repair_short = 0, repaired_at = compute_now() WHERE id = $1 AND repair_short > 0
+           AND NOT EXISTS (SELECT 1 FROM bc_lost_atoms($2) l WHERE l.reservation_id = $1)`,
+        [id, opts.graceSeconds],
+      );
+      return (r.rowCount ?? 0) > 0;
+    });
+    if (restored) out.push({ reservationId: id, verdict: 'restored' });
+  }
+  return out;
+}
+
+interface Target {
+  tenant_id: string;
+  pool_id: string;
+  request: ReservationCreateInput;
+  start: number;
+  end: number;
+  now: number;
+  repair_short: number;
+  repair_reason: string | null;
+}
+
+/** Repairs one reservation in one transaction; undefined when nothing changed (still Degraded by as much, or gone). */
+async function repairReservation(db: Db, opts: RepairOptions, id: string, lost: LostAtom[]): Promise<RepairOutcome | undefined> {
+  const notPlaced = new Error('not placed');
+  let refusal: string | undefined;
+  const reason = [...new Set(lost.map((l) => l.reason))].join(',');
+  try {
+    return await tx(db, opts, async (c) => {
+      const { rows } = await c.query<Target>(
+        `SELECT tenant_id, pool_id, request, (extract(epoch FROM starts_at) * 1000)::float8 AS start,
+                (extract(epoch FROM ends_at) * 1000)::float8 AS "end", (extract(epoch FROM compute_now()) * 1000)::float8 AS now,
+                repair_short, repair_reason
+         FROM reservations WHERE id = $1 AND state IN ('held', 'confirmed') FOR UPDATE`,
+        [id],
+      );
+      const r = rows[0];
+      if (!r) return undefined;
+      // Read again under the lock: what another pass or a release did meanwhile counts.
+      const current = (await c.query<LostAtom>(
+        `SELECT allocation_id AS "allocationId", device_id AS "deviceId", class FROM bc_lost_atoms($1) WHERE reservation_id = $2`,
+        [opts.graceSeconds, id],
+      )).rows;
+      if (current.length === 0) return undefined;
+      const allocations = (await c.query<RepairAllocation>(
+        `SELECT a.id, a.node_id AS "nodeId", array_agg(b.device_id ORDER BY b.device_id) AS atoms
+         FROM allocations a JOIN device_bookings b ON b.allocation_id = a.id
+         WHERE a.reservation_id = $1 AND a.released_at IS NULL AND NOT isempty(b.during) AND upper(b.during) > compute_now()
+         GROUP BY a.id, a.node_id ORDER BY a.node_id`,
+        [id],
+      )).rows;
+      // The snapshot is read outside the lock, like any placement's: bc_place's guards judge it at commit.
+      const pool = await getPool(db, r.pool_id);
+      if (!pool) return undefined;
+      const nodes = await loadNodes(db, r.pool_id);
+      const lostBy = new Map<string, string[]>();
+      for (const l of current) lostBy.set(l.allocationId, [...(lostBy.get(l.allocationId) ?? []), l.deviceId]);
+      const request = toPlacementRequest({ ...r.request, start: Math.max(r.now, r.start) }, r.now);
+      const p = planRepair({
+        pool: { id: pool.id, sharing: pool.sharing, topologyKey: pool.topologyKey, nodes },
+        request: { ...request, window: { start: Math.max(r.now, r.start), end: r.end } },
+        started: r.start <= r.now,
+        allocations,
+        lost: lostBy,
+        classes: new Map(current.map((l) => [l.deviceId, l.class])),
+      });
+      if (p.placements.length > 0) {
+        await c.query('SELECT bc_repair_cut($1)', [JSON.stringify(p.cuts)]);
+        const placed = await c.query<{ r: { ok: boolean; code?: string } }>('SELECT bc_place($1) AS r', [
+          JSON.stringify({
+            tenantId: r.tenant_id,
+            poolId: r.pool_id,
+            repairOf: id,
+            reservation: null,
+            podUid: null,
+            allocations: p.placements.map((x) => ({ id: newAllocationId(), nodeId: x.nodeId, atoms: x.atoms, scalars: x.scalars })),
+          }),
+        ]);
+        if (!placed.rows[0]!.r.ok) {
+          refusal = placed.rows[0]!.r.code;
+          throw notPlaced;
+        }
+      }
+      const message = p.short > 0 ? `${p.short} atoms short after losing ${current.length} (${reason}): ${p.reasons.join('; ')}` : '';
+      if (p.placements.length === 0 && r.repair_short === p.short && r.repair_reason === reason) return undefined;
+      await c.query(
+        `UPDATE reservations SET repair_short = $2, repair_reason = $3,
+                repaired_at = CASE WHEN $4 THEN compute_now() ELSE repaired_at END, repairs = repairs + CASE WHEN $4 THEN 1 ELSE 0 END
+         WHERE id = $1`,
+        [id, p.short, reason, p.placements.length > 0],
+      );
+      if (p.short > 0) return { reservationId: id, verdict: 'degraded' as const, short: p.short, reason, message };
+      return { reservationId: id, verdict: 'repaired' as const, atoms: current.length, reason };
+    });
+  } catch (e) {
+    if (e !== notPlaced) throw e;
+    if (refusal !== 'quota') return { reservationId: id, verdict: 'contended' };
+    // Quota refuses what the reservation itself would exceed (a limit lowered since it was booked): Degraded by all it lost.
+    const short = lost.length;
+    const changed = await tx(db, opts, async (c) =>
+      (await c.query(
+        `UPDATE reservations SET repair_short = $2, repair_reason = $3
+         WHERE id = $1 AND state IN ('held', 'confirmed') AND (repair_short, repair_reason) IS DISTINCT FROM ($2, $3)`,
+        [id, short, reason],
+      )).rowCount,
+    );
+    if (!changed) return undefined;
+    return { reservationId: id, verdict: 'degraded', short, reason, message: `${short} atoms short (${reason}): the replacement exceeds the tenant's quota` };
+  }
+}
+
+/** A transaction, fenced when a fence is given, run again on a deadlock. */
+function tx<T>(db: Db, opts: RepairOptions, fn: (c: pg.PoolClient) => Promise<T>): Promise<T> {
+  return withRetriedTransaction(db, async (c) => {
+    const fence = opts.fence?.();
+    if (fence) {
+      try {
+        await c.query('SELECT bc_check_fence($1, $2)', [fence.name, fence.epoch]);
+      } catch (e) {
+        if (sqlState(e) === 'BC009') throw new FencedError((e as Error).message);
+        throw e;
+      }
+    }
+    return fn(c);
+  });
+}
