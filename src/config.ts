@@ -68,6 +68,8 @@ const ConfigSchema = z.object({
   usageEveryMs: durationMs('BETTER_COMPUTE_USAGE_EVERY'),
   /** `controller`: how far ahead the windows of a recurring Reservation are booked. */
   recurrenceHorizonMs: durationMs('BETTER_COMPUTE_RECURRENCE_HORIZON'),
+  /** How far ahead a preempted spot reservation is told (its deadline = now + this; ADR 0017). */
+  spotNoticeMs: durationMs('BETTER_COMPUTE_SPOT_NOTICE'),
   /** `controller` leader: a pod that holds atoms is released once two complete pod LISTs this far apart lack it. */
   orphanGraceMs: durationMs('BETTER_COMPUTE_ORPHAN_GRACE'),
   /**
@@ -194,6 +196,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       driftEveryMs: env.BETTER_COMPUTE_DRIFT_EVERY || '5m',
       usageEveryMs: env.BETTER_COMPUTE_USAGE_EVERY || '1m',
       recurrenceHorizonMs: env.BETTER_COMPUTE_RECURRENCE_HORIZON || '7d',
+      spotNoticeMs: env.BETTER_COMPUTE_SPOT_NOTICE || '2m',
       orphanGraceMs: env.BETTER_COMPUTE_ORPHAN_GRACE || '30s',
       dbConnectTimeoutMs: env.BETTER_COMPUTE_DB_CONNECT_TIMEOUT || '10s',
       dbStatementTimeoutMs: env.BETTER_COMPUTE_DB_STATEMENT_TIMEOUT || '30s',
