@@ -8,7 +8,8 @@
 --   evicted_at    when the leader evicted its pods at the deadline and ended it.
 ALTER TABLE reservations
   ADD COLUMN preempt_at timestamptz,
-  ADD COLUMN preempted_by text REFERENCES reservations (id),
+  -- Deferred: the displacing reservation is inserted (bc_place) after its victims are marked, in the same transaction.
+  ADD COLUMN preempted_by text REFERENCES reservations (id) DEFERRABLE INITIALLY DEFERRED,
   ADD COLUMN notified_at timestamptz,
   ADD COLUMN evicted_at timestamptz,
   ADD CONSTRAINT check$reservations$preempt_spot CHECK (preempt_at IS NULL OR spot);
