@@ -30,7 +30,7 @@ describe('migrations', () => {
       const results = await Promise.all(clients.map((c) => migrate(c)));
       await Promise.all(clients.map((c) => c.end()));
       const all = (await readMigrations()).map((m) => m.version);
-      expect([...results[0]!, ...results[1]!].sort()).toEqual(all);
+      expect([...results[0]!, ...results[1]!].sort((a, b) => a - b)).toEqual(all);
       const { rows } = await fresh.db.query('SELECT count(*)::int AS n FROM schema_migrations');
       expect(rows[0].n).toBe(all.length);
     } finally {
