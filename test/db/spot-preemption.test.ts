@@ -92,7 +92,7 @@ async function bindPod(reservationId: string, node: string, name: string, grace?
   kube.pods.set(`team-a/${name}`, pod);
   await t.clock.sync();
   const r = await extender.bind({ PodName: name, PodNamespace: 'team-a', PodUID: pod.metadata.uid, Node: node });
-  expect(r.Error).toBe('');
+  return r.Error;
 }
 
 /** The victims' bookings as the ledger keeps them: upper bound of each (ms), per reservation. */
@@ -119,8 +119,8 @@ describe('a regular reservation displacing two spot ones', () => {
     expect(status('spot-b').allocations![0]!.node).toBe(spotNode);
     const freed = [...atomsOf('spot-a'), ...atomsOf('spot-b')].sort();
     const [idA, idB] = [status('spot-a').reservationId!, status('spot-b').reservationId!];
-    await bindPod(idA, spotNode, 'spot-a-0', 45);
-    await bindPod(idB, spotNode, 'spot-b-0');
+    expect(await bindPod(idA, spotNode, 'spot-a-0', 45)).toBe('');
+    expect(await bindPod(idB, spotNode, 'spot-b-0')).toBe('');
 
     // Preview of the regular request: both spot reservations would get a notice; it would start after the notice.
     const before = t.clock.now();
@@ -147,6 +147,9 @@ describe('a regular reservation displacing two spot ones', () => {
     expect(await bookingEnds(idA)).toEqual([deadline, deadline]);
     expect(await bookingEnds(idB)).toEqual([deadline, deadline]);
     expect(await checkInvariants(t.db)).toEqual(CLEAN);
+    // Under notice a victim takes no new pod: its atoms belong to the regular reservation from the deadline.
+    expect(await bindPod(idA, spotNode, 'spot-a-late')).toMatch(/holds 0 atoms/);
+    kube.pods.delete('team-a/spot-a-late');
 
     // The leader's pass delivers the notices: each victim's pod annotated with the deadline; nothing evicted yet.
     const deadlineIso = new Date(deadline).toISOString();
