@@ -11,7 +11,7 @@ import { errorFields, type Logger } from '../log.ts';
 import { PREEMPT_AT_ANNOTATION } from './types.ts';
 
 export interface PreemptionDeps {
-  ledger: Ledger;
+  ledger: Pick<Ledger, 'preemptionNotices' | 'markPreemptionNotified' | 'preemptionsDue' | 'finishPreemption'>;
   kube: Pick<ExtenderKube, 'getPod' | 'annotatePod' | 'evictPod'>;
   log: Logger;
   /** Wakes these reservations' CRs (their status shows the notice, then the end). */
