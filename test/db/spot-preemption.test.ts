@@ -224,3 +224,33 @@ describe('what is never displaced', () => {
     expect(await checkInvariants(t.db)).toEqual(CLEAN);
   });
 });
+
+describe('racing for the same spot atoms', () => {
+  it('two regular requests and a third party at once: one preemption wins, nobody else gets the freed atoms', async () => {
+    const race = await makePool('sp3').owner('ops').offer('acme', { gpu: 16 }).create(t.db);
+    await makeNode('sp3-n1').gpus(4).create(t.db, race);
+    const setup = new Ledger(t.db);
+    for (let i = 0; i < 2; i++) {
+      expect((await setup.reserve(reservation(race, { devices: [{ class: 'gpu', count: 2 }], spot: true }), t.clock.now())).ok).toBe(true);
+    }
+    // Separate ledgers (as separate replicas): nothing shared but the database.
+    const now = t.clock.now();
+    const [r1, r2, r3] = await Promise.all([
+      new Ledger(t.db).reserve(reservation(race, { devices: [{ class: 'gpu', count: 4 }] }), now),
+      new Ledger(t.db).reserve(reservation(race, { devices: [{ class: 'gpu', count: 4 }] }), now),
+      new Ledger(t.db).reserve(reservation(race, { devices: [{ class: 'gpu', count: 2 }], start: now + NOTICE_MS + 60_000 }), now),
+    ]);
+    // Whoever commits first holds the node's atoms (or two of them) from its deadline: the others no longer fit, and the
+    // victims' bookings end at that deadline, before any later request's own deadline, so they are refused outright.
+    const winners = [r1, r2, r3].filter((r) => r.ok);
+    expect(winners).toHaveLength(1);
+    for (const r of [r1, r2, r3]) if (!r.ok) expect(r.code).toBe('NO_CAPACITY');
+    const { rows } = await t.db.query<{ n: number }>(
+      `SELECT count(*)::int AS n FROM reservations WHERE pool_id = $1 AND spot AND preempt_at IS NOT NULL`,
+      [race],
+    );
+    // A 4-GPU winner displaced both spot reservations; the 2-GPU one, only one of them (2 atoms are the fewest).
+    expect(rows[0]!.n).toBe(winners[0] === r3 ? 1 : 2);
+    expect(await checkInvariants(t.db)).toEqual(CLEAN);
+  });
+});
