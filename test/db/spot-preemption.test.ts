@@ -254,3 +254,21 @@ describe('racing for the same spot atoms', () => {
     expect(await checkInvariants(t.db)).toEqual(CLEAN);
   });
 });
+
+describe('a spot reservation already preempted', () => {
+  it('is not chosen again: a second request that would need it is refused at once, not replanned until contended', async () => {
+    const once = await makePool('sp4').owner('ops').offer('acme', { gpu: 16 }).create(t.db);
+    await makeNode('sp4-n1').gpus(4).create(t.db, once);
+    const before = t.clock.now();
+    const victim = await new Ledger(t.db).reserve(reservation(once, { devices: [{ class: 'gpu', count: 4 }], spot: true }), before);
+    if (!victim.ok) throw new Error(victim.message);
+    const first = await new Ledger(t.db).reserve(reservation(once, { devices: [{ class: 'gpu', count: 2 }] }), before);
+    expect(first).toMatchObject({ ok: true });
+    expect((await f.ctx.ledger.get(victim.reservation.id))!.preemption).toBeDefined();
+    // Asked as of `before`, its window starts before the first one's deadline, where the victim's bookings still run
+    // on the two atoms the first one left: those bookings are the victim's last, not preemptible again.
+    const second = await new Ledger(t.db).reserve(reservation(once, { devices: [{ class: 'gpu', count: 2 }] }), before);
+    expect(second).toMatchObject({ ok: false, code: 'NO_CAPACITY', replans: 0 });
+    expect(await checkInvariants(t.db)).toEqual(CLEAN);
+  });
+});
