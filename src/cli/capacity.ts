@@ -209,7 +209,7 @@ export async function capacityCommand(argv: string[], config: Config, io: Capaci
     for (const f of previewOnly) if (values[f] !== undefined && !values.preview) throw usage(`--${f} needs --preview`);
     for (const f of timelineOnly) if (values[f] !== undefined && !values.timeline) throw usage(`--${f} needs --timeline`);
     if (values['topology-key'] !== undefined && !values.preview && !values.domains) throw usage('--topology-key needs --preview or --domains');
-    if (views[0] && !values.pool) throw usage(`--${views[0]} needs --pool`);
+    if (views[0] && views[0] !== 'quota' && !values.pool) throw usage(`--${views[0]} needs --pool`); // quota: every pool the tenant sees, or one
 
     const makeClient =
       io.client ??
