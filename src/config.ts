@@ -68,6 +68,8 @@ const ConfigSchema = z.object({
   usageEveryMs: durationMs('BETTER_COMPUTE_USAGE_EVERY'),
   /** `controller`: how far ahead the windows of a recurring Reservation are booked. */
   recurrenceHorizonMs: durationMs('BETTER_COMPUTE_RECURRENCE_HORIZON'),
+  /** How far ahead a preempted spot reservation is told (its deadline = now + this; ADR 0017). */
+  spotNoticeMs: durationMs('BETTER_COMPUTE_SPOT_NOTICE'),
   /** `controller` leader: a pod that holds atoms is released once two complete pod LISTs this far apart lack it. */
   orphanGraceMs: durationMs('BETTER_COMPUTE_ORPHAN_GRACE'),
   /**
@@ -200,6 +202,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       driftEveryMs: env.BETTER_COMPUTE_DRIFT_EVERY || '5m',
       usageEveryMs: env.BETTER_COMPUTE_USAGE_EVERY || '1m',
       recurrenceHorizonMs: env.BETTER_COMPUTE_RECURRENCE_HORIZON || '7d',
+      spotNoticeMs: env.BETTER_COMPUTE_SPOT_NOTICE || '2m',
       orphanGraceMs: env.BETTER_COMPUTE_ORPHAN_GRACE || '30s',
       repairEveryMs: env.BETTER_COMPUTE_REPAIR_EVERY || '30s',
       repairGraceMs: env.BETTER_COMPUTE_REPAIR_GRACE || '2m',

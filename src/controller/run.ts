@@ -23,6 +23,7 @@ import { repairPass } from '../db/repair.ts';
 import { startCapacityJobs, type Jobs } from '../jobs/capacity.ts';
 import { ClientNodeExtenderKube } from '../extender/kube.ts';
 import { stopOnSignal } from '../cli/signals.ts';
+import { preemptionPass } from './preemption.ts';
 import { startPodReleaser } from '../extender/releaser.ts';
 import { createExtenderRouter } from '../extender/router.ts';
 import { StatePreviewer } from '../extender/preview.ts';
@@ -147,7 +148,8 @@ export async function runController(config: Config, log: Logger, opts: RunContro
     const drift = driftMetrics(registry, DRIFT_SERIES);
     const usage = usageMetrics(registry, database.db);
     const fence = new FenceHolder(LEASE_NAME);
-    const ledger = new Ledger(database.db, { fence: fence.fence, metrics: placement });
+    const spotNoticeSeconds = config.spotNoticeMs / 1000;
+    const ledger = new Ledger(database.db, { fence: fence.fence, metrics: placement, spotNoticeSeconds });
     const clock = await DbClock.create(database.db);
     const controllers = setupControllers({
       kc,
@@ -170,7 +172,7 @@ export async function runController(config: Config, log: Logger, opts: RunContro
 
     // The listeners, on every replica.
     let shuttingDown = false;
-    const previews = new Ledger(database.db, { metrics: placement });
+    const previews = new Ledger(database.db, { metrics: placement, spotNoticeSeconds });
     // The ledger in memory (ADR 0010): the extender's filter and prioritize, and capacity.preview, answer from it.
     extenderState = new ExtenderStateSync({
       db: database.db,
@@ -187,7 +189,7 @@ export async function runController(config: Config, log: Logger, opts: RunContro
       shuttingDown: () => shuttingDown,
     });
     const api = createApp({
-      service: new CapacityService({ db: database.db, previewer: new StatePreviewer(memory, previews), clock }),
+      service: new CapacityService({ db: database.db, previewer: new StatePreviewer(memory, previews, { spotNoticeSeconds }), clock }),
       authorizer: await authorizerFor(config, kc, log, controllers),
       log,
       http: httpMetrics(registry),
@@ -278,6 +280,11 @@ export async function runController(config: Config, log: Logger, opts: RunContro
           controllers.wakeReservations(expired);
         }
         await controllers.wakeHeldNoMore();
+      });
+      // Spot preemption: notices delivered to the victims' pods, their pods evicted at the deadline (ADR 0017).
+      const preemptionKube = new ClientNodeExtenderKube(kc);
+      every(config.expireEveryMs, 'spot-preemption', async () => {
+        await preemptionPass({ ledger, kube: preemptionKube, log, wake: (ids) => controllers.wakeReservations(ids) });
       });
       every(config.resyncEveryMs, 'resync', async () => controllers.resync());
       // BookingRepair: bookings on atoms out of service re-placed, Degraded when short, retried each pass (ADR 0016).

@@ -20,6 +20,8 @@ export const SIMULATED_TAINT = 'bettercompute.io/simulated';
  * an input like the spec (the spec itself is immutable), read by the reconciler; docs/adr/0015-hold-and-confirm.md.
  */
 export const CONFIRM_ANNOTATION = 'bettercompute.io/confirm';
+/** Annotation put on a preempted spot reservation's pods: the deadline (RFC 3339) at which they are evicted (ADR 0017). */
+export const PREEMPT_AT_ANNOTATION = 'bettercompute.io/preempt-at';
 /** Prefix of the per-reservation extended resource the agent registers (docs/crds.md). */
 export const RESERVATION_RESOURCE_PREFIX = 'reservations.bettercompute.io/';
 
@@ -123,6 +125,8 @@ export interface ReservationStatus {
   /** When a hold was confirmed, and by which pod when its first pod's bind confirmed it. */
   confirmedAt?: string;
   confirmedBy?: string;
+  /** A preempted spot reservation: the deadline at which its bookings end and its pods are evicted (ADR 0017). */
+  preemptAt?: string;
   observedGeneration?: number;
   conditions?: Condition[];
 }

@@ -430,31 +430,3 @@ function planGang(
   // A gang commits all members at once, so the answer lists them all (size may exceed the shortlist of 10).
   return { ok: true, candidates: best.members, gangDomain: best.domain };
 }
-
-/**
- * The pool as it would be if every spot booking were preempted, and a count of the spot reservations whose bookings a
- * placement of `atoms` in `window` would take: what capacity.preview reports when a regular request does not fit.
- */
-export function withoutSpot(pool: PoolSnap): PoolSnap {
-  return {
-    ...pool,
-    nodes: pool.nodes.map((n) => {
-      const node: NodeSnap = { ...n, atoms: n.atoms.map((a) => ({ ...a, bookings: a.bookings.filter((b) => !b.spot) })) };
-      if (n.summary) node.summary = summarizeNode(node);
-      return node;
-    }),
-  };
-}
-
-export function spotVictims(pool: PoolSnap, candidates: readonly Candidate[], window: { start: number; end: number }): number {
-  const refs = new Set<string>();
-  const byId = new Map(pool.nodes.map((n) => [n.id, n]));
-  for (const c of candidates) {
-    const chosen = new Set(c.atoms);
-    for (const a of byId.get(c.nodeId)?.atoms ?? []) {
-      if (!chosen.has(a.id)) continue;
-      for (const b of a.bookings) if (b.spot && overlaps(b, window)) refs.add(b.ref ?? `${a.id}@${b.start}`);
-    }
-  }
-  return refs.size;
-}

@@ -4,7 +4,8 @@
 // replan, never a double booking.
 import { createHash } from 'node:crypto';
 import type { ReservationCreateInput } from '../api/schemas.ts';
-import { plan, spotVictims, summarizeShared, withoutSpot } from '../core/planner.ts';
+import { plan, summarizeShared } from '../core/planner.ts';
+import { choosePreemption } from '../core/preemption.ts';
 import { selectorFromObject } from '../core/selector.ts';
 import type { Candidate, NodeSnap, NodeSummary, PlacementRequest, PlanResult, PoolSnap } from '../core/types.ts';
 import { quotaRefusalMessage, type QuotaRefusal } from '../core/quota.ts';
@@ -14,6 +15,7 @@ import { isRetryable, sqlState } from './errors.ts';
 import { GroupCommit, type ItemOutcome } from './group-commit.ts';
 import * as handoff from './handoff.ts';
 import * as holds from './holds.ts';
+import * as preemption from './preemption.ts';
 import { withRetriedTransaction, withTransaction, type Db } from './pool.ts';
 import { getPool, isPoolVisible, loadNodes, type PoolInfo } from './snapshot.ts';
 
@@ -40,6 +42,8 @@ export interface ReservationView {
    * they were lost, how many times it was re-placed, and when last.
    */
   repair?: { short: number; reason: string | null; repairs: number; repairedAt: number | null };
+  /** Set by get() on a preempted spot reservation: its deadline, and the regular reservation that displaced it. */
+  preemption?: { at: number; by: string };
 }
 
 export type ReserveFailure =
@@ -352,6 +356,21 @@ export class Ledger {
           await this.cached(input.poolId, true);
           continue;
         }
+        // A regular reservation that fits only by displacing spot ones takes their atoms from the notice's deadline.
+        if (reservation && !reservation.spot) {
+          const pre = choosePreemption(c.snap, preemptingRequest(req, now, this.spotNoticeMs));
+          if (pre) {
+            const out = await this.preemptAndPlace(input, reservation, pre.victims, pre.candidates);
+            if (out !== 'stale') return { ...out, replans } as ReserveOutcome;
+            if (replans >= this.maxReplans) {
+              return { ok: false, code: 'CONTENDED', message: `still contended after ${replans} replans; retry`, replans };
+            }
+            replans++;
+            this.opts.metrics?.onReplan?.();
+            await this.cached(input.poolId, true);
+            continue;
+          }
+        }
         return { ok: false, code: 'NO_CAPACITY', message: p.reason, replans };
       }
       const chosen = input.gang ? [...p.candidates] : [p.candidates[0]!];
@@ -444,6 +463,69 @@ export class Ledger {
       this.opts.metrics?.onReplan?.();
       await this.reloadNodes(input.poolId, r.nodeId ? [r.nodeId] : chosen.map((x) => x.nodeId));
     }
+  }
+
+  /**
+   * Preemption's one transaction: the victims locked and their bookings truncated at the deadline (compute_now() +
+   * notice), then the regular reservation placed from the deadline (bc_place), so the freed atoms pass from one to the
+   * other at one instant and nobody can take them in between. 'stale' (nothing written) when a victim changed or the
+   * placement lost a race: the caller plans again on fresh rows.
+   */
+  private async preemptAndPlace(
+    input: ReservationCreateInput,
+    reservation: { id: string } & Record<string, unknown>,
+    victims: readonly string[],
+    chosen: readonly Candidate[],
+  ): Promise<Omit<Extract<ReserveOutcome, { ok: true }>, 'replans'> | Omit<Extract<ReserveOutcome, { ok: false }>, 'replans'> | 'stale'> {
+    const stale = new Error('stale');
+    let result: PlaceResult | undefined;
+    try {
+      await this.tx(async (c) => {
+        const deadline = await preemption.noticeDeadline(c, this.spotNoticeMs);
+        if (!(await preemption.truncateVictims(c, victims, deadline, reservation.id))) throw stale;
+        const arg = {
+          tenantId: input.tenantId,
+          poolId: input.poolId,
+          start: Math.max(input.start ?? deadline, deadline),
+          durationSeconds: input.duration,
+          reservation,
+          podUid: null,
+          allocations: chosen
+            .map((cand) => ({ id: newAllocationId(), nodeId: cand.nodeId, atoms: cand.atoms, scalars: cand.scalars }))
+            .sort((a, b) => (a.nodeId < b.nodeId ? -1 : 1)),
+        };
+        result = (await c.query<{ r: PlaceResult }>('SELECT bc_place($1) AS r', [arg])).rows[0]!.r;
+        if (!result.ok || result.existing) throw stale; // rolled back: the victims keep their bookings
+      });
+    } catch (e) {
+      if (e !== stale) throw e;
+      if (result?.code === 'quota') {
+        return { ok: false, code: 'QUOTA_EXCEEDED', message: quotaRefusalMessage(input.tenantId, input.poolId, result.details), ...(result.details ? { details: result.details } : {}) };
+      }
+      return 'stale';
+    } finally {
+      this.invalidate(input.poolId);
+    }
+    return { ok: true, existing: false, reservation: (await this.get(result!.reservationId!))! };
+  }
+
+  /** Victims whose preemption notice is not delivered yet (the leader's preemption loop). */
+  preemptionNotices(): Promise<preemption.PreemptionDue[]> {
+    return preemption.noticesToDeliver(this.db);
+  }
+
+  markPreemptionNotified(reservationId: string): Promise<void> {
+    return this.tx((c) => preemption.markNotified(c, reservationId));
+  }
+
+  /** Victims at or past their deadline whose pods are not evicted yet. */
+  preemptionsDue(): Promise<preemption.PreemptionDue[]> {
+    return preemption.evictionsDue(this.db);
+  }
+
+  /** Ends a victim whose pods were evicted (released at its deadline). */
+  finishPreemption(reservationId: string): Promise<boolean> {
+    return this.tx((c) => preemption.finishPreemption(c, reservationId));
   }
 
   /** One batch of placements in one statement (fenced: in one transaction with the fence check). */
@@ -555,6 +637,7 @@ export class Ledger {
               (extract(epoch FROM r.lease_expires_at) * 1000)::float8 AS lease,
               r.request ? 'leaseSeconds' AS was_held,
               (extract(epoch FROM r.ended_at) * 1000)::float8 AS ended_at,
+              (extract(epoch FROM r.preempt_at) * 1000)::float8 AS preempt_at, r.preempted_by,
               EXISTS (SELECT 1 FROM reservation_pod_assignments p WHERE p.reservation_id = r.id) AS ever_used,
               CASE WHEN r.state = 'confirmed' AND r.request ? 'leaseSeconds' THEN (extract(epoch FROM r.updated_at) * 1000)::float8 END AS confirmed_at,
               -- A pod that confirmed the hold was assigned in the same transaction: at the same compute_now().
@@ -593,6 +676,7 @@ export class Ledger {
       ...(r.repair_reason !== null
         ? { repair: { short: r.repair_short, reason: r.repair_reason, repairs: r.repairs, repairedAt: r.repaired_at } }
         : {}),
+      ...(r.preempt_at !== null ? { preemption: { at: r.preempt_at, by: r.preempted_by } } : {}),
     };
   }
 
@@ -733,11 +817,15 @@ export function previewOn(snap: PoolSnap, input: ReservationCreateInput, now: nu
   const req = toPlacementRequest(input, now);
   const result = plan(snap, req);
   if (result.ok || input.spot) return result;
-  const again = plan(withoutSpot(snap), req);
-  if (!again.ok) return result;
-  const count = spotVictims(snap, input.gang ? again.candidates : again.candidates.slice(0, 1), req.window);
-  if (count === 0) return result;
-  return { ...result, preemptible: { count, start: Math.max(req.window.start, now + spotNoticeMs) } };
+  const pre = choosePreemption(snap, preemptingRequest(req, now, spotNoticeMs));
+  if (!pre) return result;
+  return { ...result, preemptible: { count: pre.victims.length, start: Math.max(req.window.start, now + spotNoticeMs) } };
+}
+
+/** A regular request that preempts: its window starts no earlier than the notice's deadline. */
+function preemptingRequest(req: PlacementRequest, now: number, noticeMs: number): PlacementRequest {
+  const start = Math.max(req.window.start, now + noticeMs);
+  return { ...req, window: { start, end: start + (req.window.end - req.window.start) } };
 }
 
 export function toPlacementRequest(input: ReservationCreateInput, now: number, openEnded = false): PlacementRequest {

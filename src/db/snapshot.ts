@@ -62,7 +62,9 @@ export async function loadNodes(db: Db, poolId: string, nodeIds?: readonly strin
     db.query(
       `SELECT b.device_id, (extract(epoch FROM lower(b.during)) * 1000)::float8 AS s,
               CASE WHEN upper_inf(b.during) THEN NULL ELSE (extract(epoch FROM upper(b.during)) * 1000)::float8 END AS e,
-              coalesce(a.reservation_id, a.id) AS ref, coalesce(r.spot, false) AS spot
+              coalesce(a.reservation_id, a.id) AS ref,
+              -- A spot reservation already preempted is displaced once: its bookings end at its deadline anyway.
+              coalesce(r.spot AND r.preempt_at IS NULL, false) AS spot
        FROM device_bookings b JOIN devices d ON d.id = b.device_id JOIN nodes n ON n.id = d.node_id
        JOIN allocations a ON a.id = b.allocation_id LEFT JOIN reservations r ON r.id = a.reservation_id
        WHERE n.pool_id = $1 ${only} AND d.bookable AND NOT isempty(b.during) AND upper(b.during) > compute_now()`,

@@ -54,11 +54,15 @@ export async function podsHolding(c: Queryable): Promise<string[]> {
   return rows.map((r) => r.uid);
 }
 
-/** Live assignments of reservations that ended (released, expired, or past their window): their pods are evicted. */
+/**
+ * Live assignments of reservations that ended (released, expired, or past their window): their pods are evicted. Not a
+ * preempted spot reservation's: the preemption loop evicts those with their own grace periods (ADR 0017).
+ */
 export async function assignmentsOfEndedReservations(c: Queryable): Promise<{ podUid: string; namespace: string; podName: string }[]> {
   const { rows } = await c.query(
     `SELECT a.pod_uid, a.namespace, a.pod_name FROM reservation_pod_assignments a JOIN reservations r ON r.id = a.reservation_id
-     WHERE a.released_at IS NULL AND (r.state IN ('released', 'expired') OR r.ends_at <= compute_now())`,
+     WHERE a.released_at IS NULL AND (r.state IN ('released', 'expired') OR r.ends_at <= compute_now())
+       AND r.preempt_at IS NULL`,
   );
   return rows.map((r) => ({ podUid: r.pod_uid, namespace: r.namespace, podName: r.pod_name }));
 }

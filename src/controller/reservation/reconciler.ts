@@ -95,7 +95,12 @@ interface Verdict {
   message: string;
   /** Event type; Normal for progress, Warning for refusals. */
   eventType: 'Normal' | 'Warning';
+  /** A preempted spot reservation: the PreemptionNotice condition (True), with a Warning Event when it first appears. */
+  notice?: { reason: string; message: string };
 }
+
+/** The condition a preempted spot reservation carries (ADR 0017). */
+export const PREEMPTION_NOTICE = 'PreemptionNotice';
 
 export class ReservationReconciler {
   /** `${uid}|${phase}|${reason}` of the last Event per Reservation key: the cache may lag our own status writes. */
@@ -445,7 +450,7 @@ export class ReservationReconciler {
   private wakeAt(view: ReservationView, unusedMs?: number): ReconcileResult {
     if (view.state !== 'held' && view.state !== 'confirmed') return undefined;
     const unusedAt = view.state === 'confirmed' && unusedMs !== undefined && view.everUsed !== true ? view.start + unusedMs : Infinity;
-    const next = Math.min(view.state === 'held' && view.leaseExpiresAt ? view.leaseExpiresAt : Infinity, view.end, unusedAt);
+    const next = Math.min(view.state === 'held' && view.leaseExpiresAt ? view.leaseExpiresAt : Infinity, view.end, unusedAt, view.preemption?.at ?? Infinity);
     if (!Number.isFinite(next)) return undefined;
     // At most an hour ahead: timers have a 24-day ceiling, and the periodic resync looks again anyway.
     return { requeueAfterMs: Math.min(3_600_000, Math.max(1000, next - this.ctx.clock.now() + 500)) };
@@ -475,9 +480,14 @@ export class ReservationReconciler {
       view.endedAt >= view.start + unusedMs &&
       view.endedAt < view.end;
     const confirmed = confirmedAt ? `; hold confirmed at ${confirmedAt}${confirmedBy ? ` by ${confirmedBy}` : ''}` : '';
+    // A preempted spot reservation (ADR 0017): its deadline, from the ledger.
+    const preemptAt = iso(view.preemption?.at);
+    const preempted = view.state === 'released' && preemptAt !== undefined;
     const messages: Record<ReservationPhase, string> = {
       Reserved: `${atoms} atoms on ${nodes.join(', ')} from ${iso(view.start)} to ${iso(view.end)}${held}${confirmed}`,
-      Released: unused
+      Released: preempted
+        ? `preempted at ${preemptAt} by reservation ${view.preemption!.by}; its pods were evicted`
+        : unused
         ? `released ${view.id}: no pod used it within ${unusedMs! / 1000}s of its start at ${iso(view.start)}`
         : view.end <= this.ctx.clock.now()
           ? `the window of ${view.id} ended at ${iso(view.end)}`
@@ -488,7 +498,7 @@ export class ReservationReconciler {
     };
     const reasons: Record<ReservationPhase, string> = {
       Reserved: view.state === 'held' ? 'Held' : confirmedAt ? 'Confirmed' : 'Reserved',
-      Released: unused ? 'Unused' : 'Released',
+      Released: preempted ? 'Preempted' : unused ? 'Unused' : 'Released',
       Expired: 'Expired',
       Pending: '',
       Failed: '',
@@ -508,6 +518,7 @@ export class ReservationReconciler {
       state: view.state,
       ...(confirmedAt ? { confirmedAt } : {}),
       ...(confirmedBy ? { confirmedBy } : {}),
+      ...(preemptAt ? { preemptAt } : {}),
     };
     if (fresh) this.ctx.log.info('reservation booked', { reservation: `${r.metadata.namespace}/${r.metadata.name}`, reservationId: view.id, nodes });
     await this.writeStatus(
@@ -519,6 +530,14 @@ export class ReservationReconciler {
         reason: reasons[phase],
         message: messages[phase],
         eventType: 'Normal',
+        ...(preemptAt
+          ? {
+              notice: {
+                reason: 'Preempted',
+                message: `a regular reservation (${view.preemption!.by}) displaces this spot reservation: its bookings end and its pods are evicted at ${preemptAt}`,
+              },
+            }
+          : {}),
       },
       phase === 'Reserved' ? degradedVerdict(view) : undefined,
     );
@@ -534,6 +553,7 @@ export class ReservationReconciler {
     const prev = r.status ?? {};
     const prevCond = findCondition(prev.conditions, 'Reserved');
     const prevDegraded = findCondition(prev.conditions, 'Degraded');
+    const prevNotice = findCondition(prev.conditions, PREEMPTION_NOTICE);
     let conditions = setCondition(
       prev.conditions,
       { type: 'Reserved', status: v.status, reason: v.reason, message: v.message, observedGeneration: r.metadata.generation ?? 0 },
@@ -550,6 +570,10 @@ export class ReservationReconciler {
     const degradedChanged =
       degraded !== undefined &&
       (prevDegraded?.status !== degraded.status || prevDegraded.reason !== degraded.reason || prevDegraded.message !== degraded.message);
+    if (v.notice) {
+      const notice = { type: PREEMPTION_NOTICE, status: 'True' as const, ...v.notice, observedGeneration: r.metadata.generation ?? 0 };
+      conditions = setCondition(conditions, notice, ctx.nowIso());
+    }
     const next: ReservationStatus = { ...status, observedGeneration: r.metadata.generation ?? 0, conditions };
     const changed =
       prev.phase !== next.phase ||
@@ -557,6 +581,7 @@ export class ReservationReconciler {
       prevCond?.message !== v.message ||
       prev.observedGeneration !== next.observedGeneration ||
       degradedChanged ||
+      (v.notice !== undefined && prevNotice?.message !== v.notice.message) ||
       !sameJson({ ...prev, conditions: undefined }, { ...next, conditions: undefined });
     if (!changed) return;
     const key = `${r.metadata.namespace}/${r.metadata.name}`;
@@ -573,6 +598,11 @@ export class ReservationReconciler {
         reason: degraded.status === 'True' ? 'Degraded' : 'Repaired',
         message: degraded.message,
       });
+    }
+    const noticeStamp = `${r.metadata.uid}|${PREEMPTION_NOTICE}`;
+    if (v.notice && !prevNotice && this.lastEvent.get(`${key}|${PREEMPTION_NOTICE}`) !== noticeStamp) {
+      this.lastEvent.set(`${key}|${PREEMPTION_NOTICE}`, noticeStamp);
+      await ctx.event(r, 'Reservation', { type: 'Warning', reason: PREEMPTION_NOTICE, message: v.notice.message });
     }
     // A merge patch keeps what it does not name: a lease that a confirmation or an expiry ended is removed by name.
     const patch: Record<string, unknown> = { ...next, ...(prev.leaseExpiresAt && !next.leaseExpiresAt ? { leaseExpiresAt: null } : {}) };
