@@ -15,7 +15,7 @@ commands:
   serve              run the capacity API and /metrics (migrates first; see serve --help)
   controller         run the controller: reservations, pools, nodes and inventory from Kubernetes (see README "Controller")
   agent              run the node agent: device discovery, NodeDevices, kubelet device plugins (see agent --help)
-  capacity           capacity summary, pool rows, placement preview, GPU timeline (see capacity --help)
+  capacity           capacity summary, pool rows, placement preview, GPU timeline, quota, per domain (see capacity --help)
   usage              hourly usage windows: GPU-hours and more per pool and resource over a period (see usage --help)
   reservations       a tenant's reservations: list, get, preview of a Reservation file, confirm (see reservations --help)
 `;
