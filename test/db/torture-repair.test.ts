@@ -42,10 +42,11 @@ beforeAll(async () => {
   await t.db.query('UPDATE clock SET frozen_at = date_trunc(\'second\', now())');
   now = await dbNow();
   await fence.take(t.db, 'torture');
-  ledger = new Ledger(t.db);
+  // A long notice, so that victims often lose atoms (and get repair passes) between their notice and their deadline.
+  ledger = new Ledger(t.db, { spotNoticeSeconds: 900 });
   poolId = await makePool('tr').owner('acme').offer('beta', { gpu: 10 }).offer('gamma', { gpu: 6 })
     .overcommit({ vcpu: 2 }).create(t.db);
-  for (let i = 0; i < 5; i++) {
+  for (let i = 0; i < 6; i++) {
     const builder = makeNode(`tr-${i}`).gpus(4).domain('zone-a').scalars({ vcpu: 32, memoryGiB: 256 });
     await builder.create(t.db, poolId);
     nodes.set(builder.id, { builder, gone: false, removed: new Set(), unhealthy: new Set() });
@@ -79,14 +80,35 @@ async function report(id: string): Promise<void> {
   await applyInventory(t.db, id, { gpus, scalars: { vcpu: 32, memoryGiB: 256 } });
 }
 
-/** Atoms of live reservations still on out-of-service atoms, of reservations that do not say they are short. */
+/**
+ * Live or future bookings of live reservations on atoms out of service, of reservations that do not say they are short:
+ * written from the rows (the node out of the allocation's pool, in maintenance, NotReady past the grace; the device
+ * gone, unbookable or unhealthy), not with bc_lost_atoms, so that repair is not judged by its own idea of "lost".
+ * Spot victims under notice are counted apart: see `victimsOnLostAtoms` below (a finding, issue 12).
+ */
+const ON_LOST_ATOMS = (victims: boolean) => `
+  SELECT r.id, b.device_id FROM device_bookings b JOIN allocations a ON a.id = b.allocation_id
+    JOIN reservations r ON r.id = a.reservation_id JOIN devices d ON d.id = b.device_id JOIN nodes n ON n.id = a.node_id
+  WHERE a.kind = 'reservation' AND r.state IN ('held', 'confirmed') AND r.repair_short = 0
+    AND NOT isempty(b.during) AND upper(b.during) > compute_now() AND (r.preempt_at IS NOT NULL) = ${victims}
+    AND (n.pool_id IS DISTINCT FROM a.pool_id OR n.maintenance
+         OR (n.connectivity <> 'connected' AND n.unreachable_since <= compute_now() - make_interval(secs => ${GRACE_SECONDS}))
+         OR NOT d.present OR NOT d.bookable OR NOT d.healthy)
+  ORDER BY 1, 2`;
+
 async function lostButNotDegraded() {
-  const { rows } = await t.db.query(
-    `SELECT l.reservation_id, l.device_id, l.reason FROM bc_lost_atoms($1) l JOIN reservations r ON r.id = l.reservation_id
-     WHERE r.repair_short = 0 ORDER BY 1, 2`,
-    [GRACE_SECONDS],
-  );
-  return rows;
+  return (await t.db.query(ON_LOST_ATOMS(false))).rows;
+}
+
+/**
+ * Finding (issue 12): a spot victim under notice is neither repaired nor marked Degraded when one of its atoms leaves
+ * service before its deadline (bc_preempt_allocations sets its allocations' released_at to the deadline, and
+ * bc_lost_atoms looks only at allocations with released_at IS NULL). Counted and printed, not asserted here; the
+ * minimal reproduction below is an it.fails that turns red once it is fixed.
+ */
+let victimsOnLostAtoms = 0;
+async function countVictimsOnLostAtoms(): Promise<void> {
+  victimsOnLostAtoms = Math.max(victimsOnLostAtoms, (await t.db.query(ON_LOST_ATOMS(true))).rowCount ?? 0);
 }
 
 /** The checks of this file beyond the ledger's: spot never displaced regular work; preempted bookings end by the deadline. */
@@ -119,7 +141,7 @@ describe('torture with repair and spot preemption', () => {
     const pick = <T,>(xs: readonly T[]): T => xs[Math.floor(rand() * xs.length)]!;
     const nodeIds = [...nodes.keys()];
     const x = rand();
-    if (x < 0.3) {
+    if (x < 0.28) {
       const spot = rand() < 0.35;
       const hold = rand() < 0.2;
       const r = await ledger.reserve(
@@ -139,13 +161,13 @@ describe('torture with repair and spot preemption', () => {
       if (r.reservation.state === 'held') held.push(r.reservation.id);
       return spot ? 'reserved-spot' : 'reserved';
     }
-    if (x < 0.35) {
+    if (x < 0.32) {
       const id = held.splice(Math.floor(rand() * held.length), 1)[0];
       if (!id) return 'nothing-to-confirm';
       const c = await ledger.confirm(id);
       return 'error' in c ? 'confirm-refused' : 'confirmed';
     }
-    if (x < 0.45) {
+    if (x < 0.46) {
       const id = live.splice(Math.floor(rand() * live.length), 1)[0];
       if (!id) return 'nothing-to-release';
       return (await ledger.release(id)) ? 'released' : 'release-noop';
@@ -213,6 +235,7 @@ describe('torture with repair and spot preemption', () => {
     if (x < 0.88) {
       await repairPass(t.db, { graceSeconds: GRACE_SECONDS });
       expect(await lostButNotDegraded(), `seed ${SEED}, repair pass at operation ${step}`).toEqual([]);
+      await countVictimsOnLostAtoms();
       return 'repair-pass';
     }
     if (x < 0.97) {
@@ -245,12 +268,38 @@ describe('torture with repair and spot preemption', () => {
       'reserved', 'reserved-spot', 'released', 'pod-booked', 'device-removal', 'device-health', 'node-deletion',
       'maintenance', 'repair-pass', 'time-passes', 'quota-rebuild',
     ]));
-    const { rows } = await t.db.query<{ preempted: number; repaired: number }>(
-      `SELECT count(*) FILTER (WHERE preempt_at IS NOT NULL)::int AS preempted, count(*) FILTER (WHERE repairs > 0)::int AS repaired
+    const { rows } = await t.db.query<{ preempted: number; repaired: number; preemptedAndRepaired: number }>(
+      `SELECT count(*) FILTER (WHERE preempt_at IS NOT NULL)::int AS preempted, count(*) FILTER (WHERE repairs > 0)::int AS repaired,
+              count(*) FILTER (WHERE preempt_at IS NOT NULL AND repairs > 0)::int AS "preemptedAndRepaired"
        FROM reservations`,
     );
-    console.log(`torture-repair reservations ${JSON.stringify(rows[0])}`);
+    console.log(`torture-repair reservations ${JSON.stringify(rows[0])}, victims under notice left on lost atoms: ${victimsOnLostAtoms}`);
     expect(rows[0]!.preempted).toBeGreaterThan(0);
     expect(rows[0]!.repaired).toBeGreaterThan(0);
+  });
+});
+
+// The finding above, minimal: a spot victim under notice loses a GPU before its deadline. Node v-a has 3 GPUs: the spot
+// reservation holds 2, a regular one the third; a second regular one for 2 fits only by displacing the spot one. Then
+// a fourth GPU arrives and one of the victim's goes unhealthy. Repair should either replace it up to the deadline or
+// mark the victim Degraded (short 1); today it does neither. it.fails: it turns red once this is fixed — flip it then.
+describe('a spot victim under notice losing a GPU before its deadline', () => {
+  it.fails('is repaired up to its deadline or reported Degraded', async () => {
+    const victimPool = await makePool('victim').owner('acme').create(t.db);
+    const node = makeNode('v-a').gpus(3);
+    await node.create(t.db, victimPool);
+    const spot = await ledger.reserve(reservation(victimPool, { devices: [{ class: 'gpu', count: 2 }], spot: true, duration: 7200 }), now);
+    const steady = await ledger.reserve(reservation(victimPool, { devices: [{ class: 'gpu', count: 1 }], duration: 7200 }), now);
+    const urgent = await ledger.reserve(reservation(victimPool, { devices: [{ class: 'gpu', count: 2 }], duration: 3600 }), now);
+    if (!spot.ok || !steady.ok || !urgent.ok) throw new Error('setup did not place');
+    expect((await ledger.get(spot.reservation.id))!.preemption).toMatchObject({ by: urgent.reservation.id });
+    const broken = spot.reservation.allocations[0]!.atoms[0]!;
+    const gpus = makeNode('v-a').gpus(4).report().map((g) => (g.uuid === broken ? { ...g, healthy: false } : g));
+    await applyInventory(t.db, 'v-a', { gpus });
+    await repairPass(t.db, { graceSeconds: GRACE_SECONDS });
+    // Never past the deadline (this holds today)...
+    expect((await preemptionViolations()).bookingsPastDeadline).toEqual([]);
+    // ...but the victim is left on the unhealthy GPU, whole by its own account.
+    expect((await t.db.query(ON_LOST_ATOMS(true))).rows).toEqual([]);
   });
 });
