@@ -137,7 +137,7 @@ async function lostButNotDegraded() {
  * Finding (issue 12): a spot victim under notice is neither repaired nor marked Degraded when one of its atoms leaves
  * service before its deadline (bc_preempt_allocations sets its allocations' released_at to the deadline, and
  * bc_lost_atoms looks only at allocations with released_at IS NULL). Counted and printed, not asserted here; the
- * minimal reproduction below is an it.fails that turns red once it is fixed.
+ * minimal reproduction below pins it.
  */
 let victimsOnLostAtoms = 0;
 async function countVictimsOnLostAtoms(): Promise<void> {
@@ -167,9 +167,10 @@ async function checkAll(step: number): Promise<void> {
 // The finding above, minimal: a spot victim under notice loses a GPU before its deadline. Node v-a has 3 GPUs: the spot
 // reservation holds 2, a regular one the third; a second regular one for 2 fits only by displacing the spot one. Then
 // a fourth GPU arrives and one of the victim's goes unhealthy. Repair should either replace it up to the deadline or
-// mark the victim Degraded (short 1); today it does neither. it.fails: it turns red once this is fixed — flip it then.
+// mark the victim Degraded (short 1); today it does neither. This test pins today's behaviour (so a setup that goes
+// wrong fails it too) and turns red once it is fixed: then assert the fix instead.
 describe('a spot victim under notice losing a GPU before its deadline', () => {
-  it.fails('is repaired up to its deadline or reported Degraded', async () => {
+  it('FINDING: is neither repaired nor reported Degraded (today), though never booked past its deadline', async () => {
     const victimPool = await makePool('victim').owner('acme').create(t.db);
     const node = makeNode('v-a').gpus(3);
     await node.create(t.db, victimPool);
@@ -186,7 +187,9 @@ describe('a spot victim under notice losing a GPU before its deadline', () => {
       // Never past the deadline (this holds today)...
       expect((await preemptionViolations()).bookingsPastDeadline).toEqual([]);
       // ...but the victim is left on the unhealthy GPU, whole by its own account.
-      expect((await t.db.query(ON_LOST_ATOMS(true))).rows).toEqual([]);
+      expect((await t.db.query(ON_LOST_ATOMS(true))).rows).toEqual([{ id: spot.reservation.id, device_id: broken }]);
+      const verdict = await t.db.query('SELECT repair_short, repairs FROM reservations WHERE id = $1', [spot.reservation.id]);
+      expect(verdict.rows).toEqual([{ repair_short: 0, repairs: 0 }]);
     } finally {
       for (const r of [spot, steady, urgent]) await ledger.release(r.reservation.id);
     }
