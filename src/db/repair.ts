@@ -88,6 +88,8 @@ interface Target {
   now: number;
   repair_short: number;
   repair_reason: string | null;
+  /** Set on a spot reservation under a preemption notice (ADR 0017). */
+  preempt_at: Date | null;
 }
 
 /** Repairs one reservation in one transaction; undefined when nothing changed (still Degraded by as much, or gone). */
@@ -100,7 +102,7 @@ async function repairReservation(db: Db, opts: RepairOptions, id: string, lost: 
       const { rows } = await c.query<Target>(
         `SELECT tenant_id, pool_id, request, (extract(epoch FROM starts_at) * 1000)::float8 AS start,
                 (extract(epoch FROM ends_at) * 1000)::float8 AS "end", (extract(epoch FROM compute_now()) * 1000)::float8 AS now,
-                repair_short, repair_reason
+                repair_short, repair_reason, preempt_at
          FROM reservations WHERE id = $1 AND state IN ('held', 'confirmed') FOR UPDATE`,
         [id],
       );
@@ -112,6 +114,15 @@ async function repairReservation(db: Db, opts: RepairOptions, id: string, lost: 
         [opts.graceSeconds, id],
       )).rows;
       if (current.length === 0) return undefined;
+      // A spot reservation under a preemption notice ends at its deadline and its pods cannot move: it is reported short
+      // by what it lost, not re-placed (ADR 0016).
+      if (r.preempt_at !== null) {
+        const short = current.length;
+        if (r.repair_short === short && r.repair_reason === reason) return undefined;
+        await c.query('UPDATE reservations SET repair_short = $2, repair_reason = $3 WHERE id = $1', [id, short, reason]);
+        const message = `${short} atoms short (${reason}): under a preemption notice, not re-placed before its deadline`;
+        return { reservationId: id, verdict: 'degraded' as const, short, reason, message };
+      }
       const allocations = (await c.query<RepairAllocation>(
         `SELECT a.id, a.node_id AS "nodeId", array_agg(b.device_id ORDER BY b.device_id) AS atoms
          FROM allocations a JOIN device_bookings b ON b.allocation_id = a.id
