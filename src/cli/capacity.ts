@@ -61,6 +61,23 @@ export class CliError extends Error {
   }
 }
 
+/**
+ * How a CLI command reports a failure it knows (a usage error, an API answer, invalid input): one line on stderr, as
+ * JSON with `-o json`, and its exit code (2 for usage, 1 otherwise). Anything else is rethrown.
+ */
+export function reportFailure(e: unknown, output: string, stderr: (text: string) => void): number {
+  let failure: { code: string; message: string; exitCode: number };
+  if (e instanceof CliError) failure = { code: e.code, message: e.message, exitCode: e.exitCode };
+  else if (e instanceof ApiError || e instanceof ValidationError) failure = { code: e.code, message: e.message, exitCode: 1 };
+  else throw e;
+  stderr(
+    output === 'json'
+      ? `${JSON.stringify({ error: { code: failure.code, message: failure.message } })}\n`
+      : `error ${failure.code}: ${failure.message}\n`,
+  );
+  return failure.exitCode;
+}
+
 const usage = (message: string) => new CliError('USAGE', message, 2);
 
 /** The capacity calls (the spec's four, byDomain and quota), over HTTP or directly on the database. */
@@ -289,15 +306,6 @@ export async function capacityCommand(argv: string[], config: Config, io: Capaci
       await client.close();
     }
   } catch (e) {
-    let failure: { code: string; message: string; exitCode: number };
-    if (e instanceof CliError) failure = { code: e.code, message: e.message, exitCode: e.exitCode };
-    else if (e instanceof ApiError || e instanceof ValidationError) failure = { code: e.code, message: e.message, exitCode: 1 };
-    else throw e;
-    io.stderr(
-      output === 'json'
-        ? `${JSON.stringify({ error: { code: failure.code, message: failure.message } })}\n`
-        : `error ${failure.code}: ${failure.message}\n`,
-    );
-    return failure.exitCode;
+    return reportFailure(e, output, io.stderr);
   }
 }

@@ -8,7 +8,7 @@ import { parseAllDocuments } from 'yaml';
 import { z } from 'zod';
 import { ApiError } from '../api/errors.ts';
 import { createCapacityService } from '../api/capacity-service.ts';
-import { parseInput, ValidationError } from '../api/schemas.ts';
+import { parseInput } from '../api/schemas.ts';
 import type { Config } from '../config.ts';
 import { kubeConfigFrom, KubeClient } from '../controller/kube.ts';
 import { toCreateInput } from '../controller/reservation/reconciler.ts';
@@ -16,7 +16,7 @@ import { API_VERSION, type Reservation } from '../controller/types.ts';
 import { openDatabase } from '../db/connect.ts';
 import type { Db } from '../db/pool.ts';
 import { tenantReservations, type ReservationRow } from '../db/reservations.ts';
-import { CliError } from './capacity.ts';
+import { CliError, reportFailure } from './capacity.ts';
 import { renderPreview } from './render.ts';
 import { renderReservation, renderReservationList, type ReservationDetails } from './render-reservations.ts';
 
@@ -160,16 +160,7 @@ export async function reservationsCommand(argv: string[], config: Config, io: Re
       await database.close();
     }
   } catch (e) {
-    let failure: { code: string; message: string; exitCode: number };
-    if (e instanceof CliError) failure = { code: e.code, message: e.message, exitCode: e.exitCode };
-    else if (e instanceof ApiError || e instanceof ValidationError) failure = { code: e.code, message: e.message, exitCode: 1 };
-    else throw e;
-    io.stderr(
-      output === 'json'
-        ? `${JSON.stringify({ error: { code: failure.code, message: failure.message } })}\n`
-        : `error ${failure.code}: ${failure.message}\n`,
-    );
-    return failure.exitCode;
+    return reportFailure(e, output, io.stderr);
   }
 }
 

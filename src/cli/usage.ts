@@ -3,12 +3,11 @@
 // talks to the capacity API, or with --direct reads the database through the same service and schema.
 import { parseArgs } from 'node:util';
 import { CAPACITY_PATHS } from '../api/app.ts';
-import { ApiError } from '../api/errors.ts';
 import { createCapacityService, type UsageResult } from '../api/capacity-service.ts';
-import { parseInput, UsageInput, ValidationError } from '../api/schemas.ts';
+import { parseInput, UsageInput } from '../api/schemas.ts';
 import type { Config } from '../config.ts';
 import { openDatabase } from '../db/connect.ts';
-import { CliError, httpCall } from './capacity.ts';
+import { CliError, httpCall, reportFailure } from './capacity.ts';
 import { renderUsage } from './render.ts';
 
 export const USAGE_USAGE = `usage: better-compute usage --tenant T [period] [options]
@@ -117,15 +116,6 @@ export async function usageCommand(argv: string[], config: Config, io: UsageIo):
       await client.close();
     }
   } catch (e) {
-    let failure: { code: string; message: string; exitCode: number };
-    if (e instanceof CliError) failure = { code: e.code, message: e.message, exitCode: e.exitCode };
-    else if (e instanceof ApiError || e instanceof ValidationError) failure = { code: e.code, message: e.message, exitCode: 1 };
-    else throw e;
-    io.stderr(
-      output === 'json'
-        ? `${JSON.stringify({ error: { code: failure.code, message: failure.message } })}\n`
-        : `error ${failure.code}: ${failure.message}\n`,
-    );
-    return failure.exitCode;
+    return reportFailure(e, output, io.stderr);
   }
 }

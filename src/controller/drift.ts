@@ -11,6 +11,7 @@ import { fenced } from './fence.ts';
 import { inventoryGone, nodeGone, poolGone } from './gone.ts';
 import { statusOf } from './kube.ts';
 import type { DriftMetrics } from './metrics.ts';
+import { startPeriodicJob, type PeriodicJob } from './periodic.ts';
 import { incompleteReason, planDrift, type ClusterView, type DriftFix, type LedgerView } from './drift-plan.ts';
 
 export type { ClusterView, DriftFix } from './drift-plan.ts';
@@ -195,49 +196,9 @@ export async function runDrift(d: DriftDeps): Promise<DriftRun> {
   return run;
 }
 
-export interface DriftReconcile {
-  /** The run at start. */
-  readonly first: Promise<DriftRun | undefined>;
-  /** Runs once now (after a run in progress); resolves with its outcome. */
-  runNow(): Promise<DriftRun | undefined>;
-  /** Stops the timer and waits for a run in progress. */
-  stop(): Promise<void>;
-}
+export type DriftReconcile = PeriodicJob<DriftRun>;
 
 /** The leader's periodic drift reconcile: once at once, then every `everyMs`, never two at a time. */
 export function startDriftReconcile(d: DriftDeps & { everyMs: number }): DriftReconcile {
-  let stopped = false;
-  let queued = 0;
-  let last: Promise<DriftRun | undefined> = Promise.resolve(undefined);
-  const runNow = () => {
-    queued++;
-    last = last.then(async () => {
-      try {
-        if (stopped) return undefined;
-        return await runDrift(d);
-      } catch (e) {
-        if (e instanceof FencedError) d.log.warn('drift reconcile fenced: another replica leads');
-        else d.log.error('drift reconcile failed', errorFields(e));
-        return undefined;
-      } finally {
-        queued--;
-      }
-    });
-    return last;
-  };
-  const first = runNow();
-  // A run slower than the period is not queued behind itself again and again.
-  const timer = setInterval(() => {
-    if (queued === 0) void runNow();
-  }, d.everyMs);
-  timer.unref?.();
-  return {
-    first,
-    runNow,
-    async stop() {
-      stopped = true;
-      clearInterval(timer);
-      await last;
-    },
-  };
+  return startPeriodicJob('drift reconcile', d.everyMs, d.log, () => runDrift(d));
 }

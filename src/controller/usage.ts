@@ -3,12 +3,13 @@
 // final. After downtime the watermark is hours behind, and the run steps through the missed hours (at most
 // `maxHoursPerStep` per fenced transaction) until it has caught up. Recomputing an hour gives the same rows, so a run
 // cut short (a crash, a lost lease) is simply done again by the next leader.
-import { FencedError, type Fence } from '../db/ledger.ts';
+import type { Fence } from '../db/ledger.ts';
 import type { Db } from '../db/pool.ts';
 import { runUsageStep, type UsageStep } from '../db/usage.ts';
-import { errorFields, type Logger } from '../log.ts';
+import type { Logger } from '../log.ts';
 import { fenced } from './fence.ts';
 import type { UsageMetrics } from './metrics.ts';
+import { startPeriodicJob, type PeriodicJob } from './periodic.ts';
 
 /** A week of hours per transaction: a long backfill commits as it goes, and no statement grows without bound. */
 export const MAX_HOURS_PER_STEP = 168;
@@ -56,48 +57,9 @@ export async function runUsage(d: UsageDeps): Promise<UsageRun> {
   return { steps, finalUntil: last.finalUntil };
 }
 
-export interface UsageJob {
-  /** The run at start. */
-  readonly first: Promise<UsageRun | undefined>;
-  /** Runs once now (after a run in progress). */
-  runNow(): Promise<UsageRun | undefined>;
-  /** Stops the timer and waits for a run in progress. */
-  stop(): Promise<void>;
-}
+export type UsageJob = PeriodicJob<UsageRun>;
 
 /** The leader's periodic usage job: once at once (a backfill after downtime), then every `everyMs`, one at a time. */
 export function startUsageWindows(d: UsageDeps & { everyMs: number }): UsageJob {
-  let stopped = false;
-  let queued = 0;
-  let last: Promise<UsageRun | undefined> = Promise.resolve(undefined);
-  const runNow = () => {
-    queued++;
-    last = last.then(async () => {
-      try {
-        if (stopped) return undefined;
-        return await runUsage(d);
-      } catch (e) {
-        if (e instanceof FencedError) d.log.warn('usage windows fenced: another replica leads');
-        else d.log.error('usage windows failed', errorFields(e));
-        return undefined;
-      } finally {
-        queued--;
-      }
-    });
-    return last;
-  };
-  const first = runNow();
-  const timer = setInterval(() => {
-    if (queued === 0) void runNow();
-  }, d.everyMs);
-  timer.unref?.();
-  return {
-    first,
-    runNow,
-    async stop() {
-      stopped = true;
-      clearInterval(timer);
-      await last;
-    },
-  };
+  return startPeriodicJob('usage windows', d.everyMs, d.log, () => runUsage(d));
 }
