@@ -18,7 +18,7 @@ export async function noticeDeadline(c: Queryable, noticeMs: number): Promise<nu
 }
 
 /**
- * Locks the victims and truncates their live allocations at `deadlineMs` (bc_preempt_allocations), marking them
+ * Locks the victims and truncates their live allocations at `deadlineMs` (bc_release_allocations with that time), marking them
  * preempted by `by`. False, writing nothing, when any is no longer a live, unpreempted spot reservation (the snapshot
  * was stale): the caller plans again.
  */
@@ -30,7 +30,7 @@ export async function truncateVictims(c: Queryable, victims: readonly string[], 
   );
   if (rows.length !== victims.length) return false;
   await c.query(
-    `SELECT bc_preempt_allocations(ARRAY(SELECT id FROM allocations WHERE reservation_id = ANY ($1) AND released_at IS NULL ORDER BY id),
+    `SELECT bc_release_allocations(ARRAY(SELECT id FROM allocations WHERE reservation_id = ANY ($1) AND released_at IS NULL ORDER BY id),
                                    to_timestamp($2 / 1000.0))`,
     [[...victims], deadlineMs],
   );
