@@ -272,3 +272,27 @@ describe('a spot reservation already preempted', () => {
     expect(await checkInvariants(t.db)).toEqual(CLEAN);
   });
 });
+
+describe('the one release function (migration 0013)', () => {
+  it('cuts at a given time, never in the past; without one it cuts now', async () => {
+    const poolId = await makePool('rel-at').owner('acme').create(t.db);
+    await makeNode('rel-at-1').gpus(1).create(t.db, poolId);
+    const ledger = new Ledger(t.db);
+    const out = await ledger.reserve(reservation(poolId, { devices: [{ class: 'gpu', count: 1 }], duration: 3600 }), t.clock.now());
+    if (!out.ok) throw new Error(out.message);
+    const alloc = out.reservation.allocations[0]!.id;
+    await expect(t.db.query(`SELECT bc_release_allocations($1, compute_now() - interval '1 second')`, [[alloc]])).rejects.toThrow(
+      /release time .* is in the past/,
+    );
+    const cut = t.clock.now() + 60_000;
+    await t.db.query('SELECT bc_release_allocations($1, to_timestamp($2 / 1000.0))', [[alloc], cut]);
+    const { rows } = await t.db.query<{ released: number; upper: number }>(
+      `SELECT extract(epoch FROM a.released_at) * 1000 AS released, extract(epoch FROM upper(b.during)) * 1000 AS upper
+       FROM allocations a JOIN device_bookings b ON b.allocation_id = a.id WHERE a.id = $1`,
+      [alloc],
+    );
+    expect(rows.map((r) => [Number(r.released), Number(r.upper)])).toEqual([[cut, cut]]);
+    // Released once: a second release (now) changes nothing.
+    expect((await t.db.query<{ n: number }>('SELECT bc_release_allocations($1) AS n', [[alloc]])).rows[0]!.n).toBe(0);
+  });
+});
