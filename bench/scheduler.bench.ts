@@ -78,24 +78,38 @@ async function schedulePods(kc: k8s.KubeConfig, run: string, resource: string, o
   const bound = new Map<string, number>();
   let allBound!: () => void;
   const done = new Promise<void>((r) => (allBound = r));
+  const seen = (pod: k8s.V1Pod, at: number) => {
+    const name = pod.metadata?.name ?? '';
+    if (pod.spec?.nodeName && name.startsWith(run) && !bound.has(name)) {
+      bound.set(name, at);
+      onBound?.(pod);
+      if (bound.size === PODS) allBound();
+    }
+  };
   // The watch starts at the list's resourceVersion, so it sees every pod created after the list even if it connects
-  // late (its promise settles only once the first event arrives: not awaited before the creates).
-  const list = await core.listNamespacedPod({ namespace: NAMESPACE });
-  const watch = new k8s.Watch(kc).watch(
-    `/api/v1/namespaces/${NAMESPACE}/pods`,
-    { resourceVersion: list.metadata?.resourceVersion, allowWatchBookmarks: true },
-    (type: string, pod: k8s.V1Pod) => {
-      const name = pod.metadata?.name ?? '';
-      if ((type === 'ADDED' || type === 'MODIFIED') && pod.spec?.nodeName && name.startsWith(run) && !bound.has(name)) {
-        bound.set(name, performance.now());
-        onBound?.(pod);
-        if (bound.size === PODS) allBound();
-      }
-    },
-    (err: unknown) => {
-      if (err && bound.size < PODS) console.error(`watch ended: ${String(err)}`);
-    },
-  );
+  // late (its promise settles only once the first event arrives: not awaited before the creates). A watch that ends
+  // early (the API server may answer a fresh resourceVersion with an ERROR event and close it while its watch cache
+  // catches up) is started again from a new list, whose bound pods count as bound when listed.
+  let current: Promise<AbortController> | undefined;
+  const watchFrom = async (): Promise<void> => {
+    const list = await core.listNamespacedPod({ namespace: NAMESPACE });
+    for (const pod of list.items) seen(pod, performance.now());
+    if (bound.size >= PODS) return;
+    current = new k8s.Watch(kc).watch(
+      `/api/v1/namespaces/${NAMESPACE}/pods`,
+      { resourceVersion: list.metadata?.resourceVersion, allowWatchBookmarks: true },
+      (type: string, obj: k8s.V1Pod) => {
+        if (type === 'ADDED' || type === 'MODIFIED') seen(obj, performance.now());
+        else if (type === 'ERROR') process.stderr.write(`[bench] ${run}: watch error event ${JSON.stringify(obj)}\n`);
+      },
+      (err: unknown) => {
+        if (bound.size >= PODS) return;
+        process.stderr.write(`[bench] ${run}: watch ended (${err ? String(err) : 'closed'}) at ${bound.size}/${PODS} bound; watching again\n`);
+        setTimeout(() => void watchFrom().catch((e: unknown) => console.error(`re-watch: ${String(e)}`)), 200);
+      },
+    );
+  };
+  await watchFrom();
   process.stderr.write(`[bench] ${run}: creating ${PODS} pods\n`);
   const started = performance.now();
   let next = 0;
@@ -111,7 +125,7 @@ async function schedulePods(kc: k8s.KubeConfig, run: string, resource: string, o
   const timeout = setTimeout(() => allBound(), 600_000);
   await done;
   clearTimeout(timeout);
-  (await watch).abort();
+  (await current)?.abort();
   if (bound.size < PODS) throw new Error(`${run}: only ${bound.size} of ${PODS} pods bound within 10 minutes`);
   const latencies = [...bound].map(([name, t]) => t - (created.get(name) ?? t)).sort((a, b) => a - b);
   const last = Math.max(...bound.values());

@@ -15,6 +15,7 @@ import {
 } from '@kubernetes/client-node';
 import { describeTarget, type Authorizer, type CapacityReadTarget, type Principal } from './authz.ts';
 import { forbidden, unauthenticated } from './errors.ts';
+import { PooledKubeConfig } from '../kube-connections.ts';
 
 export const CAPACITY_GROUP = 'bettercompute.io';
 export const CAPACITY_RESOURCE = 'capacity';
@@ -113,7 +114,7 @@ class TtlCache<V> {
 
 /** A KubeConfig from a file, or the in-cluster service account when no file is given. */
 export function loadKubeConfig(file?: string): KubeConfig {
-  const kc = new KubeConfig();
+  const kc = new PooledKubeConfig();
   if (file) kc.loadFromFile(file);
   else kc.loadFromCluster();
   return kc;

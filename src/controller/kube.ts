@@ -17,6 +17,7 @@ import {
   type RequestContext,
   type V1Lease,
 } from '@kubernetes/client-node';
+import { PooledKubeConfig } from '../kube-connections.ts';
 import type { ListResult } from './informer.ts';
 import {
   API_VERSION,
@@ -67,9 +68,9 @@ function timedHttp(inner: HttpLibrary, timeoutMs: number): HttpLibrary {
 /**
  * A KubeConfig whose API clients (makeApiClient) abort every call that has not finished (its body read) within
  * `callTimeoutMs`: a hung API server or connection must not hang the caller. Watches make their own requests and keep
- * their own liveness (informer.ts).
+ * their own liveness (informer.ts). Calls share kept-alive connections (PooledKubeConfig).
  */
-export class TimedKubeConfig extends KubeConfig {
+export class TimedKubeConfig extends PooledKubeConfig {
   constructor(readonly callTimeoutMs: number) {
     super();
   }

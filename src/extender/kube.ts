@@ -1,6 +1,7 @@
 // What the extender and the releaser need from the Kubernetes API, behind an interface (tests use fakes), and its
 // implementation with @kubernetes/client-node.
 import * as k8s from '@kubernetes/client-node';
+import { PooledKubeConfig } from '../kube-connections.ts';
 
 export interface ExtenderKube {
   /** The pod as JSON, or undefined when it does not exist. */
@@ -9,14 +10,14 @@ export interface ExtenderKube {
   nodeAllocatable(name: string): Promise<Record<string, string> | undefined>;
   namespaceLabels(name: string): Promise<Record<string, string>>;
   annotatePod(namespace: string, name: string, annotations: Record<string, string>): Promise<void>;
-  /** Creates the pods/binding subresource (the scheduler's Bind, done by us). */
-  bindPod(namespace: string, name: string, uid: string, node: string): Promise<void>;
+  /** Creates the pods/binding subresource (the scheduler's Bind, done by us); `annotations` land on the pod in the same write. */
+  bindPod(namespace: string, name: string, uid: string, node: string, annotations?: Record<string, string>): Promise<void>;
   /** Evicts a pod (policy/v1 Eviction) with a grace period. */
   evictPod(namespace: string, name: string, graceSeconds: number): Promise<void>;
 }
 
 export function loadKubeConfig(kubeconfig?: string): k8s.KubeConfig {
-  const kc = new k8s.KubeConfig();
+  const kc = new PooledKubeConfig();
   if (kubeconfig) kc.loadFromFile(kubeconfig);
   else kc.loadFromDefault();
   return kc;
@@ -73,11 +74,17 @@ export class ClientNodeExtenderKube implements ExtenderKube {
     );
   }
 
-  async bindPod(namespace: string, name: string, uid: string, node: string): Promise<void> {
+  async bindPod(namespace: string, name: string, uid: string, node: string, annotations?: Record<string, string>): Promise<void> {
     await this.core.createNamespacedPodBinding({
       name,
       namespace,
-      body: { apiVersion: 'v1', kind: 'Binding', metadata: { name, namespace, uid }, target: { apiVersion: 'v1', kind: 'Node', name: node } },
+      body: {
+        apiVersion: 'v1',
+        kind: 'Binding',
+        // The API server copies a Binding's annotations onto the pod in the same write as spec.nodeName.
+        metadata: { name, namespace, uid, ...(annotations ? { annotations } : {}) },
+        target: { apiVersion: 'v1', kind: 'Node', name: node },
+      },
     });
   }
 

@@ -519,11 +519,11 @@ export class ExtenderService {
       if (out.nodeId !== node) throw new BindError(`pod already holds a booking on ${out.nodeId}`);
       booked = out;
       await this.d.ledger.setAdmissionAtoms(node, uid, out.atoms);
-      await this.d.kube.annotatePod(namespace, name, {
+      // The atoms on the pod for people and tools, in the Binding's own write (one API call, not two).
+      await this.d.kube.bindPod(namespace, name, uid, node, {
         [ATOMS_ANNOTATION]: out.atoms.join(','),
         [ALLOCATION_ANNOTATION]: out.allocationId,
       });
-      await this.d.kube.bindPod(namespace, name, uid, node);
       this.markAdmitting(node, uid, performance.now() + this.admittingMs);
       this.invalidate(poolId);
       this.d.log.info('bound on-demand pod', { pod: `${namespace}/${name}`, uid, node, atoms: out.atoms, allocation: out.allocationId });
