@@ -20,7 +20,8 @@ import { startEmbedded } from '../src/db/embedded.ts';
 import { Ledger } from '../src/db/ledger.ts';
 import { migrate } from '../src/db/migrate.ts';
 import { createPool } from '../src/db/pool.ts';
-import { ClientNodeExtenderKube, loadKubeConfig } from '../src/extender/kube.ts';
+import { kubeConfigFrom } from '../src/controller/kube.ts';
+import { ClientNodeExtenderKube } from '../src/extender/kube.ts';
 import { createExtenderRouter } from '../src/extender/router.ts';
 import { ExtenderService } from '../src/extender/service.ts';
 import { ExtenderStateSync } from '../src/extender/state-sync.ts';
@@ -87,11 +88,23 @@ async function schedulePods(kc: k8s.KubeConfig, run: string, resource: string, o
     }
   };
   // The watch starts at the list's resourceVersion, so it sees every pod created after the list even if it connects
-  // late (its promise settles only once the first event arrives: not awaited before the creates). A watch that ends
-  // early (the API server may answer a fresh resourceVersion with an ERROR event and close it while its watch cache
-  // catches up) is started again from a new list, whose bound pods count as bound when listed.
+  // late (its promise settles only once the first event arrives: not awaited before the creates). Two runs at 1,000
+  // nodes once waited forever on a watch that had gone quiet with no error and no connection left (cause not found),
+  // so a watch that ends, or sends nothing for 10 s while pods are still unbound, is started again from a new list,
+  // whose bound pods count as bound when listed (a later time than the binding: it can only make the bench slower).
   let current: Promise<AbortController> | undefined;
+  let generation = 0;
+  let lastEvent = performance.now();
+  const rewatch = (why: string) => {
+    process.stderr.write(`[bench] ${run}: watch ${why} at ${bound.size}/${PODS} bound; watching again\n`);
+    generation++; // the old watch's end, when the abort below causes it, is not another reason to watch again
+    const old = current;
+    void old?.then((c) => c.abort()).catch(() => undefined);
+    setTimeout(() => void watchFrom().catch((e: unknown) => console.error(`re-watch: ${String(e)}`)), 200);
+  };
   const watchFrom = async (): Promise<void> => {
+    const mine = generation;
+    lastEvent = performance.now();
     const list = await core.listNamespacedPod({ namespace: NAMESPACE });
     for (const pod of list.items) seen(pod, performance.now());
     if (bound.size >= PODS) return;
@@ -99,16 +112,19 @@ async function schedulePods(kc: k8s.KubeConfig, run: string, resource: string, o
       `/api/v1/namespaces/${NAMESPACE}/pods`,
       { resourceVersion: list.metadata?.resourceVersion, allowWatchBookmarks: true },
       (type: string, obj: k8s.V1Pod) => {
+        lastEvent = performance.now();
         if (type === 'ADDED' || type === 'MODIFIED') seen(obj, performance.now());
         else if (type === 'ERROR') process.stderr.write(`[bench] ${run}: watch error event ${JSON.stringify(obj)}\n`);
       },
       (err: unknown) => {
-        if (bound.size >= PODS) return;
-        process.stderr.write(`[bench] ${run}: watch ended (${err ? String(err) : 'closed'}) at ${bound.size}/${PODS} bound; watching again\n`);
-        setTimeout(() => void watchFrom().catch((e: unknown) => console.error(`re-watch: ${String(e)}`)), 200);
+        if (bound.size >= PODS || mine !== generation) return;
+        rewatch(`ended (${err ? String(err) : 'closed'})`);
       },
     );
   };
+  const quiet = setInterval(() => {
+    if (bound.size < PODS && performance.now() - lastEvent > 10_000) rewatch('quiet for 10 s');
+  }, 1000);
   await watchFrom();
   process.stderr.write(`[bench] ${run}: creating ${PODS} pods\n`);
   const started = performance.now();
@@ -125,6 +141,7 @@ async function schedulePods(kc: k8s.KubeConfig, run: string, resource: string, o
   const timeout = setTimeout(() => allBound(), 600_000);
   await done;
   clearTimeout(timeout);
+  clearInterval(quiet);
   (await current)?.abort();
   if (bound.size < PODS) throw new Error(`${run}: only ${bound.size} of ${PODS} pods bound within 10 minutes`);
   const latencies = [...bound].map(([name, t]) => t - (created.get(name) ?? t)).sort((a, b) => a - b);
@@ -144,7 +161,7 @@ async function removeBenchNodes(kc: k8s.KubeConfig): Promise<void> {
 async function main() {
   await acquireCluster();
   const c = clusterInfo();
-  const kc = loadKubeConfig(c.kubeconfig);
+  const kc = kubeConfigFrom(c.kubeconfig);
   const dir = await fs.mkdtemp(path.join(os.tmpdir(), 'bc-bench-sched-'));
   await fs.chmod(dir, 0o755);
   const pgServer = await startEmbedded({ dataDir: path.join(dir, 'pg'), port: 40000 + Math.floor(Math.random() * 10000), fast: true });
@@ -228,7 +245,8 @@ async function main() {
 main().then(
   () => process.exit(0),
   (e: unknown) => {
-    console.error(e);
+    // Said even when what was thrown is not an Error (once it was `undefined`, and the output was that word alone).
+    console.error('bench:scheduler failed:', e instanceof Error ? (e.stack ?? e.message) : e);
     process.exit(1);
   },
 );

@@ -12,7 +12,7 @@ import { ledgerBookings } from '../../src/admission/bookings.ts';
 import { createPodAdmissionRouter, reservationRef, type AdmissionLookups } from '../../src/admission/pods.ts';
 import type { NamespaceCR, Reservation } from '../../src/controller/types.ts';
 import { Ledger } from '../../src/db/ledger.ts';
-import { loadKubeConfig } from '../../src/extender/kube.ts';
+import { kubeConfigFrom } from '../../src/controller/kube.ts';
 import { reservationResourceName } from '../../src/extender/resources.ts';
 import { silentLogger } from '../../src/log.ts';
 import { makeNode, makePool, reservation as reservationInput } from '../../test/support/builders.ts';
@@ -181,7 +181,7 @@ describe.skipIf(external)('the mutating webhook: a Job that names a reservation 
     rsvResource = reservationResourceName(booked.reservation.id);
 
     // The webhook's lookups straight from the API server (the controller uses its informer caches).
-    const kc = loadKubeConfig(clusterInfo().kubeconfig);
+    const kc = kubeConfigFrom(clusterInfo().kubeconfig);
     const custom = kc.makeApiClient(k8s.CustomObjectsApi);
     const core = kc.makeApiClient(k8s.CoreV1Api);
     const nsOf = async (n: string) => (await core.readNamespace({ name: n })) as NamespaceCR;

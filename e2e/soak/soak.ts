@@ -20,7 +20,7 @@ import { DbClock } from '../../src/db/clock.ts';
 import { startEmbedded, type EmbeddedServer } from '../../src/db/embedded.ts';
 import { migrate } from '../../src/db/migrate.ts';
 import { createPool, type Db } from '../../src/db/pool.ts';
-import { loadKubeConfig } from '../../src/extender/kube.ts';
+import { kubeConfigFrom } from '../../src/controller/kube.ts';
 import { createLogger } from '../../src/log.ts';
 import { checkInvariants, CLEAN, rng } from '../../test/support/invariants.ts';
 import { gpus as simulatedGpus, installCrds, schedulerConfigWithExtender, startReplica, type Replica } from '../cluster/controller-support.ts';
@@ -173,7 +173,7 @@ export async function runSoak(o: SoakOptions): Promise<SoakReport> {
     source: fileSource(devicesFile),
     backend: inProcessBackend(agentDb, clock, c.nodeName),
     log: createLogger({ level: 'error' }),
-    kubeConfig: loadKubeConfig(c.kubeconfig),
+    kubeConfig: kubeConfigFrom(c.kubeconfig),
     reconcileEveryMs: 500,
     discoverEveryMs: 5000,
   });

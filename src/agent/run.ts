@@ -2,7 +2,7 @@
 // through the controller's agent API (no database credentials).
 import { parseArgs } from 'node:util';
 import type { Config } from '../config.ts';
-import { loadKubeConfig } from '../extender/kube.ts';
+import { kubeConfigFrom } from '../controller/kube.ts';
 import type { Logger } from '../log.ts';
 import { Agent } from './agent.ts';
 import { ControllerClient } from './controller-client.ts';
@@ -59,7 +59,7 @@ export async function agentCommand(argv: string[], config: Config, log: Logger):
     source,
     backend,
     log,
-    kubeConfig: loadKubeConfig(config.kubeconfig),
+    kubeConfig: kubeConfigFrom(config.kubeconfig),
     ...(config.agentReadyFile ? { readyFile: config.agentReadyFile } : {}),
   });
   await agent.start();

@@ -15,7 +15,6 @@ import {
 } from '@kubernetes/client-node';
 import { describeTarget, type Authorizer, type CapacityReadTarget, type Principal } from './authz.ts';
 import { forbidden, unauthenticated } from './errors.ts';
-import { PooledKubeConfig } from '../kube-connections.ts';
 
 export const CAPACITY_GROUP = 'bettercompute.io';
 export const CAPACITY_RESOURCE = 'capacity';
@@ -110,14 +109,6 @@ class TtlCache<V> {
     if (this.entries.size >= MAX_CACHE_ENTRIES) this.entries.clear();
     this.entries.set(key, { value, expires: this.now() + this.ttlMs });
   }
-}
-
-/** A KubeConfig from a file, or the in-cluster service account when no file is given. */
-export function loadKubeConfig(file?: string): KubeConfig {
-  const kc = new PooledKubeConfig();
-  if (file) kc.loadFromFile(file);
-  else kc.loadFromCluster();
-  return kc;
 }
 
 export interface TokenReviewerOptions {

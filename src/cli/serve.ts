@@ -4,7 +4,8 @@
 import { parseArgs } from 'node:util';
 import type { Config } from '../config.ts';
 import { createApp } from '../api/app.ts';
-import { KubernetesAuthorizer, loadKubeConfig } from '../api/authz-kubernetes.ts';
+import { KubernetesAuthorizer } from '../api/authz-kubernetes.ts';
+import { kubeConfigFrom } from '../controller/kube.ts';
 import { StaticTokenAuthorizer, type Authorizer } from '../api/authz.ts';
 import { createCapacityService } from '../api/capacity-service.ts';
 import { listen } from '../api/server.ts';
@@ -35,7 +36,7 @@ export interface Served {
 }
 
 export async function buildAuthorizer(config: Config, log: Logger): Promise<Authorizer> {
-  if (config.auth === 'kubernetes') return new KubernetesAuthorizer({ kubeConfig: loadKubeConfig(config.kubeconfig) });
+  if (config.auth === 'kubernetes') return new KubernetesAuthorizer({ kubeConfig: kubeConfigFrom(config.kubeconfig, undefined, 'in-cluster') });
   if (!config.tokenFile) {
     log.warn('no token file (BETTER_COMPUTE_TOKEN_FILE or --token-file): every API request is refused');
     return StaticTokenAuthorizer.denyAll();

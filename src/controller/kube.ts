@@ -85,10 +85,18 @@ export class TimedKubeConfig extends PooledKubeConfig {
   }
 }
 
-/** A KubeConfig from a file, else the default chain (KUBECONFIG, ~/.kube/config, in-cluster); every call timed. */
-export function kubeConfigFrom(file?: string, callTimeoutMs = DEFAULT_KUBE_CALL_TIMEOUT_MS): KubeConfig {
+/**
+ * The product's one way to a KubeConfig: from a file, else the default chain (KUBECONFIG, ~/.kube/config, in-cluster),
+ * or only the in-cluster service account (`whenNoFile: 'in-cluster'`); every call timed, connections shared.
+ */
+export function kubeConfigFrom(
+  file?: string,
+  callTimeoutMs = DEFAULT_KUBE_CALL_TIMEOUT_MS,
+  whenNoFile: 'default' | 'in-cluster' = 'default',
+): KubeConfig {
   const kc = new TimedKubeConfig(callTimeoutMs);
   if (file) kc.loadFromFile(file);
+  else if (whenNoFile === 'in-cluster') kc.loadFromCluster();
   else kc.loadFromDefault();
   return kc;
 }

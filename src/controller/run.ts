@@ -284,7 +284,10 @@ export async function runController(config: Config, log: Logger, opts: RunContro
       // Spot preemption: notices delivered to the victims' pods, their pods evicted at the deadline (ADR 0017).
       const preemptionKube = new ClientNodeExtenderKube(kc);
       every(config.expireEveryMs, 'spot-preemption', async () => {
-        await preemptionPass({ ledger, kube: preemptionKube, log, wake: (ids) => controllers.wakeReservations(ids) });
+        const pass = await preemptionPass({ ledger, kube: preemptionKube, log, wake: (ids) => controllers.wakeReservations(ids) });
+        // At the deadline the victims' bookings ended and the regular one's began by themselves: only a rebuild counts
+        // that, so the Pools' capacity shows it now rather than at the next periodic rebuild.
+        if (pass.ended.length) await jobs?.rebuildNow();
       });
       every(config.resyncEveryMs, 'resync', async () => controllers.resync());
       // BookingRepair: bookings on atoms out of service re-placed, Degraded when short, retried each pass (ADR 0016).

@@ -1,7 +1,6 @@
 // What the extender and the releaser need from the Kubernetes API, behind an interface (tests use fakes), and its
 // implementation with @kubernetes/client-node.
 import * as k8s from '@kubernetes/client-node';
-import { PooledKubeConfig } from '../kube-connections.ts';
 
 export interface ExtenderKube {
   /** The pod as JSON, or undefined when it does not exist. */
@@ -14,13 +13,6 @@ export interface ExtenderKube {
   bindPod(namespace: string, name: string, uid: string, node: string, annotations?: Record<string, string>): Promise<void>;
   /** Evicts a pod (policy/v1 Eviction) with a grace period. */
   evictPod(namespace: string, name: string, graceSeconds: number): Promise<void>;
-}
-
-export function loadKubeConfig(kubeconfig?: string): k8s.KubeConfig {
-  const kc = new PooledKubeConfig();
-  if (kubeconfig) kc.loadFromFile(kubeconfig);
-  else kc.loadFromDefault();
-  return kc;
 }
 
 export function httpStatus(e: unknown): number | undefined {

@@ -23,6 +23,11 @@ export interface Jobs {
   stop(): Promise<void>;
   /** How many fold and rebuild runs completed (tests, logs). */
   readonly runs: { fold: number; rebuild: number };
+  /**
+   * A rebuild now, in the same queue (after a job in progress): for bookings that started or ended by themselves at a
+   * known instant (a preemption's deadline), which only a rebuild counts. Resolves when it has run.
+   */
+  rebuildNow(): Promise<void>;
 }
 
 export function startCapacityJobs(opts: CapacityJobsOptions): Jobs {
@@ -73,6 +78,7 @@ export function startCapacityJobs(opts: CapacityJobsOptions): Jobs {
 
   return {
     runs,
+    rebuildNow: () => enqueue('rebuild', rebuild),
     async stop() {
       stopped = true;
       for (const t of timers) clearTimeout(t);

@@ -59,6 +59,24 @@ describe('capacity jobs', () => {
     await clock.sync();
   });
 
+  it('rebuildNow runs a rebuild at once, between the periodic ones', async () => {
+    const poolId = await makePool('jobs-now').create(t.db);
+    await makeNode('jobs-now-n1').gpus(4).create(t.db, poolId);
+    const ledger = new Ledger(t.db);
+    expect((await ledger.reserve(reservation(poolId, { devices: [{ class: 'gpu', count: 1 }], start: clock.now() + HOUR }), clock.now())).ok).toBe(true);
+    await advanceClock(t.db, HOUR + 1000);
+    expect(await gpu(poolId)).toMatchObject({ allocated: 0, reserved: 1 });
+    const jobs = startCapacityJobs({ db: t.db, rollupEveryMs: 3_600_000, foldEveryMs: 3_600_000, log: silentLogger, rebuildAtStart: false });
+    try {
+      await jobs.rebuildNow();
+      expect(jobs.runs.rebuild).toBe(1);
+      expect(await gpu(poolId)).toMatchObject({ allocated: 1, reserved: 0 });
+    } finally {
+      await jobs.stop();
+    }
+    await clock.sync();
+  });
+
   it('rebuilds at start by default', async () => {
     const jobs = startCapacityJobs({ db: t.db, rollupEveryMs: 60_000, foldEveryMs: 60_000, log: silentLogger });
     await until('the first rebuild', async () => jobs.runs.rebuild === 1);
