@@ -72,12 +72,15 @@ function reservation(name: string, pool: string, count: number, extra: Record<st
 const getRsv = (name: string) => kubectlJson<Rsv>(['-n', tenantNs, 'get', 'reservation', name]);
 const condition = (r: Rsv, type: string) => r.status?.conditions?.find((c) => c.type === type);
 
-async function waitReserved(name: string, timeoutMs = 60_000): Promise<Rsv> {
-  return waitFor(`reservation ${name} Reserved`, async () => {
+/** Polls the Reservation until `ok` holds for it; resolves with it. */
+async function waitRsv(name: string, what: string, ok: (r: Rsv) => boolean, timeoutMs = 60_000): Promise<Rsv> {
+  return waitFor(`reservation ${name} ${what}`, async () => {
     const r = await getRsv(name);
-    return r.status?.phase === 'Reserved' && r;
+    return ok(r) && r;
   }, { timeoutMs });
 }
+
+const waitReserved = (name: string) => waitRsv(name, 'Reserved', (r) => r.status?.phase === 'Reserved');
 
 async function eventsOf(name: string): Promise<{ reason?: string; type: string; message: string }[]> {
   const list = await kubectlJson<List<KubeEvent & { involvedObject: { name: string }; type: string; message: string }>>([
@@ -233,10 +236,7 @@ describe('BookingRepair on simulated nodes', () => {
 
     // The pass: both re-placed on rack B, same ids and windows, Degraded False with reason Repaired and an Event.
     for (const [name, before] of [['r1', r1], ['r2', r2]] as const) {
-      const r = await waitFor(`${name} Repaired`, async () => {
-        const x = await getRsv(name);
-        return condition(x, 'Degraded')?.reason === 'Repaired' && x;
-      }, { timeoutMs: 60_000 });
+      const r = await waitRsv(name, `Repaired`, (r) => condition(r, 'Degraded')?.reason === 'Repaired', 60_000);
       expect(r.status!.phase).toBe('Reserved');
       expect(condition(r, 'Reserved')?.status).toBe('True');
       expect(condition(r, 'Degraded')).toMatchObject({ status: 'False', reason: 'Repaired', message: expect.stringContaining('Maintenance') });
@@ -266,10 +266,7 @@ describe('BookingRepair on simulated nodes', () => {
     // The rollup gets them back on rack B; quota as before; rack B is full in [+1 h, +2 h).
     expect(await counters(poolId)).toEqual({ capacity: { allocatable: 10, allocated: 2, reserved: 8, maintenance: 4 }, quota: { used: 2, reserved: 8 } });
     await apply(reservation('one-more', pool, 1, { start: wholeSecond(t0 + H), duration: 60 }));
-    const refused = await waitFor('one-more Pending', async () => {
-      const x = await getRsv('one-more');
-      return x.status?.phase === 'Pending' && x;
-    });
+    const refused = await waitRsv('one-more', 'Pending', (r) => r.status?.phase === 'Pending');
     expect(condition(refused, 'Reserved')).toMatchObject({ status: 'False', reason: 'Unschedulable' });
     expect(await checkInvariants(hostDb.db)).toEqual(CLEAN);
     await kubectl(['-n', tenantNs, 'delete', 'reservation', 'r1', 'r2', 'i1', 'i2', 'i3', 'one-more', '--wait=true', '--timeout=60s']);
@@ -286,19 +283,13 @@ describe('BookingRepair on simulated nodes', () => {
 
     // n0 stops being Ready: past the grace, the reservation moves to n1, before its start.
     await setNodeReady(n0!, false);
-    const moved = await waitFor('later Repaired onto n1', async () => {
-      const x = await getRsv('later');
-      return condition(x, 'Degraded')?.reason === 'Repaired' && x.status?.allocations?.[0]?.node === n1 && x;
-    }, { timeoutMs: 60_000 });
+    const moved = await waitRsv('later', 'Repaired onto n1', (r) => condition(r, 'Degraded')?.reason === 'Repaired' && r.status?.allocations?.[0]?.node === n1, 60_000);
     expect(condition(moved, 'Degraded')!.message).toContain('NodeNotReady');
     expect(await bookedNodes(moved.metadata.uid)).toEqual([n1, n1]);
 
     // n1 fails too: nowhere to go. Degraded True, the atoms short and why, a Warning Event; the bookings stay.
     await setNodeReady(n1!, false);
-    const degraded = await waitFor('later Degraded', async () => {
-      const x = await getRsv('later');
-      return condition(x, 'Degraded')?.status === 'True' && x;
-    }, { timeoutMs: 60_000 });
+    const degraded = await waitRsv('later', 'Degraded', (r) => condition(r, 'Degraded')?.status === 'True', 60_000);
     expect(condition(degraded, 'Degraded')).toMatchObject({ reason: 'AtomsLost', message: expect.stringMatching(/^2 atoms short: lost to NodeNotReady/) });
     expect(degraded.status!.phase).toBe('Reserved');
     expect(degraded.status!.allocations![0]!.node).toBe(n1);
@@ -306,10 +297,7 @@ describe('BookingRepair on simulated nodes', () => {
 
     // A node comes: repaired onto it.
     const [n2] = await addNodes(pool, 1, 2, uniqueName('nf-new'));
-    const repaired = await waitFor('later Repaired onto the new node', async () => {
-      const x = await getRsv('later');
-      return condition(x, 'Degraded')?.status === 'False' && x.status?.allocations?.[0]?.node === n2 && x;
-    }, { timeoutMs: 90_000 });
+    const repaired = await waitRsv('later', 'Repaired onto the new node', (r) => condition(r, 'Degraded')?.status === 'False' && r.status?.allocations?.[0]?.node === n2, 90_000);
     expect(condition(repaired, 'Degraded')!.reason).toBe('Repaired');
     expect(await bookedNodes(repaired.metadata.uid)).toEqual([n2, n2]);
     expect(repaired.status!.reservationId).toBe(placed.status!.reservationId);
@@ -371,18 +359,12 @@ describe('real pods on the real node', () => {
     await apply(reservationPod('first-pod', 'hold-used', 1));
     await waitForPodPhase(tenantNs, 'first-pod', ['Running'], 120_000);
     expect(await atomsOfPod('first-pod')).toEqual(used.status!.allocations![0]!.atoms);
-    const confirmed = await waitFor('hold-used confirmed', async () => {
-      const x = await getRsv('hold-used');
-      return x.status?.state === 'confirmed' && x;
-    });
+    const confirmed = await waitRsv('hold-used', 'confirmed', (r) => r.status?.state === 'confirmed');
     expect(confirmed.status!.confirmedBy).toContain('first-pod');
     expect((await counters(poolId)).quota).toEqual(before.quota);
 
     // The idle one: expired at its lease, its booking ended, its atom bookable again.
-    const expired = await waitFor('hold-idle expired', async () => {
-      const x = await getRsv('hold-idle');
-      return x.status?.state === 'expired' && x;
-    }, { timeoutMs: 90_000 });
+    const expired = await waitRsv('hold-idle', 'expired', (r) => r.status?.state === 'expired', 90_000);
     expect(expired.status!.phase).not.toBe('Reserved');
     expect(await bookedNodes(idle.metadata.uid)).toEqual([]);
     await apply(reservation('after-idle', pool, 7, { duration: '1h' }));
@@ -415,10 +397,7 @@ describe('real pods on the real node', () => {
 
     // Each victim: the notice with the deadline (condition, Warning Event, status.preemptAt, its pod annotated).
     for (const name of ['spot-a', 'spot-b']) {
-      const v = await waitFor(`${name} noticed`, async () => {
-        const x = await getRsv(name);
-        return condition(x, 'PreemptionNotice')?.status === 'True' && x;
-      });
+      const v = await waitRsv(name, `noticed`, (r) => condition(r, 'PreemptionNotice')?.status === 'True');
       expect(Date.parse(v.status!.preemptAt!)).toBe(deadlineMs);
       expect(condition(v, 'PreemptionNotice')).toMatchObject({ reason: 'Preempted', message: expect.stringContaining(regular.status!.reservationId!) });
       await waitFor(`a Warning Event on ${name}`, async () => (await eventsOf(name)).some((e) => e.type === 'Warning' && e.reason === 'PreemptionNotice'));
@@ -455,10 +434,7 @@ describe('real pods on the real node', () => {
         .join(', ')}\n`,
     );
     for (const name of ['spot-a', 'spot-b']) {
-      const v = await waitFor(`${name} Released, Preempted`, async () => {
-        const x = await getRsv(name);
-        return x.status?.phase === 'Released' && x;
-      }, { timeoutMs: 60_000 });
+      const v = await waitRsv(name, `Released, Preempted`, (r) => r.status?.phase === 'Released', 60_000);
       expect(condition(v, 'Reserved')).toMatchObject({ status: 'False', reason: 'Preempted' });
     }
     for (const name of ['spot-a-pod', 'spot-b-pod']) {
