@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds kube-apiserver, kube-controller-manager, kube-scheduler, kube-proxy, kubelet, kubectl and etcd at the pins in versions.env
+# Builds kube-apiserver, kube-controller-manager, kube-scheduler, kube-proxy, kubelet, kubectl, kubeadm (for kind) and etcd at the pins in versions.env
 # with the Go toolchain, from the Go module proxy (wrapper modules in build/kubernetes and build/etcd).
 #
 # Output: $BC_CACHE/k8s-$K8S_VERSION/bin/ (BC_CACHE defaults to ~/.cache/better-compute). A stamp file records a hash
@@ -16,7 +16,7 @@ cache="${BC_CACHE:-$HOME/.cache/better-compute}"
 out="$cache/k8s-$K8S_VERSION"
 bindir="$out/bin"
 jobs="${BC_BUILD_JOBS:-2}"
-k8s_bins=(kube-apiserver kube-controller-manager kube-scheduler kube-proxy kubelet kubectl)
+k8s_bins=(kube-apiserver kube-controller-manager kube-scheduler kube-proxy kubelet kubectl kubeadm)
 all_bins=("${k8s_bins[@]}" etcd)
 
 minor="${K8S_VERSION#v1.}"; minor="${minor%%.*}"

@@ -20,11 +20,16 @@ import { applyNodePool, installProduct, removeNodePool, reserveAndWait, uninstal
 // kube-scheduler beside the controller calling its extender, the real kubelet calling the agent's device plugins,
 // containers reading BETTERCOMPUTE_ATOMS. Pods name their Reservation by label and ask for bettercompute.io/gpu; the
 // admission webhook gives them the Reservation's own resource and our scheduler.
+// On kind (e2e/kind/, two GPU workers) team-b's Reservation is in a Pool of the second worker, so the 50 rounds run
+// their two pods on two nodes; the kubelet-restart test needs the process cluster's kubelet.
 const external = process.env.BC_EXTERNAL_CLUSTER === '1';
 const nsA = uniqueName('team-a');
 const nsB = uniqueName('team-b');
 const nsQ = uniqueName('team-q');
 const POOL = uniqueName('ea-pool');
+const gpuNodes = external ? clusterInfo().gpuNodes : [];
+const nodeB = gpuNodes[1];
+const POOL_B = nodeB ? uniqueName('ea-pool-b') : POOL;
 
 interface TestReservation {
   id: string;
@@ -32,15 +37,16 @@ interface TestReservation {
   namespace: string;
   resource: string;
   atoms: string[];
+  nodes: string[];
 }
 let r1: TestReservation;
 let r2: TestReservation;
 
 /** A Reservation of `gpus` in the pool, once Reserved: its id, resource and atoms (from its status, a mirror). */
-async function reserve(namespace: string, name: string, gpus: number): Promise<TestReservation> {
-  const st = await reserveAndWait(namespace, name, POOL, gpus, '2h');
+async function reserve(namespace: string, name: string, gpus: number, pool = POOL): Promise<TestReservation> {
+  const st = await reserveAndWait(namespace, name, pool, gpus, '2h');
   const atoms = st.allocations.flatMap((a) => a.atoms).sort();
-  return { id: st.reservationId, name, namespace, resource: st.resourceName, atoms };
+  return { id: st.reservationId, name, namespace, resource: st.resourceName, atoms, nodes: st.allocations.map((a) => a.node) };
 }
 
 function pod(namespace: string, name: string, gpus: number, command = 'env', reservation?: string) {
@@ -71,6 +77,9 @@ async function logs(namespace: string, name: string): Promise<string> {
   return kubectl(['-n', namespace, 'logs', name]);
 }
 
+/** Where each pod ran, by name (filled by runBoth). */
+const ranOn = new Map<string, string>();
+
 async function runBoth(objs: ReturnType<typeof pod>[]): Promise<Map<string, string[]>> {
   // One request for both: the scheduler sees them at the same instant.
   await kubectl(['create', '-f', '-'], { input: JSON.stringify({ apiVersion: 'v1', kind: 'List', items: objs }) });
@@ -79,6 +88,7 @@ async function runBoth(objs: ReturnType<typeof pod>[]): Promise<Map<string, stri
     objs.map(async (o) => {
       const p = await waitForPodPhase(o.metadata.namespace, o.metadata.name, ['Succeeded', 'Failed'], 60_000);
       if (p.status?.phase !== 'Succeeded') throw new Error(`pod ${o.metadata.name} ${p.status?.phase}: ${JSON.stringify(p.status)}`);
+      ranOn.set(o.metadata.name, p.spec?.nodeName ?? '');
       out.set(o.metadata.name, atomsIn(await logs(o.metadata.namespace, o.metadata.name)));
     }),
   );
@@ -93,7 +103,7 @@ async function events(namespace: string, name: string): Promise<string> {
     .join('\n');
 }
 
-describe.skipIf(external)('scheduler extender and node agent', () => {
+describe('scheduler extender and node agent', () => {
   beforeAll(async () => {
     const installed = await installProduct({ gpus: 8 });
     process.stderr.write(`[extender-agent] installed to Ready in ${installed.readySeconds.toFixed(1)}s\n`);
@@ -101,10 +111,11 @@ describe.skipIf(external)('scheduler extender and node agent', () => {
       await apply({ apiVersion: 'v1', kind: 'Namespace', metadata: { name: ns, labels: { 'bettercompute.io/tenant': tenant } } });
     }
     await applyNodePool(POOL, [{ tenant: nsA }, { tenant: nsB }, { tenant: 'quota-tenant', quota: { gpu: 1 } }]);
+    if (nodeB) await applyNodePool(POOL_B, [{ tenant: nsB }], nodeB);
     r1 = await reserve(nsA, 'train-a', 2);
-    r2 = await reserve(nsB, 'train-b', 2);
-    await waitAdvertised(r1.resource, 2);
-    await waitAdvertised(r2.resource, 2);
+    r2 = await reserve(nsB, 'train-b', 2, POOL_B);
+    await waitAdvertised(r1.resource, 2, r1.nodes[0]);
+    await waitAdvertised(r2.resource, 2, r2.nodes[0]);
     await waitAdvertised('bettercompute.io/gpu', 8);
   }, 1_800_000);
 
@@ -112,6 +123,7 @@ describe.skipIf(external)('scheduler extender and node agent', () => {
     // While the controller still runs: it removes the Reservations' finalizers, so the namespaces can go.
     await kubectlResult(['delete', 'namespace', nsA, nsB, nsQ, '--wait=true', '--timeout=120s'], { timeoutMs: 130_000 });
     await removeNodePool(POOL);
+    if (nodeB) await removeNodePool(POOL_B);
     if (process.env.BC_KEEP_INSTALLED !== '1') await uninstallProduct();
   }, 300_000);
 
@@ -123,12 +135,19 @@ describe.skipIf(external)('scheduler extender and node agent', () => {
 
   it('50 rounds: two pods of different reservations at once each see only their own atoms', async () => {
     const started = performance.now();
+    if (nodeB) {
+      expect(r1.nodes).toEqual([clusterInfo().nodeName]);
+      expect(r2.nodes).toEqual([nodeB]);
+    }
     for (let round = 0; round < 50; round++) {
       const a = reservationPod(r1, `ra-${round}`, 2);
       const b = reservationPod(r2, `rb-${round}`, 2);
       const got = await runBoth([a, b]);
       expect(got.get(a.metadata.name), `round ${round}`).toEqual(r1.atoms);
       expect(got.get(b.metadata.name), `round ${round}`).toEqual(r2.atoms);
+      // Each pod on its reservation's node (on kind: two different workers).
+      expect(ranOn.get(a.metadata.name), `round ${round}`).toBe(r1.nodes[0]);
+      expect(ranOn.get(b.metadata.name), `round ${round}`).toBe(r2.nodes[0]);
       await Promise.all([deletePodsNow(nsA, [a.metadata.name]), deletePodsNow(nsB, [b.metadata.name])]);
     }
     process.stderr.write(`[extender-agent] 50 reservation rounds in ${((performance.now() - started) / 1000).toFixed(1)}s\n`);
@@ -178,7 +197,7 @@ describe.skipIf(external)('scheduler extender and node agent', () => {
     await deletePodsNow(nsQ, ['greedy']);
   });
 
-  it('re-registers after a kubelet restart; running pods keep their atoms', async () => {
+  it.skipIf(external)('re-registers after a kubelet restart; running pods keep their atoms', async () => {
     await apply(reservationPod(r1, 'long', 2, 'env; sleep 3600'));
     await waitForPodPhase(nsA, 'long', ['Running']);
     const before = atomsIn(await kubectl(['-n', nsA, 'exec', 'long', '--', 'env']));

@@ -36,8 +36,13 @@ export interface ClusterInfo {
   kubectl: string;
   /** The KubeSchedulerConfiguration kube-scheduler runs with. */
   schedulerConfigFile: string;
-  /** Name of the one real (kubelet) node. */
+  /** Name of the one real (kubelet) node, or on an external cluster the first node that runs test pods. */
   nodeName: string;
+  /**
+   * The real nodes the product's agent serves simulated GPUs on: nodeName alone on the local cluster; on an external
+   * one, BC_GPU_NODES (comma-separated; kind's two workers), else nodeName.
+   */
+  gpuNodes: string[];
   /** The kubelet's --root-dir (pods, volumes, plugins_registry, pod-resources). */
   kubeletRoot: string;
   /**
@@ -50,7 +55,10 @@ export interface ClusterInfo {
   /** Locally built images, already in containerd: busybox (sh, echo, sleep, ...) and the sandbox image. */
   busyboxImage: string;
   pauseImage: string;
-  /** The host's address on the pod bridge (pods reach the host there; empty on an external cluster). */
+  /**
+   * The host's address where pods reach it: on the pod bridge locally; on an external cluster BC_POD_GATEWAY (kind: its
+   * Docker network's gateway), else empty.
+   */
   podGateway: string;
   /** true when the cluster is the local one of up.sh (components can be restarted). */
   local: boolean;
@@ -76,13 +84,15 @@ export function clusterInfo(): ClusterInfo {
         kubectl: process.env.BC_KUBECTL ?? 'kubectl',
         schedulerConfigFile: '',
         nodeName: process.env.BC_NODE_NAME ?? '',
+        gpuNodes: (process.env.BC_GPU_NODES ?? process.env.BC_NODE_NAME ?? '').split(',').filter(Boolean),
         kubeletRoot: '/var/lib/kubelet',
         devicePluginDir: '/var/lib/kubelet/device-plugins',
         podResourcesSocket: '/var/lib/kubelet/pod-resources/kubelet.sock',
         containerdSocket: '',
         busyboxImage: process.env.BC_BUSYBOX_IMAGE ?? 'busybox:1.36',
         pauseImage: '',
-        podGateway: '',
+        // The host's address on the external cluster's network (kind's Docker network gateway), if it has one.
+        podGateway: process.env.BC_POD_GATEWAY ?? '',
         local: false,
       };
     }
@@ -97,6 +107,7 @@ export function clusterInfo(): ClusterInfo {
     kubectl: e.BC_KUBECTL!,
     schedulerConfigFile: e.BC_SCHEDULER_CONFIG_FILE!,
     nodeName: e.BC_NODE_NAME!,
+    gpuNodes: [e.BC_NODE_NAME!],
     kubeletRoot,
     devicePluginDir: '/var/lib/kubelet/device-plugins',
     podResourcesSocket: path.join(kubeletRoot, 'pod-resources', 'kubelet.sock'),

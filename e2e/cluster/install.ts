@@ -21,7 +21,7 @@ const PV_NAME = 'better-compute-e2e-data';
 export interface Installed {
   /** Seconds from `kubectl apply` to the controller Ready and the agent's endpoints advertised. */
   readySeconds: number;
-  /** Simulated GPUs the agent serves on the real node. */
+  /** Simulated GPUs the agent serves on each GPU node (clusterInfo().gpuNodes). */
   gpus: number;
   /** The controller pod (one replica in the trial overlay). */
   controllerPod(): Promise<{ name: string; ip: string }>;
@@ -81,7 +81,11 @@ export interface InstallOptions {
 export function writeTestOverlay(o: InstallOptions = {}): string {
   const c = clusterInfo();
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'bc-install-'));
-  fs.writeFileSync(path.join(dir, 'devices.json'), JSON.stringify(simulatedSpec(c.nodeName, o.gpus ?? 8)));
+  // One NodeDevices spec per GPU node, <node>.json; each agent reads its own node's (NODE_NAME, set before it).
+  const deviceFiles = c.gpuNodes.map((node) => {
+    fs.writeFileSync(path.join(dir, `${node}.json`), JSON.stringify(simulatedSpec(node, o.gpus ?? 8)));
+    return `${node}.json`;
+  });
   const podResourcesDir = path.dirname(c.podResourcesSocket);
   const base = o.databaseUrl ? 'external' : 'trial';
   const controllerEnv = Object.entries(o.controllerEnv ?? {}).map(([name, value]) => ({
@@ -94,7 +98,7 @@ export function writeTestOverlay(o: InstallOptions = {}): string {
     kind: 'Kustomization',
     // kustomize takes only relative paths to other kustomizations.
     resources: [path.relative(dir, path.join(ROOT, 'deploy', 'overlays', base))],
-    configMapGenerator: [{ name: 'better-compute-simulated-gpus', namespace: SYSTEM_NS, files: ['devices.json'] }],
+    configMapGenerator: [{ name: 'better-compute-simulated-gpus', namespace: SYSTEM_NS, files: deviceFiles }],
     ...(o.databaseUrl
       ? {
           secretGenerator: [
@@ -107,7 +111,7 @@ export function writeTestOverlay(o: InstallOptions = {}): string {
       {
         target: { kind: 'DaemonSet', name: 'better-compute-agent' },
         patch: JSON.stringify([
-          { op: 'add', path: '/spec/template/spec/containers/0/env/-', value: { name: 'BETTER_COMPUTE_DEVICES_FILE', value: '/etc/better-compute/devices/devices.json' } },
+          { op: 'add', path: '/spec/template/spec/containers/0/env/-', value: { name: 'BETTER_COMPUTE_DEVICES_FILE', value: '/etc/better-compute/devices/$(NODE_NAME).json' } },
           { op: 'add', path: '/spec/template/spec/containers/0/volumeMounts/-', value: { name: 'simulated-gpus', mountPath: '/etc/better-compute/devices', readOnly: true } },
           { op: 'add', path: '/spec/template/spec/volumes/-', value: { name: 'simulated-gpus', configMap: { name: 'better-compute-simulated-gpus' } } },
           { op: 'replace', path: '/spec/template/spec/volumes/1/hostPath/path', value: podResourcesDir },
@@ -150,7 +154,7 @@ export async function installProduct(opts: InstallOptions = {}): Promise<Install
   const c = clusterInfo();
   if (!opts.imagesLoaded) await loadImages();
   if (!opts.databaseUrl) await ensureDataVolume();
-  await kubectl(['label', 'node', c.nodeName, `${GPU_NODE_LABEL}=true`, '--overwrite']);
+  await kubectl(['label', 'node', ...c.gpuNodes, `${GPU_NODE_LABEL}=true`, '--overwrite']);
   const overlay = writeTestOverlay(opts);
   const t0 = Date.now();
   // CRDs first (their kinds must be known before anything that uses them), then everything.
@@ -164,7 +168,7 @@ export async function installProduct(opts: InstallOptions = {}): Promise<Install
     async () => (await kubectlJson<{ spec?: { holderIdentity?: string } }>(['-n', SYSTEM_NS, 'get', 'lease', 'better-compute-scheduler'])).spec?.holderIdentity,
     { timeoutMs: 60_000, intervalMs: 500 },
   );
-  await waitAdvertised('bettercompute.io/gpu', gpus);
+  for (const node of c.gpuNodes) await waitAdvertised('bettercompute.io/gpu', gpus, node);
   const readySeconds = (Date.now() - t0) / 1000;
   fs.rmSync(overlay, { recursive: true, force: true });
   return {
@@ -198,12 +202,11 @@ export async function uninstallProduct(): Promise<void> {
   });
   await kubectlResult(['delete', 'pv', PV_NAME, '--ignore-not-found', '--wait=true', '--timeout=60s'], { timeoutMs: 70_000 });
   fs.rmSync(path.join(clusterInfo().dir, 'volumes', PV_NAME), { recursive: true, force: true });
-  await kubectlResult(['label', 'node', clusterInfo().nodeName, `${GPU_NODE_LABEL}-`]);
+  await kubectlResult(['label', 'node', ...clusterInfo().gpuNodes, `${GPU_NODE_LABEL}-`]);
 }
 
-/** Waits until the real node advertises `count` of `resource` (the agent registered it with the kubelet). */
-export async function waitAdvertised(resource: string, count: number): Promise<void> {
-  const node = clusterInfo().nodeName;
+/** Waits until `node` (default: the real node) advertises `count` of `resource` (the agent registered it). */
+export async function waitAdvertised(resource: string, count: number, node = clusterInfo().nodeName): Promise<void> {
   await waitFor(
     `${node} advertising ${count} ${resource}`,
     async () => Number((await kubectlJson<Node>(['get', 'node', node])).status?.allocatable?.[resource] ?? 0) === count,
@@ -213,9 +216,13 @@ export async function waitAdvertised(resource: string, count: number): Promise<v
 
 const NODE_POOL_LABEL = 'bettercompute.io/e2e-pool';
 
-/** A Pool of the real node alone (labelled for it), owned by the platform and offered as given. */
-export async function applyNodePool(pool: string, offerings: { tenant: string; quota?: Record<string, number> }[]): Promise<void> {
-  await kubectl(['label', 'node', clusterInfo().nodeName, `${NODE_POOL_LABEL}=${pool}`, '--overwrite']);
+/** A Pool of one real node alone (default: nodeName; labelled for it), owned by the platform and offered as given. */
+export async function applyNodePool(
+  pool: string,
+  offerings: { tenant: string; quota?: Record<string, number> }[],
+  node = clusterInfo().nodeName,
+): Promise<void> {
+  await kubectl(['label', 'node', node, `${NODE_POOL_LABEL}=${pool}`, '--overwrite']);
   await apply({
     apiVersion: 'bettercompute.io/v1alpha1',
     kind: 'Pool',
@@ -227,7 +234,7 @@ export async function applyNodePool(pool: string, offerings: { tenant: string; q
 /** Deletes what applyNodePool made. */
 export async function removeNodePool(pool: string): Promise<void> {
   await kubectlResult(['delete', 'pool', pool, '--wait=true', '--timeout=60s'], { timeoutMs: 70_000 });
-  await kubectlResult(['label', 'node', clusterInfo().nodeName, `${NODE_POOL_LABEL}-`]);
+  await kubectlResult(['label', 'nodes', '-l', `${NODE_POOL_LABEL}=${pool}`, `${NODE_POOL_LABEL}-`]);
 }
 
 export interface ReservedStatus {

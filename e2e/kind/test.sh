@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# `npm run test:kind`: the product installed into kind the way users install it, and the cluster suites on it.
+#   1. npm run kind:up (e2e/kind/up.sh): the cluster bc-e2e, offline;
+#   2. npm run image (scripts/image/build.sh), then `kind load image-archive` of the product's images into every node;
+#   3. vitest's cluster project against kind (BC_EXTERNAL_CLUSTER=1): the suites install deploy/ from the image with
+#      `kubectl apply -k`, as on the process cluster. By default the hand-off suite (e2e/cluster/extender-agent.test.ts)
+#      and the reservation suite (e2e/cluster/controller.test.ts, deploy/overlays/external on a PostgreSQL of this host,
+#      which the pods reach at the kind network's gateway); other test files as arguments
+#      (`npm run test:kind -- e2e/cluster/x.test.ts`). Tests that restart the process cluster's own components skip themselves on kind.
+#   4. checks that no image was pulled: every image in every node's containerd is one built here, and no kubelet
+#      reported pulling one;
+#   5. npm run kind:down, unless KEEP=1 (or the cluster existed before).
+set -euo pipefail
+# shellcheck source=lib.sh
+source "$(dirname "$0")/lib.sh"
+t0=$SECONDS
+say() { printf '[test:kind %4ds] %s\n' "$((SECONDS - t0))" "$*" >&2; }
+
+files=(e2e/cluster/extender-agent.test.ts e2e/cluster/controller.test.ts)
+if (($# > 0)); then files=("$@"); fi
+
+existed=0
+if bc_docker version >/dev/null 2>&1 && [[ -x "$kind" ]] && "$kind" get clusters 2>/dev/null | grep -qx "$name"; then
+  existed=1
+fi
+bash "$here/up.sh" >/dev/null
+say "cluster up in $((SECONDS - t0))s"
+down() { if [[ "$existed" == 0 && "${KEEP:-0}" != 1 ]]; then bash "$here/down.sh"; fi; }
+trap down EXIT
+kubectl="$(bash "$root/e2e/cluster/build.sh")/kubectl"
+k() { "$kubectl" --kubeconfig "$kubeconfig" "$@"; }
+
+s=$SECONDS
+bash "$root/scripts/image/build.sh" >&2
+version="$(node -p "require('$root/package.json').version")"
+for t in "$cache/images/better-compute-$version.tar" "$cache/images/kube-scheduler-$K8S_VERSION.tar"; do
+  "$kind" load image-archive "$t" --name "$name" >&2
+done
+say "product images built and loaded in $((SECONDS - s))s"
+
+# Where pods reach this host (the host database of the external install): the kind network's IPv4 gateway.
+gateway="$(bc_docker network inspect kind -f '{{range .IPAM.Config}}{{.Gateway}} {{end}}' | tr ' ' '\n' | grep -m1 '\.')"
+workers="$(k get nodes -l '!node-role.kubernetes.io/control-plane' -o jsonpath='{.items[*].metadata.name}' | tr ' ' ',')"
+s=$SECONDS
+cd "$root"
+rc=0
+BC_EXTERNAL_CLUSTER=1 BC_KUBECONFIG="$kubeconfig" BC_KUBECTL="$kubectl" BC_NODE_NAME="${workers%%,*}" \
+  BC_GPU_NODES="$workers" BC_POD_GATEWAY="$gateway" BC_BUSYBOX_IMAGE=bettercompute.local/busybox:v1 \
+  npx vitest run --project cluster "${files[@]}" || rc=$?
+say "suites on kind: rc=$rc in $((SECONDS - s))s"
+
+# No image pulled: the nodes' containerd hold only images built here, and no kubelet said "Pulling".
+pulled=0
+for node in $("$kind" get nodes --name "$name"); do
+  foreign="$(bc_docker exec "$node" crictl images -o json | jq -r '.images[].repoTags[]?' |
+    grep -v -e '^bettercompute\.local/' -e '^docker\.io/library/better-compute:' || true)"
+  if [[ -n "$foreign" ]]; then
+    say "node $node holds images not built here: $foreign"
+    pulled=1
+  fi
+done
+pulling="$(k get events -A --field-selector reason=Pulling -o name | wc -l)"
+if ((pulling > 0)); then say "$pulling Pulling events"; pulled=1; fi
+((pulled == 0)) && say "no image pulled: every image on the $(echo "$workers" | tr ',' '\n' | wc -l) workers and the control plane was built here; 0 Pulling events"
+k get nodes -o wide >&2
+((rc == 0 && pulled == 0))

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# `npm run kind:up`: a kind cluster bc-e2e (one control plane, two workers) on this machine, offline.
+#   - the project's Docker engine (scripts/docker/dockerd.sh), started if it does not answer, and left running;
+#   - kind, the node image and every image inside it built here (e2e/kind/build.sh; cached: ~7 s when warm);
+#   - `kind create cluster` with e2e/kind/kind-config.yaml; its kubeconfig at $BC_CACHE/kind/bc-e2e.kubeconfig.
+# With KIND_NODE_IMAGE set (e.g. a released kindest/node:v1.34.x where a registry is reachable), that image is used and
+# nothing is built but kind itself; kubeadm then takes its control-plane images from registry.k8s.io as usual, so the
+# config's imageRepository patch is left out.
+# Prints the kubeconfig path on stdout. Idempotent: an existing cluster is kept.
+set -euo pipefail
+# shellcheck source=lib.sh
+source "$(dirname "$0")/lib.sh"
+t0=$SECONDS
+say() { printf '[kind:up %4ds] %s\n' "$((SECONDS - t0))" "$*" >&2; }
+
+bc_dockerd_up detach
+say "dockerd: $(bc_docker info --format '{{.ServerVersion}}, runtime {{.DefaultRuntime}}')"
+
+config="$(mktemp)"
+trap 'rm -f "$config"' EXIT
+if [[ -n "${KIND_NODE_IMAGE:-}" ]]; then
+  image="$KIND_NODE_IMAGE"
+  # kind alone; the node image brings the rest.
+  BC_KIND_TOOLS_ONLY=1 bash "$here/build.sh" >/dev/null
+  # Without the imageRepository/etcd patch (the first one): the released image has registry.k8s.io's images.
+  awk '/^  # Every control-plane image/ { skip = 1 } /^  # The hosts of this project/ { skip = 0 } !skip' \
+    "$here/kind-config.yaml" | sed "s#KIND_NODE_IMAGE#$image#" >"$config"
+else
+  image="$(bash "$here/build.sh")"
+  sed -e "s#KIND_NODE_IMAGE#$image#" -e "s#ETCD_IMAGE_TAG#${ETCD_VERSION#v}-0#" "$here/kind-config.yaml" >"$config"
+fi
+[[ -x "$kind" ]] || { say "ERROR: $kind missing after e2e/kind/build.sh"; exit 1; }
+
+mkdir -p "$(dirname "$kubeconfig")"
+if "$kind" get clusters 2>/dev/null | grep -qx "$name"; then
+  say "cluster $name exists; kept"
+else
+  say "kind create cluster $name on $image ..."
+  "$kind" create cluster --config "$config" --kubeconfig "$kubeconfig" --wait 300s >&2
+fi
+"$kind" get kubeconfig --name "$name" >"$kubeconfig"
+kubectl="$(bash "$root/e2e/cluster/build.sh")/kubectl"
+"$kubectl" --kubeconfig "$kubeconfig" wait --for=condition=Ready nodes --all --timeout=300s >&2
+"$kubectl" --kubeconfig "$kubeconfig" get nodes -o wide >&2
+say "ready; kubectl --kubeconfig $kubeconfig"
+echo "$kubeconfig"
