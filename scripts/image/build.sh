@@ -234,6 +234,8 @@ save_image() {
   mv "$tar.tmp" "$tar"
   echo "$stamp" >"$stamp_file"
   say "$ref: image $(human "$(dk image inspect -f '{{.Size}}' "$ref")"), saved to $tar ($(human "$(stat -c %s "$tar")"))"
+  # The image this build replaced, now untagged, and nothing else: dangling images only.
+  dk image prune -f >/dev/null
 }
 
 if ((need_app)); then
