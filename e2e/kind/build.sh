@@ -212,8 +212,8 @@ image "$repo/coredns:$COREDNS_VERSION" scratch "$tools/coredns" /coredns '["/cor
 image "$repo/flannel:$FLANNEL_VERSION" "$netbase" "$tools/flanneld" /usr/local/bin/flanneld
 image "$repo/local-path-provisioner:$LOCAL_PATH_PROVISIONER_VERSION" scratch "$tools/local-path-provisioner" \
   /usr/local/bin/local-path-provisioner
-# pause and busybox: the process cluster's own (e2e/cluster/images), tagged for kubeadm's pause version too.
-bash "$root/e2e/cluster/images/build-images.sh" "$work/cluster-images" >&2
+# pause and busybox: the process cluster's own (e2e/cluster/images), tagged for kubeadm's pause version too; built only
+# when the node image is, so their stamp is of their inputs.
 
 images_stamp="$({
   for i in "${images[@]}"; do
@@ -221,7 +221,8 @@ images_stamp="$({
     cat "${i#*|}/Dockerfile"
     sha256sum <"${i#*|}/bin"
   done
-  sha256sum "$work/cluster-images/pause.tar" "$work/cluster-images/busybox.tar" | cut -c1-64
+  find "$root/e2e/cluster/images" -type f -print0 | sort -z | xargs -0 sha256sum | cut -c1-64
+  sha256sum </bin/busybox
 } | sha)"
 manifests_stamp="$(cat "$here/manifests/"*.yaml "$here/versions.env" | sha)"
 node_stamp="$(printf '%s\n' "$node_base" "$images_stamp" "$manifests_stamp" "$(sha256sum "$k8s/kubeadm" "$k8s/kubelet" "$k8s/kubectl" | cut -c1-64)" | sha)"
@@ -239,6 +240,7 @@ for i in "${images[@]}"; do
   build_image "$ref" "${i#*|}"
   refs+=("$ref")
 done
+bash "$root/e2e/cluster/images/build-images.sh" "$work/cluster-images" >&2
 bc_docker load -i "$work/cluster-images/pause.tar" >/dev/null
 bc_docker load -i "$work/cluster-images/busybox.tar" >/dev/null
 bc_docker tag bettercompute.local/pause:v1 "$repo/pause:$PAUSE_VERSION"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `npm run kind:up`: a kind cluster bc-e2e (one control plane, two workers) on this machine, offline.
 #   - the project's Docker engine (scripts/docker/dockerd.sh), started if it does not answer, and left running;
-#   - kind, the node image and every image inside it built here (e2e/kind/build.sh; cached: ~7 s when warm);
+#   - kind, the node image and every image inside it built here (e2e/kind/build.sh; cached);
 #   - `kind create cluster` with e2e/kind/kind-config.yaml; its kubeconfig at $BC_CACHE/kind/bc-e2e.kubeconfig.
 # With KIND_NODE_IMAGE set (e.g. a released kindest/node:v1.34.x where a registry is reachable), that image is used and
 # nothing is built but kind itself; kubeadm then takes its control-plane images from registry.k8s.io as usual, so the
