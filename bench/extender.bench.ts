@@ -198,6 +198,7 @@ async function main() {
   const database = new ExtenderService({ db, ledger, clock, kube, log: silentLogger });
 
   const app = express();
+  app.set('etag', false); // as the controller's extender listener (src/controller/listeners.ts)
   app.use((req, res, next) => {
     const t0 = performance.now();
     res.on('finish', () => {

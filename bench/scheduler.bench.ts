@@ -3,29 +3,23 @@
 // the extender (filter, prioritize and bind, deploy/scheduler/'s configuration, the ledger in PostgreSQL), against the
 // same 1,000 pods requesting a plain extended resource (`example.com/gpu: 1`) that kube-scheduler places alone.
 // Prints pods per second (first create to last binding) and the p50/p99 of each pod's time from its create call
-// to its binding seen on a watch; the ratio is extender pods/s ÷ plain pods/s.
+// to its binding seen on a watch; the ratio is extender pods/s ÷ plain pods/s. The extender runs in a process of its own
+// (bench/extender-process.ts), as in the controller's pod: this process's client work is not on its event loop.
 //   npm run bench:scheduler   (root; brings the test cluster up, or takes its turn on it, like the cluster tests)
 // Env: BENCH_NODES (default 1000,5000), BENCH_PODS (default 1000), BENCH_CREATE_CONCURRENCY (default 16).
 // Simulated nodes have no kubelet, so no agent completes an on-demand pod's admission: the bench does what the agent
 // does once the kubelet admitted the pod (it drops the node's admission lease when it sees the pod bound), so that the
 // next bind on that node is not held up waiting for an admission that no kubelet will ever make.
+import { fork } from 'node:child_process';
 import fs from 'node:fs/promises';
-import { createServer, type Server } from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
 import * as k8s from '@kubernetes/client-node';
-import express from 'express';
-import { DbClock } from '../src/db/clock.ts';
 import { startEmbedded } from '../src/db/embedded.ts';
 import { Ledger } from '../src/db/ledger.ts';
 import { migrate } from '../src/db/migrate.ts';
 import { createPool } from '../src/db/pool.ts';
 import { kubeConfigFrom } from '../src/controller/kube.ts';
-import { ClientNodeExtenderKube } from '../src/extender/kube.ts';
-import { createExtenderRouter } from '../src/extender/router.ts';
-import { ExtenderService } from '../src/extender/service.ts';
-import { ExtenderStateSync } from '../src/extender/state-sync.ts';
-import { silentLogger } from '../src/log.ts';
 import { schedulerConfigWithExtender } from '../e2e/cluster/controller-support.ts';
 import {
   acquireCluster,
@@ -36,6 +30,7 @@ import {
   releaseCluster,
   restartScheduler,
 } from '../e2e/cluster/harness.ts';
+import type { ExtenderProcessMessage } from './extender-process.ts';
 import { seedNodes } from './seed.ts';
 
 const SIZES = (process.env.BENCH_NODES ?? '1000,5000').split(',').map(Number);
@@ -158,6 +153,39 @@ async function removeBenchNodes(kc: k8s.KubeConfig): Promise<void> {
   await kc.makeApiClient(k8s.CoreV1Api).deleteCollectionNode({ labelSelector: `${BENCH_LABEL}=true` });
 }
 
+/** Forks bench/extender-process.ts and waits for its listener. */
+async function startExtenderProcess(databaseUrl: string, kubeconfig: string) {
+  const child = fork(path.join(import.meta.dirname, 'extender-process.ts'), [databaseUrl, kubeconfig], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+  const next = (type: ExtenderProcessMessage['type']) =>
+    new Promise<ExtenderProcessMessage>((resolve, reject) => {
+      const onMessage = (m: ExtenderProcessMessage) => {
+        if (m.type !== type && m.type !== 'error') return;
+        child.off('message', onMessage);
+        child.off('exit', onExit);
+        if (m.type === 'error') reject(new Error(`the extender process failed: ${m.message}`));
+        else resolve(m);
+      };
+      const onExit = (code: number | null) => reject(new Error(`the extender process exited (${code})`));
+      child.on('message', onMessage);
+      child.once('exit', onExit);
+    });
+  const ready = await next('ready');
+  return {
+    url: (ready as Extract<ExtenderProcessMessage, { type: 'ready' }>).url,
+    async calls() {
+      const answer = next('calls');
+      child.send({ type: 'calls' });
+      return (await answer) as Extract<ExtenderProcessMessage, { type: 'calls' }>;
+    },
+    async stop() {
+      const exited = new Promise((r) => child.once('exit', r));
+      child.send({ type: 'stop' });
+      await Promise.race([exited, new Promise((r) => setTimeout(r, 10_000))]);
+      child.kill();
+    },
+  };
+}
+
 async function main() {
   await acquireCluster();
   const c = clusterInfo();
@@ -169,29 +197,10 @@ async function main() {
   const client = await db.connect();
   await migrate(client);
   client.release();
-  const clock = await DbClock.create(db);
+  // The bench's stand-in for the agent (it drops admissions), on its own pool.
   const ledger = new Ledger(db);
-  // Each extender call's verb and outcome, counted per run (a bind refused or in error sends the pod back to the queue).
-  const calls = new Map<string, { n: number; seconds: number }>();
-  const metrics = {
-    onCall(verb: string, seconds: number, outcome: string) {
-      const c = calls.get(`${verb} ${outcome}`) ?? { n: 0, seconds: 0 };
-      c.n++;
-      c.seconds += seconds;
-      calls.set(`${verb} ${outcome}`, c);
-    },
-  };
-  // As the controller runs it: filter and prioritize from the ledger in memory (ADR 0010).
-  const memory = new ExtenderStateSync({ db, log: silentLogger });
-  memory.start();
-  await memory.ready();
-  const service = new ExtenderService({ db, ledger, clock, kube: new ClientNodeExtenderKube(kc), log: silentLogger, metrics, memory });
-  const app = express();
-  app.use('/scheduler', createExtenderRouter({ service }));
-  const server: Server = createServer(app);
-  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
-  const addr = server.address();
-  const extenderUrl = `http://127.0.0.1:${typeof addr === 'object' && addr ? addr.port : 0}/scheduler`;
+  // The extender in its own process, as the controller runs it (bench/extender-process.ts).
+  const extender = await startExtenderProcess(pgServer.url, c.kubeconfig);
   let nodes: string[] = [];
   try {
     await kubectl(['create', 'namespace', NAMESPACE]).catch(() => undefined);
@@ -213,18 +222,20 @@ async function main() {
       const plain = await schedulePods(kc, `plain${n}`, PLAIN_RESOURCE);
       await deletePods();
 
-      await restartScheduler(schedulerConfigWithExtender(extenderUrl));
+      await restartScheduler(schedulerConfigWithExtender(extender.url));
+      await extender.calls(); // counted from here
       const viaExtender = await schedulePods(kc, `ext${n}`, 'bettercompute.io/gpu', (pod) => {
         void ledger.dropAdmission(pod.spec!.nodeName!, pod.metadata!.uid!).catch((e: unknown) => console.error(`dropAdmission: ${String(e)}`));
       });
+      const { calls, eventLoopUtilization } = await extender.calls();
       await deletePods();
 
       row(n, 'kube-scheduler alone (example.com/gpu)', plain);
       row(n, 'kube-scheduler + extender (bettercompute.io/gpu)', viaExtender, viaExtender.podsPerSecond / plain.podsPerSecond);
       console.log(
-        `       extender calls: ${[...calls].sort().map(([k, c]) => `${k} ${c.n} (mean ${((c.seconds / c.n) * 1000).toFixed(1)} ms)`).join(', ')}`,
+        `       extender calls: ${calls.sort().map(([k, c]) => `${k} ${c.n} (mean ${((c.seconds / c.n) * 1000).toFixed(1)} ms)`).join(', ')}; ` +
+          `its event loop busy ${(eventLoopUtilization * 100).toFixed(0)}% of the run`,
       );
-      calls.clear();
       await removeBenchNodes(kc);
       nodes = [];
     }
@@ -232,9 +243,7 @@ async function main() {
     await restartScheduler(defaultSchedulerConfig()).catch((e: unknown) => console.error(`restoring the scheduler: ${String(e)}`));
     if (nodes.length) await removeBenchNodes(kc).catch(() => undefined);
     await kubectl(['delete', 'namespace', NAMESPACE, '--ignore-not-found', '--wait=false']).catch(() => undefined);
-    server.close();
-    server.closeAllConnections();
-    await memory.stop();
+    await extender.stop();
     await db.end();
     await pgServer.stop();
     await fs.rm(dir, { recursive: true, force: true });

@@ -92,27 +92,23 @@ export async function releaseAssignment(c: Queryable, podUid: string): Promise<b
 }
 
 /**
- * Takes the node's on-demand admission lease for a pod: free, expired, or already this pod's. Returns false when
+ * Takes a node's on-demand admission lease for a pod, with the atoms booked for it (bc_take_admission,
+ * migrations/0014): when the node has none, when it is this pod's, or when the one there has expired. False while
  * another pod's admission is in flight there.
  */
 export async function takeAdmission(
   c: Queryable,
-  a: { nodeId: string; podUid: string; namespace: string; podName: string; ttlSeconds: number },
+  a: { nodeId: string; podUid: string; namespace: string; podName: string; ttlSeconds: number; atoms: readonly string[] },
 ): Promise<boolean> {
-  const { rowCount } = await c.query(
-    `INSERT INTO ondemand_admissions (node_id, pod_uid, namespace, pod_name, expires_at)
-     VALUES ($1, $2, $3, $4, compute_now() + make_interval(secs => $5))
-     ON CONFLICT (node_id) DO UPDATE SET pod_uid = EXCLUDED.pod_uid, namespace = EXCLUDED.namespace,
-       pod_name = EXCLUDED.pod_name, atoms = CASE WHEN ondemand_admissions.pod_uid = EXCLUDED.pod_uid THEN ondemand_admissions.atoms ELSE '{}' END,
-       taken_at = compute_now(), expires_at = EXCLUDED.expires_at
-     WHERE ondemand_admissions.pod_uid = EXCLUDED.pod_uid OR ondemand_admissions.expires_at <= compute_now()`,
-    [a.nodeId, a.podUid, a.namespace, a.podName, a.ttlSeconds],
-  );
-  return (rowCount ?? 0) > 0;
-}
-
-export async function setAdmissionAtoms(c: Queryable, nodeId: string, podUid: string, atoms: string[]): Promise<void> {
-  await c.query(`UPDATE ondemand_admissions SET atoms = $3 WHERE node_id = $1 AND pod_uid = $2`, [nodeId, podUid, atoms]);
+  const { rows } = await c.query<{ taken: boolean }>('SELECT bc_take_admission($1, $2, $3, $4, $5, $6) AS taken', [
+    a.nodeId,
+    a.podUid,
+    a.namespace,
+    a.podName,
+    a.ttlSeconds,
+    a.atoms,
+  ]);
+  return rows[0]?.taken === true;
 }
 
 /** Ends an admission (the agent allocated, the bind failed, or the pod went). Only the holder's lease is dropped. */

@@ -16,7 +16,7 @@ import { GroupCommit, type ItemOutcome } from './group-commit.ts';
 import * as handoff from './handoff.ts';
 import * as holds from './holds.ts';
 import * as preemption from './preemption.ts';
-import { withRetriedTransaction, withTransaction, type Db } from './pool.ts';
+import { withRetriedStatement, withRetriedTransaction, withTransaction, type Db } from './pool.ts';
 import { getPool, isPoolVisible, loadNodes, type PoolInfo } from './snapshot.ts';
 
 export type ReservationState = 'held' | 'confirmed' | 'released' | 'expired';
@@ -56,9 +56,25 @@ export type ReserveFailure =
 
 export type PreviewResult = PlanResult | (Extract<PlanResult, { ok: false }> & { preemptible: { count: number; start: number } });
 
+/** The on-demand admission lease a pod's booking takes with it (handoff.takeAdmission). */
+export interface PodAdmission {
+  namespace: string;
+  podName: string;
+  ttlSeconds: number;
+}
+
+/** A pod's booking that was not made because another pod's admission is in flight on the node (nothing written). */
+interface AdmissionBusy {
+  ok: false;
+  code: 'ADMISSION_BUSY';
+  message: string;
+  replans: number;
+}
+
 export type PodBookingOutcome =
   | { ok: true; allocationId: string; nodeId: string; atoms: string[]; existing: boolean }
-  | { ok: false; code: ReserveFailure; message: string; details?: QuotaRefusal; replans: number };
+  | { ok: false; code: ReserveFailure; message: string; details?: QuotaRefusal; replans: number }
+  | AdmissionBusy;
 
 export type ReserveOutcome =
   | { ok: true; reservation: ReservationView; existing: boolean; replans: number }
@@ -122,6 +138,22 @@ interface CachedPool {
   summaries: Map<string, NodeSummary>;
 }
 
+/** bc_place's argument (migrations/0002), with the admission lease bc_place_batch takes for a pod (0014). */
+interface PlaceArg {
+  tenantId: string;
+  poolId: string;
+  start: number | null;
+  durationSeconds: number | null;
+  reservation: Record<string, unknown> | null;
+  podUid: string | null;
+  allocations: { id: string; nodeId: string; atoms: readonly string[]; scalars: Candidate['scalars'] }[];
+  admission?: PodAdmission & { nodeId: string; podUid: string };
+}
+
+function admissionBusy(nodeId: string, replans: number): AdmissionBusy {
+  return { ok: false, code: 'ADMISSION_BUSY', message: `another on-demand admission is in flight on node ${nodeId}`, replans };
+}
+
 interface PlaceResult {
   ok: boolean;
   /** Set by bc_place_batch when bc_place raised for this item. */
@@ -162,6 +194,14 @@ export class Ledger {
       await this.checkFence(c, this.opts.fence?.());
       return fn(c);
     });
+  }
+
+  /**
+   * One statement: in a fenced transaction on a leader's ledger, else on its own (autocommit), which saves the BEGIN
+   * and COMMIT round trips on the extender's hot path.
+   */
+  private statement<T>(fn: (c: Db | pg.PoolClient) => Promise<T>): Promise<T> {
+    return this.opts.fence ? this.tx(fn) : withRetriedStatement(this.db, fn);
   }
 
   private async checkFence(c: pg.ClientBase, fence: Fence | undefined): Promise<void> {
@@ -225,6 +265,7 @@ export class Ledger {
     const started = performance.now();
     const outcome = await this.reserveOnce(input, now);
     this.opts.metrics?.onPlacement?.((performance.now() - started) / 1000, outcome.ok ? 'reserved' : outcome.code);
+    if (!outcome.ok && outcome.code === 'ADMISSION_BUSY') throw new Error('an admission lease outside a pod booking');
     return outcome;
   }
 
@@ -234,6 +275,9 @@ export class Ledger {
    * apply. Idempotent per pod: a pod that holds a live booking on this node gets it back. One on another node (left by a
    * bind that stopped before its Binding; the caller checked that the pod is not bound) is moved: released in the same
    * transaction that books the new one, and kept when the new one does not commit.
+   * With `admission`, the node's admission lease for the pod is taken with the atoms in the same transaction as the
+   * booking (or, for the pod's existing booking there, in one statement); while another pod's admission is in flight
+   * there, nothing is written and the answer is ADMISSION_BUSY.
    */
   async bookPod(
     p: {
@@ -243,11 +287,16 @@ export class Ledger {
       nodeId: string;
       devices: ReservationCreateInput['devices'];
       durationSeconds: number | null;
+      admission?: PodAdmission;
     },
     now: number,
   ): Promise<PodBookingOutcome> {
+    const admission = p.admission && { nodeId: p.nodeId, podUid: p.podUid, ...p.admission };
     const existing = await this.podBooking(p.podUid);
-    if (existing?.nodeId === p.nodeId) return { ok: true, ...existing, existing: true };
+    if (existing?.nodeId === p.nodeId) {
+      if (admission && !(await this.takeAdmission({ ...admission, atoms: existing.atoms }))) return admissionBusy(p.nodeId, 0);
+      return { ok: true, ...existing, existing: true };
+    }
     const input: ReservationCreateInput = {
       tenantId: p.tenantId,
       poolId: p.poolId,
@@ -262,12 +311,14 @@ export class Ledger {
       nodeId: p.nodeId,
       openEnded: p.durationSeconds === null,
       ...(existing ? { replacing: existing.allocationId } : {}),
+      ...(admission ? { admission } : {}),
     });
     this.opts.metrics?.onPlacement?.((performance.now() - started) / 1000, outcome.ok ? 'pod' : outcome.code);
     if (existing && outcome.ok) {
       const pool = (await this.db.query<{ pool_id: string }>('SELECT pool_id FROM allocations WHERE id = $1', [existing.allocationId])).rows[0];
       if (pool && this.pools.has(pool.pool_id)) await this.reloadNodes(pool.pool_id, [existing.nodeId]);
     }
+    if (!outcome.ok && outcome.code === 'ADMISSION_BUSY') return outcome;
     if (!outcome.ok) {
       // A concurrent bind of the same pod on this node may have booked it meanwhile.
       const again = await this.podBooking(p.podUid);
@@ -306,25 +357,21 @@ export class Ledger {
     return this.tx((c) => handoff.assignPod(c, a));
   }
 
-  /** Takes a node's on-demand admission lease for a pod; false while another pod's is in flight there. */
-  takeAdmission(a: { nodeId: string; podUid: string; namespace: string; podName: string; ttlSeconds: number }): Promise<boolean> {
-    return this.tx((c) => handoff.takeAdmission(c, a));
-  }
-
-  setAdmissionAtoms(nodeId: string, podUid: string, atoms: string[]): Promise<void> {
-    return this.tx((c) => handoff.setAdmissionAtoms(c, nodeId, podUid, atoms));
+  /** Takes a node's on-demand admission lease for a pod, with its atoms; false while another pod's is in flight there. */
+  takeAdmission(a: Parameters<typeof handoff.takeAdmission>[1]): Promise<boolean> {
+    return this.statement((c) => handoff.takeAdmission(c, a));
   }
 
   /** Drops a pod's admission lease (on one node, or anywhere when null). */
   dropAdmission(nodeId: string | null, podUid: string): Promise<boolean> {
-    return this.tx((c) => handoff.dropAdmission(c, nodeId, podUid));
+    return this.statement((c) => handoff.dropAdmission(c, nodeId, podUid));
   }
 
   private async reserveOnce(
     input: ReservationCreateInput,
     now: number,
-    pod?: { podUid: string; nodeId: string; openEnded: boolean; replacing?: string },
-  ): Promise<ReserveOutcome> {
+    pod?: { podUid: string; nodeId: string; openEnded: boolean; replacing?: string; admission?: PodAdmission & { nodeId: string; podUid: string } },
+  ): Promise<ReserveOutcome | AdmissionBusy> {
     const notFound = { ok: false, code: 'NOT_FOUND', message: `pool ${input.poolId} not found`, replans: 0 } as const;
     let c = await this.cached(input.poolId).catch(() => undefined);
     if (!c) return notFound;
@@ -391,6 +438,7 @@ export class Ledger {
             reservation,
             podUid: pod?.podUid ?? null,
             allocations,
+            ...(pod?.admission ? { admission: pod.admission } : {}),
           },
           pod?.replacing,
         );
@@ -429,6 +477,7 @@ export class Ledger {
         };
       }
       undoAssume();
+      if (r.code === 'admission_busy') return admissionBusy(pod?.nodeId ?? '', replans);
       if (r.code === 'pool_unavailable') {
         // The cached pool was stale (archived, or the offering withdrawn): look again with fresh rows.
         if (replans >= this.maxReplans) return { ...notFound, replans };
@@ -550,7 +599,7 @@ export class Ledger {
    * bc_place, group-committed with the placements waiting at the same time; when `replacing` (a pod's allocation
    * elsewhere), alone, in one transaction that first releases that one.
    */
-  private async place(arg: unknown, replacing?: string): Promise<PlaceResult> {
+  private async place(arg: PlaceArg, replacing?: string): Promise<PlaceResult> {
     if (!replacing) return this.placements.submit(arg);
     const notPlaced = new Error('not placed');
     let result: PlaceResult | undefined;
@@ -565,8 +614,13 @@ export class Ledger {
           await c.query('SELECT bc_release_allocations($1)', [[replacing]]);
           await handoff.dropAdmission(c, rows[0].node_id, rows[0].pod_uid);
         }
-        result = (await c.query<{ r: PlaceResult }>('SELECT bc_place($1) AS r', [arg])).rows[0]!.r;
+        const { admission, ...placement } = arg;
+        result = (await c.query<{ r: PlaceResult }>('SELECT bc_place($1) AS r', [placement])).rows[0]!.r;
         if (!result.ok) throw notPlaced; // rolled back: the old booking stays
+        if (admission && !(await handoff.takeAdmission(c, { ...admission, atoms: placement.allocations[0]?.atoms ?? [] }))) {
+          result = { ok: false, code: 'admission_busy' };
+          throw notPlaced;
+        }
       });
     } catch (e) {
       if (e !== notPlaced) throw e;

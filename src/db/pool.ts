@@ -102,6 +102,22 @@ export async function withTransaction<T>(db: Db, fn: (c: pg.PoolClient) => Promi
 }
 
 /**
+ * One statement, its own transaction (autocommit: no BEGIN and COMMIT round trips), run again when PostgreSQL aborts it
+ * to break a deadlock or a serialization conflict, as withRetriedTransaction does.
+ */
+export async function withRetriedStatement<T>(db: Db, fn: (c: Db) => Promise<T>, attempts = 8): Promise<T> {
+  for (let i = 1; ; i++) {
+    try {
+      return await fn(db);
+    } catch (e) {
+      const s = sqlState(e);
+      if (i >= attempts || (s !== SQLSTATE.deadlock && s !== SQLSTATE.serializationFailure)) throw e;
+      await new Promise((r) => setTimeout(r, Math.random() * 10 * i));
+    }
+  }
+}
+
+/**
  * A transaction that PostgreSQL may abort to break a deadlock or a serialization conflict, run again until it commits
  * (a few times, with a short random pause), so that such an abort never reaches a caller.
  */

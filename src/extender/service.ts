@@ -10,7 +10,7 @@
 import { judgeFromSummary, requestScalars, scoreNode, summarizeNode } from '../core/planner.ts';
 import type { DeviceClass, NodeSnap, NodeSummary } from '../core/types.ts';
 import type { Clock } from '../db/clock.ts';
-import { toPlacementRequest, type Ledger } from '../db/ledger.ts';
+import { toPlacementRequest, type Ledger, type PodBookingOutcome } from '../db/ledger.ts';
 import type { Db } from '../db/pool.ts';
 import { getPool, isPoolVisible, loadNodes, type PoolInfo } from '../db/snapshot.ts';
 import { errorFields, type Logger } from '../log.ts';
@@ -84,6 +84,10 @@ interface CachedSnap {
 
 class BindError extends Error {}
 
+/** How many pods filter remembers for their bind, and for how long (see ExtenderService.filtered). */
+const RECENT_PODS = 1024;
+const RECENT_POD_MS = 60_000;
+
 type Verb = 'filter' | 'prioritize' | 'bind';
 
 /** The refusal of a pod that asks for none of our resources (it should never have been sent to this scheduler). */
@@ -101,6 +105,11 @@ export class ExtenderService {
   /** node → on-demand pod uid → until (performance.now()): the nodes admitting, or about to admit, a pod. */
   private readonly admitting = new Map<string, Map<string, number>>();
   private readonly snaps = new Map<string, Promise<CachedSnap>>();
+  /**
+   * The pods filter was last asked about, by uid (oldest first), each until it expires: kube-scheduler binds a pod right
+   * after filtering it, and bind takes the pod from here instead of reading it from the API server.
+   */
+  private readonly filtered = new Map<string, { pod: Pod; until: number }>();
   private pools?: { at: number; map: Promise<Map<string, string | null>> };
 
   constructor(private readonly d: ExtenderDeps) {
@@ -165,6 +174,7 @@ export class ExtenderService {
   async filter(args: ExtenderArgs): Promise<ExtenderFilterResult> {
     const started = performance.now();
     const names = nodeNamesOf(args);
+    this.rememberPod(args.Pod, started);
     try {
       const v = await this.judge(args.Pod, names);
       const result: ExtenderFilterResult = {
@@ -220,13 +230,39 @@ export class ExtenderService {
     }
   }
 
+  private rememberPod(pod: Pod, now: number): void {
+    this.filtered.delete(pod.metadata.uid);
+    this.filtered.set(pod.metadata.uid, { pod, until: now + RECENT_POD_MS });
+    for (const [uid, p] of this.filtered) {
+      if (this.filtered.size <= RECENT_PODS && p.until > now) break;
+      this.filtered.delete(uid);
+    }
+  }
+
+  /**
+   * The pod to bind: as filter last saw it (the scheduler's copy, just before this bind), unless it holds atoms already
+   * (a bind that stopped, or whose answer the scheduler never got, may have bound it since); else, and then, as the
+   * API server has it now. The Binding itself is refused by the API server for a pod that is gone or bound.
+   */
+  private async podToBind(args: ExtenderBindingArgs): Promise<Pod> {
+    const seen = this.filtered.get(args.PodUID);
+    this.filtered.delete(args.PodUID);
+    if (seen && seen.until > performance.now() && seen.pod.metadata.namespace === args.PodNamespace && seen.pod.metadata.name === args.PodName && !seen.pod.spec.nodeName) {
+      const mem = this.d.memory?.fresh() ? this.d.memory.state : undefined;
+      const holding = mem ? mem.podHolding(args.PodUID) : await podHolding(this.d.db, args.PodUID);
+      if (!holding) return seen.pod;
+    }
+    const raw = await this.d.kube.getPod(args.PodNamespace, args.PodName);
+    if (!raw) throw new BindError(`pod ${args.PodNamespace}/${args.PodName} not found`);
+    const pod = PodSchema.parse(raw);
+    if (pod.metadata.uid !== args.PodUID) throw new BindError(`pod ${args.PodNamespace}/${args.PodName} has another UID`);
+    if (pod.spec.nodeName) throw new BindError(`pod ${args.PodNamespace}/${args.PodName} is bound to ${pod.spec.nodeName} already`);
+    return pod;
+  }
+
   private async bindAndLog(args: ExtenderBindingArgs, who: { namespace: string; name: string; uid: string }, started: number): Promise<ExtenderBindingResult> {
     try {
-      const raw = await this.d.kube.getPod(args.PodNamespace, args.PodName);
-      if (!raw) throw new BindError(`pod ${args.PodNamespace}/${args.PodName} not found`);
-      const pod = PodSchema.parse(raw);
-      if (pod.metadata.uid !== args.PodUID) throw new BindError(`pod ${args.PodNamespace}/${args.PodName} has another UID`);
-      if (pod.spec.nodeName) throw new BindError(`pod ${args.PodNamespace}/${args.PodName} is bound to ${pod.spec.nodeName} already`);
+      const pod = await this.podToBind(args);
       const demand = podDemand(pod.spec);
       if (demand.invalid) throw new BindError(demand.invalid);
       if (demand.reservation) await this.bindReservation(pod, demand.reservation, args.Node);
@@ -492,44 +528,57 @@ export class ExtenderService {
     }
   }
 
-  private async waitForAdmission(node: string, pod: Pod): Promise<void> {
-    const { namespace, name, uid } = pod.metadata;
-    const deadline = performance.now() + this.waitMs;
-    for (let delay = 20; ; delay = Math.min(delay * 2, 250)) {
-      if (await this.d.ledger.takeAdmission({ nodeId: node, podUid: uid, namespace, podName: name, ttlSeconds: this.ttlSeconds })) return;
-      if (performance.now() > deadline) throw new BindError(`another on-demand admission is in flight on node ${node}; retry`);
-      await new Promise((r) => setTimeout(r, delay));
-    }
-  }
-
   private async bindOnDemand(pod: Pod, devices: { class: DeviceClass; count: number }[], node: string) {
     const { namespace, name, uid } = pod.metadata;
     const poolId = (await this.nodePools()).get(node) ?? (await nodePools(this.d.db)).get(node);
     if (!poolId) throw new BindError(`node ${node} is not a GPU node of any pool in the ledger`);
     const tenant = await this.tenantOf(namespace);
-    await this.waitForAdmission(node, pod);
-    let booked: { atoms: string[]; allocationId: string; existing: boolean } | undefined;
+    const deadline = pod.spec.activeDeadlineSeconds ?? null;
+    // The booking and the node's admission lease (with the atoms, for the agent) are one write; while another pod's
+    // admission is in flight on the node, nothing is written, and the bind waits for it (one per node, ADR 0003).
+    const waitUntil = performance.now() + this.waitMs;
+    let booked: Extract<PodBookingOutcome, { ok: true }>;
     try {
-      const deadline = pod.spec.activeDeadlineSeconds ?? null;
-      const out = await this.d.ledger.bookPod(
-        { tenantId: tenant, poolId, podUid: uid, nodeId: node, devices, durationSeconds: deadline },
-        this.d.clock.now(),
-      );
-      if (!out.ok) throw new BindError(out.code === 'QUOTA_EXCEEDED' ? `QuotaExceeded: ${out.message}` : `${out.code}: ${out.message}`);
-      if (out.nodeId !== node) throw new BindError(`pod already holds a booking on ${out.nodeId}`);
-      booked = out;
-      await this.d.ledger.setAdmissionAtoms(node, uid, out.atoms);
+      for (let delay = 20; ; delay = Math.min(delay * 2, 250)) {
+        const out = await this.d.ledger.bookPod(
+          {
+            tenantId: tenant,
+            poolId,
+            podUid: uid,
+            nodeId: node,
+            devices,
+            durationSeconds: deadline,
+            admission: { namespace, podName: name, ttlSeconds: this.ttlSeconds },
+          },
+          this.d.clock.now(),
+        );
+        if (out.ok) {
+          booked = out;
+          break;
+        }
+        if (out.code !== 'ADMISSION_BUSY') throw new BindError(out.code === 'QUOTA_EXCEEDED' ? `QuotaExceeded: ${out.message}` : `${out.code}: ${out.message}`);
+        if (performance.now() > waitUntil) throw new BindError(`another on-demand admission is in flight on node ${node}; retry`);
+        await new Promise((r) => setTimeout(r, delay));
+      }
+    } catch (e) {
+      // Nothing of this bind committed, unless the ledger failed after its write: the lease is dropped if it is ours.
+      if (!(e instanceof BindError)) await this.undo(pod, node, () => this.d.ledger.dropAdmission(node, uid));
+      this.invalidate(poolId);
+      throw e;
+    }
+    try {
+      if (booked.nodeId !== node) throw new BindError(`pod already holds a booking on ${booked.nodeId}`);
       // The atoms on the pod for people and tools, in the Binding's own write (one API call, not two).
       await this.d.kube.bindPod(namespace, name, uid, node, {
-        [ATOMS_ANNOTATION]: out.atoms.join(','),
-        [ALLOCATION_ANNOTATION]: out.allocationId,
+        [ATOMS_ANNOTATION]: booked.atoms.join(','),
+        [ALLOCATION_ANNOTATION]: booked.allocationId,
       });
       this.markAdmitting(node, uid, performance.now() + this.admittingMs);
       this.invalidate(poolId);
-      this.d.log.info('bound on-demand pod', { pod: `${namespace}/${name}`, uid, node, atoms: out.atoms, allocation: out.allocationId });
+      this.d.log.info('bound on-demand pod', { pod: `${namespace}/${name}`, uid, node, atoms: booked.atoms, allocation: booked.allocationId });
     } catch (e) {
       // A new booking is released with the admission (one transaction); an existing one stays the pod's.
-      if (booked && !booked.existing) await this.undo(pod, node, () => this.d.ledger.releasePod(uid));
+      if (!booked.existing) await this.undo(pod, node, () => this.d.ledger.releasePod(uid));
       else await this.undo(pod, node, () => this.d.ledger.dropAdmission(node, uid));
       this.unmarkAdmitting(node, uid);
       this.invalidate(poolId);

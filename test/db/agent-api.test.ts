@@ -10,7 +10,7 @@ import { AGENT_API_PREFIX, NodeStateSchema, type NodeState } from '../../src/age
 import { Ledger } from '../../src/db/ledger.ts';
 import { createPool, type Db } from '../../src/db/pool.ts';
 import { reservationResourceName } from '../../src/extender/resources.ts';
-import { setAdmissionAtoms, takeAdmission } from '../../src/db/handoff.ts';
+import { takeAdmission } from '../../src/db/handoff.ts';
 import { unauthenticated } from '../../src/api/errors.ts';
 import { silentLogger } from '../../src/log.ts';
 import { makeNode, makePool, reservation } from '../support/builders.ts';
@@ -104,8 +104,7 @@ describe('agent API', () => {
 
   it('the admission in flight shows at once, and done drops it (idempotent, only on its node)', async () => {
     await stateOf('aa-n1'); // the inventory is cached now: the admission must not be
-    expect(await takeAdmission(ctx.db, { nodeId: 'aa-n1', podUid: 'pod-uid-1', namespace: 'ns', podName: 'p1', ttlSeconds: 60 })).toBe(true);
-    await setAdmissionAtoms(ctx.db, 'aa-n1', 'pod-uid-1', [n1Atoms[0]!]);
+    expect(await takeAdmission(ctx.db, { nodeId: 'aa-n1', podUid: 'pod-uid-1', namespace: 'ns', podName: 'p1', ttlSeconds: 60, atoms: [n1Atoms[0]!] })).toBe(true);
     expect((await stateOf('aa-n1')).admission).toEqual({ podUid: 'pod-uid-1', namespace: 'ns', podName: 'p1', atoms: [n1Atoms[0]] });
     expect((await stateOf('aa-n2')).admission).toBeNull();
 
@@ -132,7 +131,7 @@ describe('agent API', () => {
   });
 
   it("403 for the agent of another node, for a token without a node, and for any other ServiceAccount", async () => {
-    await takeAdmission(ctx.db, { nodeId: 'aa-n1', podUid: 'pod-uid-2', namespace: 'ns', podName: 'p2', ttlSeconds: 60 });
+    await takeAdmission(ctx.db, { nodeId: 'aa-n1', podUid: 'pod-uid-2', namespace: 'ns', podName: 'p2', ttlSeconds: 60, atoms: [] });
     for (const [path, token, method] of [
       ['/nodes/aa-n1/state', 'agent:aa-n2', 'GET'],
       ['/nodes/aa-n1/state', 'agent-nonode', 'GET'],

@@ -1,7 +1,8 @@
 // The bind that stops between booking and Binding (issue 11): the Binding fails, and the undo fails too, or the process
 // dies before the Binding. The pod's booking must not wedge it: filter passes the node that holds it, bind there
 // honours it (no second booking), bind elsewhere (that node not offered) moves it in one transaction; a failed undo is
-// logged as an error and retried.
+// logged as an error and retried. And the bind's one write (issue 14): the booking and the node's admission lease
+// together, and the pod taken from filter unless it holds atoms already.
 import { beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { Ledger } from '../../src/db/ledger.ts';
 import { createPool, type Db } from '../../src/db/pool.ts';
@@ -42,7 +43,10 @@ class FakeKube implements ExtenderKube {
   /** The next bindPod calls that throw, and what each does to the database first. */
   failBinds = 0;
   onFailedBind: () => void = () => undefined;
+  /** getPod calls. */
+  reads = 0;
   async getPod(namespace: string, name: string) {
+    this.reads++;
     return this.pods.get(`${namespace}/${name}`);
   }
   async nodeAllocatable() {
@@ -212,5 +216,99 @@ describe('a bind that stopped between booking and Binding', () => {
     );
     expect(rows.filter((r) => r.live).map((r) => r.node_id)).toEqual([B]);
     expect(rows).toHaveLength(2);
+  });
+});
+
+async function admissionsOf(uid: string): Promise<{ node_id: string; atoms: string[] }[]> {
+  const { rows } = await ctx.db.query(`SELECT node_id, atoms FROM ondemand_admissions WHERE pod_uid = $1 ORDER BY node_id`, [uid]);
+  return rows;
+}
+
+async function bookedAtoms(uid: string): Promise<string[]> {
+  const { rows } = await ctx.db.query(
+    `SELECT b.device_id FROM device_bookings b JOIN allocations a ON a.id = b.allocation_id
+     WHERE a.pod_uid = $1 AND a.kind = 'pod' AND a.released_at IS NULL ORDER BY b.device_id`,
+    [uid],
+  );
+  return rows.map((r) => r.device_id as string);
+}
+
+describe('the booking and the node’s admission lease are one write', () => {
+  it('the lease carries the atoms booked for the pod', async () => {
+    const p = pod();
+    expect(await bind(p, A)).toEqual({ Error: '' });
+    const atoms = await bookedAtoms(p.metadata.uid);
+    expect(atoms).toHaveLength(1);
+    expect(await admissionsOf(p.metadata.uid)).toEqual([{ node_id: A, atoms }]);
+  });
+
+  it('while another pod’s admission is in flight on the node, nothing is booked; the bind waits for it, then answers', async () => {
+    const other = pod();
+    expect(await ledger.takeAdmission({ nodeId: A, podUid: other.metadata.uid, namespace: 'acme-train', podName: other.metadata.name, ttlSeconds: 60, atoms: [] })).toBe(true);
+    const p = pod();
+    const t0 = performance.now();
+    const r = await bind(p, A);
+    expect(r.Error).toBe(`another on-demand admission is in flight on node ${A}; retry`);
+    expect(performance.now() - t0).toBeGreaterThanOrEqual(500); // admissionWaitMs
+    expect(await liveBookings(p.metadata.uid)).toEqual([]);
+    expect(await admissionsOf(p.metadata.uid)).toEqual([]);
+    expect(await admissionsOf(other.metadata.uid)).toEqual([{ node_id: A, atoms: [] }]);
+    expect(kube.bound).toEqual([]);
+
+    // The other pod's admission ends during the wait: the bind books then, with the lease.
+    setTimeout(() => void ledger.dropAdmission(A, other.metadata.uid), 150);
+    expect(await bind(p, A)).toEqual({ Error: '' });
+    expect(await admissionsOf(p.metadata.uid)).toEqual([{ node_id: A, atoms: await bookedAtoms(p.metadata.uid) }]);
+  });
+
+  it('a booking moved to another node takes the lease there, in the same transaction', async () => {
+    const p = pod();
+    await bookedThenDied(p, A);
+    expect(await bind(p, B)).toEqual({ Error: '' });
+    expect((await liveBookings(p.metadata.uid)).map((b) => b.node_id)).toEqual([B]);
+    expect(await admissionsOf(p.metadata.uid)).toEqual([{ node_id: B, atoms: await bookedAtoms(p.metadata.uid) }]);
+  });
+
+  it('a pod’s existing booking on the node takes the lease with its atoms; busy, it is kept and the bind answers', async () => {
+    const p = pod();
+    const held = await bookedThenDied(p, A);
+    const other = pod();
+    await ledger.takeAdmission({ nodeId: A, podUid: other.metadata.uid, namespace: 'acme-train', podName: other.metadata.name, ttlSeconds: 60, atoms: [] });
+    expect((await bind(p, A)).Error).toMatch(/another on-demand admission is in flight/);
+    expect(await liveBookings(p.metadata.uid)).toEqual([{ id: held.allocationId, node_id: A }]);
+    await ledger.dropAdmission(A, other.metadata.uid);
+    expect(await bind(p, A)).toEqual({ Error: '' });
+    expect(await admissionsOf(p.metadata.uid)).toEqual([{ node_id: A, atoms: held.atoms }]);
+  });
+});
+
+describe('the pod bind takes from filter', () => {
+  it('a pod filter just saw is bound without reading it from the API server', async () => {
+    const p = pod();
+    expect((await filter(structuredClone(p), [A, B])).NodeNames).toEqual([A, B]);
+    expect(await bind(p, A)).toEqual({ Error: '' });
+    expect(kube.reads).toBe(0);
+    // Filter's copy serves one bind: another bind of the pod (now bound, as the API server has it) reads it.
+    (p.spec as Record<string, unknown>).nodeName = A;
+    expect((await bind(p, B)).Error).toMatch(/is bound to rec-node-a already/);
+    expect(kube.reads).toBe(1);
+  });
+
+  it('a filtered pod that holds atoms is read again: bound meanwhile, it is refused and its holding stays', async () => {
+    const p = pod();
+    expect((await filter(structuredClone(p), [A, B])).NodeNames).toEqual([A, B]);
+    // Its bind on A committed and the Binding landed, but the scheduler never got the answer.
+    await bookedThenDied(p, A);
+    (p.spec as Record<string, unknown>).nodeName = A;
+    const r = await bind(p, B);
+    expect(r.Error).toMatch(/is bound to rec-node-a already/);
+    expect(kube.reads).toBe(1);
+    expect((await liveBookings(p.metadata.uid)).map((b) => b.node_id)).toEqual([A]);
+  });
+
+  it('a pod filter never saw (another replica filtered it, or this one restarted) is read', async () => {
+    const p = pod();
+    expect(await bind(p, A)).toEqual({ Error: '' });
+    expect(kube.reads).toBe(1);
   });
 });

@@ -1,0 +1,81 @@
+// The scheduler extender in a process of its own, as the controller runs it (src/controller/run.ts): an unfenced ledger,
+// filter and prioritize from the ledger in memory (ADR 0010), the controller's extender listener app, on loopback.
+// bench/scheduler.bench.ts forks it, so that the bench's own client work (creating pods, watching them, dropping the
+// admissions as the agent would) does not run on the extender's event loop, as it never does in a cluster.
+// IPC: sends {type: 'ready', url}; answers {type: 'calls'} with the calls counted since the last one (per verb and
+// outcome) and the event loop's utilization over that time; exits on {type: 'stop'}.
+import { createServer } from 'node:http';
+import { performance } from 'node:perf_hooks';
+import { createExtenderApp } from '../src/controller/listeners.ts';
+import { kubeConfigFrom } from '../src/controller/kube.ts';
+import { DbClock } from '../src/db/clock.ts';
+import { Ledger } from '../src/db/ledger.ts';
+import { createPool } from '../src/db/pool.ts';
+import { ClientNodeExtenderKube } from '../src/extender/kube.ts';
+import { createExtenderRouter } from '../src/extender/router.ts';
+import { ExtenderService } from '../src/extender/service.ts';
+import { ExtenderStateSync } from '../src/extender/state-sync.ts';
+import { silentLogger } from '../src/log.ts';
+
+export interface CallCount {
+  n: number;
+  seconds: number;
+}
+
+export type ExtenderProcessMessage =
+  | { type: 'ready'; url: string }
+  | { type: 'calls'; calls: [string, CallCount][]; eventLoopUtilization: number }
+  | { type: 'error'; message: string };
+
+async function main() {
+  const [databaseUrl, kubeconfig] = process.argv.slice(2);
+  if (!databaseUrl || !kubeconfig || !process.send) throw new Error('usage: fork(extender-process.ts, [DATABASE_URL, KUBECONFIG])');
+  const send = (m: ExtenderProcessMessage) => process.send!(m);
+  const db = createPool(databaseUrl, 8);
+  const clock = await DbClock.create(db);
+  const calls = new Map<string, CallCount>();
+  const memory = new ExtenderStateSync({ db, log: silentLogger });
+  memory.start();
+  await memory.ready();
+  const service = new ExtenderService({
+    db,
+    ledger: new Ledger(db),
+    clock,
+    kube: new ClientNodeExtenderKube(kubeConfigFrom(kubeconfig)),
+    log: silentLogger,
+    memory,
+    metrics: {
+      onCall(verb, seconds, outcome) {
+        const c = calls.get(`${verb} ${outcome}`) ?? { n: 0, seconds: 0 };
+        c.n++;
+        c.seconds += seconds;
+        calls.set(`${verb} ${outcome}`, c);
+      },
+    },
+  });
+  const server = createServer(createExtenderApp(createExtenderRouter({ service }), silentLogger));
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  const addr = server.address();
+  let since = performance.eventLoopUtilization();
+  process.on('message', (m: { type: string }) => {
+    if (m.type === 'calls') {
+      const elu = performance.eventLoopUtilization(since);
+      since = performance.eventLoopUtilization();
+      send({ type: 'calls', calls: [...calls], eventLoopUtilization: elu.utilization });
+      calls.clear();
+    } else if (m.type === 'stop') {
+      server.close();
+      server.closeAllConnections();
+      void memory
+        .stop()
+        .then(() => db.end())
+        .finally(() => process.exit(0));
+    }
+  });
+  send({ type: 'ready', url: `http://127.0.0.1:${typeof addr === 'object' && addr ? addr.port : 0}/scheduler` });
+}
+
+main().catch((e: unknown) => {
+  process.send?.({ type: 'error', message: e instanceof Error ? (e.stack ?? e.message) : String(e) });
+  process.exit(1);
+});

@@ -1,0 +1,70 @@
+-- An on-demand pod's booking and its node's admission lease in one write (the extender's bind, issue 14): a placement
+-- item of bc_place_batch that carries "admission" ({nodeId, podUid, namespace, podName, ttlSeconds}) takes the node's
+-- lease for the pod, with the atoms just booked, in the same subtransaction as the booking. While another pod's lease is
+-- in flight on that node, the booking is undone and the item answers {"ok": false, "code": "admission_busy"}; the
+-- caller waits and tries again. Before this, the bind took the lease, booked, then wrote the atoms on the lease: three
+-- transactions, two of them a BEGIN, a statement and a COMMIT each.
+--
+-- bc_take_admission is handoff.takeAdmission (src/db/handoff.ts) with the atoms known: the lease is taken when the node
+-- has none, when it is this pod's, or when the one there has expired.
+CREATE FUNCTION bc_take_admission(p_node text, p_pod text, p_namespace text, p_name text, p_ttl_seconds double precision,
+                                  p_atoms text[]) RETURNS boolean LANGUAGE sql AS $$
+  WITH taken AS (
+    INSERT INTO ondemand_admissions (node_id, pod_uid, namespace, pod_name, atoms, expires_at)
+    VALUES (p_node, p_pod, p_namespace, p_name, p_atoms, compute_now() + make_interval(secs => p_ttl_seconds))
+    ON CONFLICT (node_id) DO UPDATE SET pod_uid = EXCLUDED.pod_uid, namespace = EXCLUDED.namespace,
+      pod_name = EXCLUDED.pod_name, atoms = EXCLUDED.atoms, taken_at = compute_now(), expires_at = EXCLUDED.expires_at
+    WHERE ondemand_admissions.pod_uid = EXCLUDED.pod_uid OR ondemand_admissions.expires_at <= compute_now()
+    RETURNING 1
+  )
+  SELECT count(*) > 0 FROM taken
+$$;
+
+-- 0007's bc_place_batch (see its comments: the locks taken first, one subtransaction per item), with the admission step.
+-- The lease row is locked after bc_place's rows, the order releasePodHoldings and the moved booking take them in.
+CREATE OR REPLACE FUNCTION bc_place_batch(p jsonb) RETURNS jsonb LANGUAGE plpgsql AS $$
+DECLARE
+  v_item jsonb;
+  v_result jsonb;
+  v_admission jsonb;
+  v_out jsonb[] := '{}';
+  v_state text;
+  v_message text;
+  v_constraint text;
+BEGIN
+  PERFORM 1 FROM pools WHERE id = ANY (ARRAY(SELECT x ->> 'poolId' FROM jsonb_array_elements(p) x)) ORDER BY id
+    FOR KEY SHARE;
+  PERFORM 1 FROM nodes
+  WHERE id = ANY (ARRAY(SELECT a ->> 'nodeId' FROM jsonb_array_elements(p) x, jsonb_array_elements(x -> 'allocations') a))
+  ORDER BY id FOR SHARE;
+  PERFORM 1 FROM quotas q
+  WHERE (q.tenant_id, q.pool_id) IN (SELECT DISTINCT x ->> 'tenantId', x ->> 'poolId' FROM jsonb_array_elements(p) x)
+    AND q.max IS NULL
+  ORDER BY q.tenant_id, q.pool_id, q.resource FOR SHARE;
+  FOR v_item IN SELECT value FROM jsonb_array_elements(p) WITH ORDINALITY ORDER BY ordinality LOOP
+    BEGIN
+      v_result := bc_place(v_item - 'admission');
+      v_admission := v_item -> 'admission';
+      IF v_admission IS NOT NULL AND (v_result ->> 'ok')::boolean THEN
+        IF jsonb_array_length(v_item -> 'allocations') <> 1 OR v_admission ->> 'nodeId' <> v_item -> 'allocations' -> 0 ->> 'nodeId' THEN
+          RAISE EXCEPTION 'an admission goes with one allocation on its node';
+        END IF;
+        IF NOT bc_take_admission(v_admission ->> 'nodeId', v_admission ->> 'podUid', v_admission ->> 'namespace',
+                                 v_admission ->> 'podName', (v_admission ->> 'ttlSeconds')::double precision,
+                                 ARRAY(SELECT jsonb_array_elements_text(v_item -> 'allocations' -> 0 -> 'atoms'))) THEN
+          RAISE EXCEPTION 'another on-demand admission is in flight on node %', v_admission ->> 'nodeId' USING ERRCODE = 'BC010';
+        END IF;
+      END IF;
+      v_out := v_out || v_result;
+    EXCEPTION WHEN OTHERS THEN
+      GET STACKED DIAGNOSTICS v_state = RETURNED_SQLSTATE, v_message = MESSAGE_TEXT, v_constraint = CONSTRAINT_NAME;
+      IF v_state = 'BC010' THEN
+        v_out := v_out || jsonb_build_object('ok', false, 'code', 'admission_busy', 'nodeId', v_admission ->> 'nodeId');
+      ELSE
+        v_out := v_out || jsonb_build_object('ok', false, 'error',
+          jsonb_build_object('code', v_state, 'message', v_message, 'constraint', nullif(v_constraint, '')));
+      END IF;
+    END;
+  END LOOP;
+  RETURN to_jsonb(v_out);
+END $$;
