@@ -6,7 +6,8 @@
 // to its binding seen on a watch; the ratio is extender pods/s ÷ plain pods/s. The extender runs in a process of its own
 // (bench/extender-process.ts), as in the controller's pod: this process's client work is not on its event loop.
 //   npm run bench:scheduler   (root; brings the test cluster up, or takes its turn on it, like the cluster tests)
-// Env: BENCH_NODES (default 1000,5000), BENCH_PODS (default 1000), BENCH_CREATE_CONCURRENCY (default 16).
+// Env: BENCH_NODES (default 1000,5000), BENCH_PODS (default 1000), BENCH_CREATE_CONCURRENCY (default 16),
+//      BENCH_EXTENDER_CPU_PROF (a directory: the extender process writes a V8 CPU profile there).
 // Simulated nodes have no kubelet, so no agent completes an on-demand pod's admission: the bench does what the agent
 // does once the kubelet admitted the pod (it drops the node's admission lease when it sees the pod bound), so that the
 // next bind on that node is not held up waiting for an admission that no kubelet will ever make.
@@ -155,7 +156,11 @@ async function removeBenchNodes(kc: k8s.KubeConfig): Promise<void> {
 
 /** Forks bench/extender-process.ts and waits for its listener. */
 async function startExtenderProcess(databaseUrl: string, kubeconfig: string) {
-  const child = fork(path.join(import.meta.dirname, 'extender-process.ts'), [databaseUrl, kubeconfig], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+  const profile = process.env.BENCH_EXTENDER_CPU_PROF;
+  const child = fork(path.join(import.meta.dirname, 'extender-process.ts'), [databaseUrl, kubeconfig], {
+    stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+    execArgv: [...process.execArgv, ...(profile ? ['--cpu-prof', `--cpu-prof-dir=${profile}`] : [])],
+  });
   const next = (type: ExtenderProcessMessage['type']) =>
     new Promise<ExtenderProcessMessage>((resolve, reject) => {
       const onMessage = (m: ExtenderProcessMessage) => {

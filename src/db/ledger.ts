@@ -288,11 +288,16 @@ export class Ledger {
       devices: ReservationCreateInput['devices'];
       durationSeconds: number | null;
       admission?: PodAdmission;
+      /**
+       * The caller saw that the pod holds no booking (the extender's caught-up state): the look for one is skipped.
+       * Were it wrong, the unique index of live pod allocations refuses the second, and the booking looks after all.
+       */
+      holdsNothing?: boolean;
     },
     now: number,
   ): Promise<PodBookingOutcome> {
     const admission = p.admission && { nodeId: p.nodeId, podUid: p.podUid, ...p.admission };
-    const existing = await this.podBooking(p.podUid);
+    const existing = p.holdsNothing ? undefined : await this.podBooking(p.podUid);
     if (existing?.nodeId === p.nodeId) {
       if (admission && !(await this.takeAdmission({ ...admission, atoms: existing.atoms }))) return admissionBusy(p.nodeId, 0);
       return { ok: true, ...existing, existing: true };
@@ -306,13 +311,19 @@ export class Ledger {
       idempotencyKey: p.podUid,
     };
     const started = performance.now();
-    const outcome = await this.reserveOnce(input, now, {
-      podUid: p.podUid,
-      nodeId: p.nodeId,
-      openEnded: p.durationSeconds === null,
-      ...(existing ? { replacing: existing.allocationId } : {}),
-      ...(admission ? { admission } : {}),
-    });
+    let outcome: Awaited<ReturnType<Ledger['reserveOnce']>>;
+    try {
+      outcome = await this.reserveOnce(input, now, {
+        podUid: p.podUid,
+        nodeId: p.nodeId,
+        openEnded: p.durationSeconds === null,
+        ...(existing ? { replacing: existing.allocationId } : {}),
+        ...(admission ? { admission } : {}),
+      });
+    } catch (e) {
+      if (p.holdsNothing && e instanceof PlacementError && e.constraint === 'unique$allocations$live_pod') return this.bookPod({ ...p, holdsNothing: false }, now);
+      throw e;
+    }
     this.opts.metrics?.onPlacement?.((performance.now() - started) / 1000, outcome.ok ? 'pod' : outcome.code);
     if (existing && outcome.ok) {
       const pool = (await this.db.query<{ pool_id: string }>('SELECT pool_id FROM allocations WHERE id = $1', [existing.allocationId])).rows[0];

@@ -87,6 +87,8 @@ class BindError extends Error {}
 /** How many pods filter remembers for their bind, and for how long (see ExtenderService.filtered). */
 const RECENT_PODS = 1024;
 const RECENT_POD_MS = 60_000;
+/** How long prioritize takes filter's scores for the same pod (see ExtenderService.lastScores). */
+const SCORES_REUSE_MS = 1000;
 
 type Verb = 'filter' | 'prioritize' | 'bind';
 
@@ -110,6 +112,12 @@ export class ExtenderService {
    * after filtering it, and bind takes the pod from here instead of reading it from the API server.
    */
   private readonly filtered = new Map<string, { pod: Pod; until: number }>();
+  /**
+   * The scores of filter's last answer: kube-scheduler prioritizes the nodes that passed, for the same pod, right after
+   * (one pod at a time), and prioritize takes them from here instead of judging the same nodes again. Used once, and
+   * within SCORES_REUSE_MS; the scores are preferences (bind is the arbiter), so they may be that much older.
+   */
+  private lastScores?: { uid: string; until: number; names: string[]; scores: Float64Array };
   private pools?: { at: number; map: Promise<Map<string, string | null>> };
 
   constructor(private readonly d: ExtenderDeps) {
@@ -177,6 +185,7 @@ export class ExtenderService {
     this.rememberPod(args.Pod, started);
     try {
       const v = await this.judge(args.Pod, names);
+      this.lastScores = { uid: args.Pod.metadata.uid, until: performance.now() + SCORES_REUSE_MS, names, scores: v.scores };
       const result: ExtenderFilterResult = {
         Nodes: null,
         NodeNames: names.filter((_, i) => !Number.isNaN(v.scores[i])),
@@ -203,9 +212,9 @@ export class ExtenderService {
     const started = performance.now();
     const names = nodeNamesOf(args);
     try {
-      const v = await this.judge(args.Pod, names);
+      const judged = this.filterScores(args.Pod.metadata.uid, names, started) ?? (await this.judge(args.Pod, names)).scores;
       const scores = names.map((n, i) => {
-        const s = v.scores[i]!;
+        const s = judged[i]!;
         return { Host: n, Score: Number.isNaN(s) ? 0 : Math.max(0, Math.min(this.maxPriority, Math.round(s))) };
       });
       const demand = podDemand(args.Pod.spec);
@@ -243,30 +252,31 @@ export class ExtenderService {
    * The pod to bind: as filter last saw it (the scheduler's copy, just before this bind), unless it holds atoms already
    * (a bind that stopped, or whose answer the scheduler never got, may have bound it since); else, and then, as the
    * API server has it now. The Binding itself is refused by the API server for a pod that is gone or bound.
+   * `holdsNothing`: the pod was seen to hold no atoms (the booking then skips its own look).
    */
-  private async podToBind(args: ExtenderBindingArgs): Promise<Pod> {
+  private async podToBind(args: ExtenderBindingArgs): Promise<{ pod: Pod; holdsNothing: boolean }> {
     const seen = this.filtered.get(args.PodUID);
     this.filtered.delete(args.PodUID);
     if (seen && seen.until > performance.now() && seen.pod.metadata.namespace === args.PodNamespace && seen.pod.metadata.name === args.PodName && !seen.pod.spec.nodeName) {
       const mem = this.d.memory?.fresh() ? this.d.memory.state : undefined;
       const holding = mem ? mem.podHolding(args.PodUID) : await podHolding(this.d.db, args.PodUID);
-      if (!holding) return seen.pod;
+      if (!holding) return { pod: seen.pod, holdsNothing: true };
     }
     const raw = await this.d.kube.getPod(args.PodNamespace, args.PodName);
     if (!raw) throw new BindError(`pod ${args.PodNamespace}/${args.PodName} not found`);
     const pod = PodSchema.parse(raw);
     if (pod.metadata.uid !== args.PodUID) throw new BindError(`pod ${args.PodNamespace}/${args.PodName} has another UID`);
     if (pod.spec.nodeName) throw new BindError(`pod ${args.PodNamespace}/${args.PodName} is bound to ${pod.spec.nodeName} already`);
-    return pod;
+    return { pod, holdsNothing: false };
   }
 
   private async bindAndLog(args: ExtenderBindingArgs, who: { namespace: string; name: string; uid: string }, started: number): Promise<ExtenderBindingResult> {
     try {
-      const pod = await this.podToBind(args);
+      const { pod, holdsNothing } = await this.podToBind(args);
       const demand = podDemand(pod.spec);
       if (demand.invalid) throw new BindError(demand.invalid);
       if (demand.reservation) await this.bindReservation(pod, demand.reservation, args.Node);
-      else if (demand.devices.length) await this.bindOnDemand(pod, demand.devices, args.Node);
+      else if (demand.devices.length) await this.bindOnDemand(pod, demand.devices, args.Node, holdsNothing);
       else throw new BindError(notOurPod(pod.metadata.namespace, pod.metadata.name));
       this.logCall('bind', who, started, 'bound', {
         node: args.Node,
@@ -283,6 +293,24 @@ export class ExtenderService {
   }
 
   // ---- filter / prioritize ------------------------------------------------------------------------------------
+
+  /**
+   * Filter's scores for these names, when its last answer was for this pod, is recent, and passed every one of them
+   * (the scheduler sends them in filter's order: one walk along filter's names, no index built).
+   */
+  private filterScores(uid: string, names: string[], now: number): Float64Array | undefined {
+    const last = this.lastScores;
+    this.lastScores = undefined;
+    if (!last || last.uid !== uid || last.until < now) return undefined;
+    const out = new Float64Array(names.length);
+    let j = 0;
+    for (let i = 0; i < names.length; i++) {
+      while (j < last.names.length && last.names[j] !== names[i]) j++;
+      if (j === last.names.length || Number.isNaN(last.scores[j])) return undefined;
+      out[i] = last.scores[j++]!;
+    }
+    return out;
+  }
 
   private async judge(pod: Pod, names: string[]): Promise<Verdict> {
     const v: Verdict = { scores: new Float64Array(names.length).fill(NaN), failed: {}, unresolvable: {} };
@@ -528,7 +556,7 @@ export class ExtenderService {
     }
   }
 
-  private async bindOnDemand(pod: Pod, devices: { class: DeviceClass; count: number }[], node: string) {
+  private async bindOnDemand(pod: Pod, devices: { class: DeviceClass; count: number }[], node: string, holdsNothing: boolean) {
     const { namespace, name, uid } = pod.metadata;
     const poolId = (await this.nodePools()).get(node) ?? (await nodePools(this.d.db)).get(node);
     if (!poolId) throw new BindError(`node ${node} is not a GPU node of any pool in the ledger`);
@@ -549,6 +577,7 @@ export class ExtenderService {
             devices,
             durationSeconds: deadline,
             admission: { namespace, podName: name, ttlSeconds: this.ttlSeconds },
+            holdsNothing,
           },
           this.d.clock.now(),
         );

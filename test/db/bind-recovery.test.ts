@@ -282,6 +282,22 @@ describe('the booking and the node’s admission lease are one write', () => {
   });
 });
 
+describe('a booking told the pod holds nothing', () => {
+  it('skips its look; when that was wrong, the unique live booking refuses a second one and it looks after all', async () => {
+    const p = pod();
+    const held = await bookedThenDied(p, A);
+    const book = (node: string) =>
+      ledger.bookPod(
+        { tenantId: 'acme', poolId, podUid: p.metadata.uid, nodeId: node, devices: [{ class: 'gpu', count: 1 }], durationSeconds: null, holdsNothing: true },
+        ctx.clock.now(),
+      );
+    expect(await book(A)).toEqual({ ok: true, allocationId: held.allocationId, nodeId: A, atoms: held.atoms, existing: true });
+    const moved = await book(B);
+    expect(moved).toMatchObject({ ok: true, nodeId: B, existing: false });
+    expect((await liveBookings(p.metadata.uid)).map((b) => b.node_id)).toEqual([B]);
+  });
+});
+
 describe('the pod bind takes from filter', () => {
   it('a pod filter just saw is bound without reading it from the API server', async () => {
     const p = pod();

@@ -39,7 +39,10 @@ class FakeKube implements ExtenderKube {
   async nodeAllocatable() {
     return this.allocatable;
   }
+  /** namespaceLabels calls: one per judging of an on-demand pod. */
+  nsReads = 0;
   async namespaceLabels(name: string) {
+    this.nsReads++;
     return this.namespaces[name] ?? {};
   }
   async annotatePod() {}
@@ -204,6 +207,24 @@ describe('prioritize of on-demand pods', () => {
     const { resource } = await reserve();
     const rsv = await service.prioritize({ Pod: pod('acme-train', { [resource]: '1' }), NodeNames: [NODE] } as never);
     expect(rsv[0]!.Score).toBeGreaterThan(0);
+  });
+});
+
+describe('prioritize after filter', () => {
+  it('takes filter’s scores for the pod filter just judged, once; another pod, or the same pod again, is judged', async () => {
+    const p = pod('acme-train', { 'bettercompute.io/gpu': '1' });
+    const args = { Pod: p, NodeNames: [NODE] } as never;
+    expect((await service.filter(args)).NodeNames).toEqual([NODE]);
+    expect(kube.nsReads).toBe(1);
+    const reused = await service.prioritize(args);
+    expect(kube.nsReads).toBe(1);
+    const judged = await service.prioritize(args);
+    expect(kube.nsReads).toBe(2);
+    expect(reused).toEqual(judged);
+    expect(reused[0]!.Score).toBeGreaterThan(0);
+    await service.filter(args);
+    await service.prioritize({ Pod: pod('acme-train', { 'bettercompute.io/gpu': '1' }), NodeNames: [NODE] } as never);
+    expect(kube.nsReads).toBe(4);
   });
 });
 
