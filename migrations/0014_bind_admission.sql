@@ -20,7 +20,8 @@ CREATE FUNCTION bc_take_admission(p_node text, p_pod text, p_namespace text, p_n
   SELECT count(*) > 0 FROM taken
 $$;
 
--- 0007's bc_place_batch (see its comments: the locks taken first, one subtransaction per item), with the admission step.
+-- bc_place_batch as 0009 left it (0007's comments: the locks taken first, one subtransaction per item; 0009's: only
+-- quota rows without any limit are locked FOR SHARE up front), with the admission step.
 -- The lease row is locked after bc_place's rows, the order releasePodHoldings and the moved booking take them in.
 CREATE OR REPLACE FUNCTION bc_place_batch(p jsonb) RETURNS jsonb LANGUAGE plpgsql AS $$
 DECLARE
@@ -39,7 +40,7 @@ BEGIN
   ORDER BY id FOR SHARE;
   PERFORM 1 FROM quotas q
   WHERE (q.tenant_id, q.pool_id) IN (SELECT DISTINCT x ->> 'tenantId', x ->> 'poolId' FROM jsonb_array_elements(p) x)
-    AND q.max IS NULL
+    AND q.max IS NULL AND q.hour_limit IS NULL AND NOT q.has_overrides
   ORDER BY q.tenant_id, q.pool_id, q.resource FOR SHARE;
   FOR v_item IN SELECT value FROM jsonb_array_elements(p) WITH ORDINALITY ORDER BY ordinality LOOP
     BEGIN
