@@ -7,6 +7,7 @@ import { afterAll, beforeAll, expect, it } from 'vitest';
 import { startEmbedded, type EmbeddedServer } from '../../src/db/embedded.ts';
 import { createPool, type Db } from '../../src/db/pool.ts';
 import { silentLogger } from '../../src/log.ts';
+import { freePort } from '../support/serve-process.ts';
 
 let dir: string;
 let server: EmbeddedServer | undefined;
@@ -41,7 +42,9 @@ async function eventually<T>(fn: () => Promise<T>, ms: number): Promise<T> {
 
 it('a killed embedded server is restarted with its data, and the same pool reads the row again', async () => {
   const dataDir = path.join(dir, 'data');
-  const port = 20000 + Math.floor(Math.random() * 20000);
+  // The kernel's pick: a random port in 20000-40000 (the kernel's ephemeral range overlaps it) was once taken by another
+  // process's connection in CI, and the server's first start failed.
+  const port = await freePort();
   // Not `fast`: without synchronous commits a crash may lose the last commits, as documented.
   server = await startEmbedded({ dataDir, port, logger: silentLogger });
   db = createPool(server.url, 2, { connectMs: 2_000, queryMs: 5_000 });
