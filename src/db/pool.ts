@@ -101,14 +101,11 @@ export async function withTransaction<T>(db: Db, fn: (c: pg.PoolClient) => Promi
   return result;
 }
 
-/**
- * One statement, its own transaction (autocommit: no BEGIN and COMMIT round trips), run again when PostgreSQL aborts it
- * to break a deadlock or a serialization conflict, as withRetriedTransaction does.
- */
-export async function withRetriedStatement<T>(db: Db, fn: (c: Db) => Promise<T>, attempts = 8): Promise<T> {
+/** Runs `run` again (a few times, short random pauses) when PostgreSQL aborts it for a deadlock or a serialization conflict. */
+async function retriedOnConflict<T>(run: () => Promise<T>, attempts: number): Promise<T> {
   for (let i = 1; ; i++) {
     try {
-      return await fn(db);
+      return await run();
     } catch (e) {
       const s = sqlState(e);
       if (i >= attempts || (s !== SQLSTATE.deadlock && s !== SQLSTATE.serializationFailure)) throw e;
@@ -117,22 +114,15 @@ export async function withRetriedStatement<T>(db: Db, fn: (c: Db) => Promise<T>,
   }
 }
 
+/** One statement, its own transaction (autocommit: no BEGIN and COMMIT round trips), run again as below. */
+export function withRetriedStatement<T>(db: Db, fn: (c: Db) => Promise<T>, attempts = 8): Promise<T> {
+  return retriedOnConflict(() => fn(db), attempts);
+}
+
 /**
  * A transaction that PostgreSQL may abort to break a deadlock or a serialization conflict, run again until it commits
  * (a few times, with a short random pause), so that such an abort never reaches a caller.
  */
-export async function withRetriedTransaction<T>(
-  db: Db,
-  fn: (c: pg.PoolClient) => Promise<T>,
-  attempts = 8,
-): Promise<T> {
-  for (let i = 1; ; i++) {
-    try {
-      return await withTransaction(db, fn);
-    } catch (e) {
-      const s = sqlState(e);
-      if (i >= attempts || (s !== SQLSTATE.deadlock && s !== SQLSTATE.serializationFailure)) throw e;
-      await new Promise((r) => setTimeout(r, Math.random() * 10 * i));
-    }
-  }
+export function withRetriedTransaction<T>(db: Db, fn: (c: pg.PoolClient) => Promise<T>, attempts = 8): Promise<T> {
+  return retriedOnConflict(() => withTransaction(db, fn), attempts);
 }
