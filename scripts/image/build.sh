@@ -18,8 +18,9 @@
 # script; for the scheduler, of its binary) matches and the tarball exists.
 #
 # Usage: scripts/image/build.sh [--no-scheduler] [--force] [--verify]
-#   --verify  then run the image as uid 65532 with a read-only root filesystem: `--help`, `agent --help`, and `migrate`
-#             twice on the embedded PostgreSQL in a data volume owned by 65532; and kube-scheduler --version
+#   --verify  then run the image as uid 65532 with a read-only root filesystem: `--help`, `agent --help`,
+#             `agent --discover` on a devices file, and `migrate` twice on the embedded PostgreSQL in a data volume
+#             owned by 65532; and kube-scheduler --version
 # Env:   BC_CACHE (default ~/.cache/better-compute), BC_DOCKER_SOCK (default /run/better-compute-docker.sock),
 #        BC_DEBIAN_MIRROR (default http://deb.debian.org/debian)
 set -euo pipefail
@@ -272,12 +273,19 @@ fi
 # --- run it -----------------------------------------------------------------------------------------------------------
 # As the cluster runs it: uid 65532, read-only root filesystem, only /tmp and the data directory writable.
 verify_app() {
-  local out data
+  local out data devices
   run_ro() { dk run --rm --network none --read-only --tmpfs /tmp:rw,mode=1777 --user 65532:65532 "$@"; }
   out="$(run_ro "$app_image" --help)"
   [[ "$out" == "usage: better-compute "* ]] || die "--help printed: $out"
   out="$(run_ro "$app_image" agent --help)"
   say "  agent --help: $(head -1 <<<"$out")"
+  devices="$(mktemp "$cache/verify-devices.XXXXXX")"
+  tmp_dirs+=("$devices")
+  echo '{"gpus":[{"uuid":"GPU-verify-0","model":"H100","vramGiB":80}],"scalars":{}}' > "$devices"
+  chmod 644 "$devices"
+  out="$(run_ro -v "$devices:/devices.json:ro" "$app_image" agent --discover --devices-file /devices.json)" || die "agent --discover failed: $out"
+  [[ "$(sed -n 2p <<<"$out")" == *"GPU-verify-0  H100   80 GiB"* ]] || die "agent --discover printed: $out"
+  say "  agent --discover: $(sed -n 2p <<<"$out" | tr -s ' ')"
   data="$(mktemp -d "$cache/verify-data.XXXXXX")"
   tmp_dirs+=("$data")
   $sudo chown 65532:65532 "$data"

@@ -1,7 +1,7 @@
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { DiscoveryHistory, mergeDiscovery, modelOf, nvidiaSmiSource, parseList, parseMigTable, parseQueryGpu, parseTopology } from './discovery.ts';
 
 const fixture = (name: string) => fs.readFileSync(path.join(import.meta.dirname, '../../test/fixtures/nvidia-smi', name), 'utf8');
@@ -48,6 +48,29 @@ describe('nvidia-smi parsers', () => {
   it('reads legacy MIG UUIDs that carry GI/CI', () => {
     const l = parseList('GPU 0: A100 (UUID: GPU-aaaa)\n  MIG 1g.5gb Device 0: (UUID: MIG-GPU-aaaa/7/0)\n');
     expect(l[0]!.mig[0]).toMatchObject({ gi: 7, ci: 0 });
+  });
+
+  it('reads a real H200 (driver 580.159.04, captured on a lent machine): one GPU, no MIG, no NVLink peers', () => {
+    const gpus = mergeDiscovery('n1', {
+      queryGpu: fixture('h200.query-gpu.csv'),
+      list: fixture('h200.L.txt'),
+      topo: fixture('h200.topo-m.txt'),
+    });
+    expect(gpus).toEqual([
+      {
+        uuid: 'GPU-d9fe4a0e-88a4-895b-a1f0-991368230f66',
+        index: 0,
+        product: 'NVIDIA H200',
+        model: 'H200',
+        vramGiB: 140,
+        pciBusId: '00000000:00:06.0',
+        healthy: true,
+        numaNode: 0,
+      },
+    ]);
+    // Its plain table shows MIG "Disabled" and no MIG devices section; its topo header is underlined with ANSI escapes.
+    expect(parseMigTable(fixture('h200.smi.txt'))).toEqual([]);
+    expect(fixture('h200.topo-m.txt')).toContain('\x1b[4m');
   });
 
   it('names models', () => {
@@ -109,6 +132,13 @@ describe('nvidia-smi failures are failed discoveries, never another layout', () 
     await expect(nvidiaSmiSource('n1', fakeSmi('a100-mig', { fail: ['query'] })).discover()).rejects.toThrow(/--query-gpu/);
   });
 
+  it('the real H200 outputs through the source: the same GPU, and the plain call is not made', async () => {
+    const spec = await nvidiaSmiSource('n1', fakeSmi('h200', { fail: ['plain'] })).discover();
+    expect(spec.gpus.map((g) => [g.uuid, g.model, g.vramGiB, g.numaNode, g.nvlinkDomain, g.mig])).toEqual([
+      ['GPU-d9fe4a0e-88a4-895b-a1f0-991368230f66', 'H200', 140, 0, undefined, undefined],
+    ]);
+  });
+
   it('without MIG devices the plain call is not made; a GPU that needs a reset is unhealthy, not gone', async () => {
     const spec = await nvidiaSmiSource('n1', fakeSmi('h100x8', { fail: ['plain'] })).discover();
     expect(spec.gpus).toHaveLength(8);
@@ -161,5 +191,52 @@ describe('DiscoveryHistory', () => {
     expect(spec.gpus[0]!.healthy).toBe(true);
     h.succeeded(spec);
     expect(h.failed('again', 't3')).toMatchObject({ spec, stale: 'since t3: again', failures: 1 });
+  });
+});
+
+describe('better-compute agent --discover', () => {
+  async function discover(argv: string[]) {
+    const { agentCommand } = await import('./run.ts');
+    const { loadConfig } = await import('../config.ts');
+    const { createLogger } = await import('../log.ts');
+    const out: string[] = [];
+    const err: string[] = [];
+    const stdout = vi.spyOn(process.stdout, 'write').mockImplementation((s) => (out.push(String(s)), true));
+    const stderr = vi.spyOn(process.stderr, 'write').mockImplementation((s) => (err.push(String(s)), true));
+    try {
+      const rc = await agentCommand(['--discover', ...argv], loadConfig({}), createLogger({ level: 'error' }));
+      return { rc, out: out.join(''), err: err.join('') };
+    } finally {
+      stdout.mockRestore();
+      stderr.mockRestore();
+    }
+  }
+
+  it('prints the NodeDevices spec it would publish, without controller or kubelet', async () => {
+    const r = await discover(['--nvidia-smi', fakeSmi('a100-mig'), '--node', 'n1', '-o', 'json']);
+    expect(r).toMatchObject({ rc: 0, err: '' });
+    const spec = JSON.parse(r.out);
+    expect(spec.gpus.map((g: { uuid: string; nvlinkDomain: string }) => [g.uuid, g.nvlinkDomain])).toEqual([
+      ['GPU-5d5ba0d6-d33d-2b2c-524d-9e3d8d2b8a77', 'n1-nvl0'],
+      ['GPU-6e6cb1e7-e44e-3c3d-635e-af4e9e3c9b88', 'n1-nvl0'],
+    ]);
+    expect(spec.gpus[0].mig.map((m: { uuid: string }) => m.uuid)).toContain('MIG-c6d4f1ef-42e4-5de3-91c7-45d71c87eb3f');
+  });
+
+  it('as a table: GPUs, then MIG instances', async () => {
+    const r = await discover(['--nvidia-smi', fakeSmi('a100-mig'), '--node', 'n1']);
+    expect(r.rc).toBe(0);
+    expect(r.out.split('\n')[0]).toMatch(/^GPU\s+UUID\s+MODEL\s+MEMORY\s+MIG\s+NUMA\s+NVLINK\s+HEALTH$/);
+    expect(r.out).toMatch(/\n\s+0\s+gi13\/ci0\s+1g\.5gb\s+4\.8 GiB\s+MIG-1f0e6a1c-\S+\s+healthy\n/);
+  });
+
+  it('a failed discovery: exit 1, the reason on stderr, nothing on stdout', async () => {
+    const r = await discover(['--nvidia-smi', fakeSmi('h100x8', { fail: ['topo'] })]);
+    expect(r).toMatchObject({ rc: 1, out: '' });
+    expect(r.err).toMatch(/^discovery failed \(nvidia-smi\): nvidia-smi topo -m failed/);
+  });
+
+  it('-o takes json only', async () => {
+    expect((await discover(['--devices-file', '/nonexistent', '-o', 'yaml'])).rc).toBe(2);
   });
 });

@@ -1,14 +1,21 @@
 // `better-compute agent`: runs the node agent until SIGINT/SIGTERM, then stops its endpoints. It reads the ledger only
 // through the controller's agent API (no database credentials).
+import os from 'node:os';
 import { parseArgs } from 'node:util';
+import { renderNodeDevices } from '../cli/render.ts';
 import type { Config } from '../config.ts';
 import { kubeConfigFrom } from '../controller/kube.ts';
 import type { Logger } from '../log.ts';
 import { Agent } from './agent.ts';
 import { ControllerClient } from './controller-client.ts';
-import { fileSource, nvidiaSmiSource } from './discovery.ts';
+import { fileSource, NodeDevicesSpecSchema, nvidiaSmiSource, type DeviceSource } from './discovery.ts';
 
 const HELP = `usage: better-compute agent [--node NAME] [--devices-file FILE] [--nvidia-smi PATH]
+       better-compute agent --discover [-o json] [--node NAME] [--devices-file FILE] [--nvidia-smi PATH]
+
+--discover reads the node's devices once, as the agent would publish them in NodeDevices, prints them and exits: 0 when
+read, 1 when discovery failed (the reason on stderr). It needs neither the controller nor the kubelet; without --node
+or NODE_NAME the NVLink domains are named after the host name.
 
 Environment: NODE_NAME, BETTER_COMPUTE_DEVICES_FILE (simulated GPUs: a NodeDevices spec as JSON; else nvidia-smi),
 BETTER_COMPUTE_DEVICE_PLUGIN_DIR (/var/lib/kubelet/device-plugins), BETTER_COMPUTE_POD_RESOURCES_SOCKET
@@ -26,6 +33,8 @@ export async function agentCommand(argv: string[], config: Config, log: Logger):
       node: { type: 'string' },
       'devices-file': { type: 'string' },
       'nvidia-smi': { type: 'string' },
+      discover: { type: 'boolean' },
+      output: { type: 'string', short: 'o' },
       help: { type: 'boolean', short: 'h' },
     },
   });
@@ -33,13 +42,19 @@ export async function agentCommand(argv: string[], config: Config, log: Logger):
     process.stdout.write(HELP);
     return 0;
   }
+  if (values.output !== undefined && values.output !== 'json') {
+    process.stderr.write(`-o takes json only\n${HELP}`);
+    return 2;
+  }
+  const file = values['devices-file'] ?? config.devicesFile;
+  const sourceFor = (node: string) => (file ? fileSource(file) : nvidiaSmiSource(node, values['nvidia-smi'] ?? 'nvidia-smi'));
+  if (values.discover) return discoverOnce(sourceFor(values.node ?? config.nodeName ?? os.hostname()), values.output === 'json');
   const nodeName = values.node ?? config.nodeName;
   if (!nodeName) {
     process.stderr.write(`the agent needs its node's name (NODE_NAME or --node)\n${HELP}`);
     return 2;
   }
-  const file = values['devices-file'] ?? config.devicesFile;
-  const source = file ? fileSource(file) : nvidiaSmiSource(nodeName, values['nvidia-smi'] ?? 'nvidia-smi');
+  const source = sourceFor(nodeName);
   if (!config.controllerUrl) {
     process.stderr.write(`the agent needs the controller's URL (BETTER_COMPUTE_CONTROLLER_URL, or the Service environment)\n${HELP}`);
     return 2;
@@ -70,5 +85,18 @@ export async function agentCommand(argv: string[], config: Config, log: Logger):
   log.info('agent shutting down');
   await agent.stop();
   backend.close();
+  return 0;
+}
+
+/** `agent --discover`: one discovery, checked as the controller checks a NodeDevices spec, printed. */
+async function discoverOnce(source: DeviceSource, json: boolean): Promise<number> {
+  let spec;
+  try {
+    spec = NodeDevicesSpecSchema.parse(await source.discover());
+  } catch (e) {
+    process.stderr.write(`discovery failed (${source.kind}): ${e instanceof Error ? e.message : String(e)}\n`);
+    return 1;
+  }
+  process.stdout.write(json ? `${JSON.stringify(spec, null, 2)}\n` : renderNodeDevices(spec));
   return 0;
 }

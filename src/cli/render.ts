@@ -1,6 +1,7 @@
 // Human output of `better-compute capacity`: aligned tables and the timeline chart. Pure: strings in, strings out.
 import type { ByDomainResult, ByPoolResult, PreviewResult, QuotaResult, TimelineResult, UsageResult } from '../api/capacity-service.ts';
 import { UNLABELLED_DOMAIN, type CapacityRow, type Summary } from '../db/capacity.ts';
+import type { NodeDevicesSpec } from '../agent/discovery.ts';
 
 type Align = 'left' | 'right';
 
@@ -208,4 +209,30 @@ export function renderQuota(r: QuotaResult): string {
     rows,
     [left, left, right, right, right, right, right, right, left],
   )}\n`;
+}
+
+/** `better-compute agent --discover`: the node's GPUs, then their MIG instances, as NodeDevices would carry them. */
+export function renderNodeDevices(spec: NodeDevicesSpec): string {
+  const health = (h: boolean | undefined) => (h === false ? 'unhealthy' : 'healthy');
+  const out = [
+    table(
+      ['GPU', 'UUID', 'MODEL', 'MEMORY', 'MIG', 'NUMA', 'NVLINK', 'HEALTH'],
+      spec.gpus.map((g) => [
+        g.index ?? '-',
+        g.uuid,
+        g.model ?? g.product ?? '-',
+        g.vramGiB !== undefined ? `${g.vramGiB} GiB` : '-',
+        g.mig ? g.mig.length : '-',
+        g.numaNode ?? '-',
+        g.nvlinkDomain ?? '-',
+        health(g.healthy),
+      ]),
+      ['right', 'left', 'left', 'right', 'right', 'right', 'left', 'left'],
+    ),
+  ];
+  const mig = spec.gpus.flatMap((g) => (g.mig ?? []).map((m) => [g.index ?? g.uuid, `gi${m.gi}/ci${m.ci}`, m.profile ?? '-', m.memoryGiB !== undefined ? `${m.memoryGiB} GiB` : '-', m.uuid ?? '-', health(m.healthy)]));
+  if (mig.length) out.push('', table(['GPU', 'INSTANCE', 'PROFILE', 'MEMORY', 'UUID', 'HEALTH'], mig, ['right', 'left', 'left', 'right', 'left', 'left']));
+  const scalars = Object.entries(spec.scalars ?? {}).filter(([, v]) => v !== undefined);
+  if (scalars.length) out.push('', `scalars: ${scalars.map(([k, v]) => `${k}=${v}`).join(' ')}`);
+  return `${out.join('\n')}\n`;
 }
