@@ -7,6 +7,7 @@
 // or for statistics taken on empty booking tables (the row measured first had been a third slower on both sides).
 //   npm run bench:placer     (embedded PostgreSQL in a temporary directory; DATABASE_URL for another server)
 //   BENCH_NODES=1000 BENCH_PLACEMENTS=500 npm run bench:placer     (a short run)
+//   BENCH_IN_FLIGHT=1 npm run bench:placer     (one placement batch at a time, as before ADR 0021)
 import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
@@ -23,6 +24,8 @@ const CONTENTION = Number(process.env.BENCH_CONTENTION ?? 64);
 const PLACEMENTS = Number(process.env.BENCH_PLACEMENTS ?? 3000);
 const WARMUP = Number(process.env.BENCH_WARMUP ?? 300);
 const SIZES = (process.env.BENCH_NODES ?? '1000,10000').split(',').map(Number);
+/** Placement batches written at once (the ledger's default, 3, unless set; ADR 0021). */
+const IN_FLIGHT = process.env.BENCH_IN_FLIGHT ? Number(process.env.BENCH_IN_FLIGHT) : undefined;
 
 function quantile(sorted: number[], q: number): number {
   return sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))] ?? NaN;
@@ -79,12 +82,12 @@ async function main() {
   const clock = await DbClock.create(db);
 
   console.log(`# ${PLACEMENTS} single-GPU placements per row, ${os.cpus().length} cores`);
-  console.log('nodes\tcallers\tplacer/s\tp50 ms\tp99 ms\tclient cpu\tfloor/s\tfloor p50\tfloor p99\tclient cpu\tratio');
+  console.log('nodes\tcallers\tplacer/s\tp50 ms\tp99 ms\treplans\tclient cpu\tfloor/s\tfloor p50\tfloor p99\tclient cpu\tratio');
   const largest = Math.max(...SIZES);
   let row = 0;
   for (const nodes of SIZES) {
     const { poolId } = await seedPool(db, nodes, 'b');
-    const ledger = new Ledger(db);
+    const ledger = new Ledger(db, IN_FLIGHT ? { groupCommit: { maxInFlight: IN_FLIGHT } } : {});
     await ledger.preview(
       { tenantId: 'bench', poolId, devices: [{ class: 'gpu', count: 1 }], duration: 3600, binding: 'hold', idempotencyKey: 'warm' },
       clock.now(),
@@ -106,11 +109,13 @@ async function main() {
     for (const callers of nodes === largest && CONTENTION !== CONCURRENCY ? [CONCURRENCY, CONTENTION] : [CONCURRENCY]) {
       row++;
       let failures = 0;
+      let replans = 0;
       const placer = await runConcurrent(PLACEMENTS, callers, async (i) => {
         const r = await ledger.reserve(
           { tenantId: 'bench', poolId, devices: [{ class: 'gpu', count: 1 }], duration: 3600, binding: 'hold', idempotencyKey: `b${row}-${i}` },
           clock.now(),
         );
+        replans += r.replans ?? 0;
         if (!r.ok) {
           failures++;
           if (failures <= 3) console.error(r);
@@ -134,7 +139,7 @@ async function main() {
         );
       });
       console.log(
-        [nodes, callers, placer.perSecond.toFixed(0), placer.p50.toFixed(2), placer.p99.toFixed(2), placer.clientCpu.toFixed(2),
+        [nodes, callers, placer.perSecond.toFixed(0), placer.p50.toFixed(2), placer.p99.toFixed(2), replans, placer.clientCpu.toFixed(2),
           floor.perSecond.toFixed(0), floor.p50.toFixed(2), floor.p99.toFixed(2), floor.clientCpu.toFixed(2),
           `${((100 * placer.perSecond) / floor.perSecond).toFixed(0)}%`].join('\t'),
       );

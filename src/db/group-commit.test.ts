@@ -57,4 +57,27 @@ describe('GroupCommit', () => {
       { e: new Error('a batch of 2 answered 1 outcomes') }, { e: new Error('a batch of 2 answered 1 outcomes') },
     ]);
   });
+
+  it('shares what waits over the free slots, up to maxBatch each', async () => {
+    const w = manualWriter();
+    const gc = new GroupCommit(w.write, { maxBatch: 4, maxInFlight: 3 });
+    const first = [1, 2, 3, 4, 5, 6, 7].map((i) => settle(gc.submit(i)));
+    await turn();
+    expect(w.batches.map((b) => b.items)).toEqual([[1, 2, 3], [4, 5], [6, 7]]);
+    const more = [8, 9, 10, 11, 12, 13, 14, 15, 16].map((i) => settle(gc.submit(i)));
+    await turn();
+    expect(gc.waiting).toBe(9);
+    w.batches[0]!.finish([1, 2, 3].map((i) => ({ ok: true, value: `v${i}` })));
+    await first[2];
+    await turn();
+    // One slot free: it takes what waits, up to maxBatch.
+    expect(w.batches.slice(3).map((b) => b.items)).toEqual([[8, 9, 10, 11]]);
+    w.batches[1]!.finish([4, 5].map((i) => ({ ok: true, value: `v${i}` })));
+    w.batches[2]!.finish([6, 7].map((i) => ({ ok: true, value: `v${i}` })));
+    await first[6];
+    await turn();
+    expect(w.batches.slice(4).map((b) => b.items)).toEqual([[12, 13, 14], [15, 16]]);
+    for (const b of w.batches.slice(3)) b.finish(b.items.map((i) => ({ ok: true, value: `v${i}` })));
+    expect(await Promise.all([...first, ...more])).toEqual([...Array(16).keys()].map((i) => ({ v: `v${i + 1}` })));
+  });
 });

@@ -55,7 +55,9 @@ export class GroupCommit<T, R> {
 
   private pump(): void {
     while (this.inFlight < this.opts.maxInFlight && this.queue.length > 0) {
-      const batch = this.queue.splice(0, this.opts.maxBatch);
+      // What waits is shared out over the free slots, so that batches overlap instead of one taking everyone.
+      const size = Math.min(this.opts.maxBatch, Math.ceil(this.queue.length / (this.opts.maxInFlight - this.inFlight)));
+      const batch = this.queue.splice(0, size);
       this.inFlight++;
       void this.run(batch).finally(() => {
         this.inFlight--;

@@ -7,6 +7,23 @@ import { useTestDatabase } from '../support/db.ts';
 
 const ctx = useTestDatabase();
 
+/** A transaction that holds the pool's row, so that every batch placing in it waits at its first lock. */
+async function lockPool(poolId: string): Promise<pg.Client> {
+  const blocker = new pg.Client({ connectionString: ctx.url });
+  await blocker.connect();
+  onTestFinished(() => blocker.end().catch(() => undefined)); // a failed wait must not leave the pool row locked
+  await blocker.query('BEGIN');
+  await blocker.query('SELECT 1 FROM pools WHERE id = $1 FOR UPDATE', [poolId]);
+  return blocker;
+}
+
+async function batchesWaitingOnLocks(): Promise<number> {
+  const { rows } = await ctx.db.query(
+    `SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%bc_place_batch%'`,
+  );
+  return rows[0].n;
+}
+
 describe('group commit', () => {
   it('one batch: a quota refusal, a lost race and a raised error each reach only their own caller', async () => {
     const poolId = await makePool('batch').offer('beta').create(ctx.db);
@@ -16,25 +33,16 @@ describe('group commit', () => {
     const racePool = await makePool('batch-race').offer('beta').create(ctx.db);
     await makeNode('batch-race-n0').gpus(2).create(ctx.db, racePool);
 
-    const ledger = new Ledger(ctx.db);
+    const ledger = new Ledger(ctx.db, { groupCommit: { maxInFlight: 1 } }); // one batch: the five behind the first
     await ledger.preview(reservation(racePool), ctx.clock.now()); // caches the race pool's snapshot
     const other = await new Ledger(ctx.db).reserve(reservation(racePool, { tenantId: 'beta' }), ctx.clock.now());
     if (!other.ok) throw new Error(other.message);
 
     // Holds the first batch at its first foreign-key check on the pool row, so the next requests queue behind it.
-    const blocker = new pg.Client({ connectionString: ctx.url });
-    await blocker.connect();
-    onTestFinished(() => blocker.end().catch(() => undefined)); // a failed wait must not leave the pool row locked
-    await blocker.query('BEGIN');
-    await blocker.query('SELECT 1 FROM pools WHERE id = $1 FOR UPDATE', [poolId]);
+    const blocker = await lockPool(poolId);
     const now = ctx.clock.now();
     const first = ledger.reserve(reservation(poolId, { devices: [{ class: 'gpu', count: 1 }] }), now);
-    await vi.waitFor(async () => {
-      const { rows } = await ctx.db.query(
-        `SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%bc_place_batch%'`,
-      );
-      expect(rows[0].n).toBe(1);
-    });
+    await vi.waitFor(async () => expect(await batchesWaitingOnLocks()).toBe(1));
 
     const fits = ledger.reserve(reservation(poolId, { devices: [{ class: 'gpu', count: 2 }] }), now);
     const overQuota = ledger.reserve(reservation(poolId, { devices: [{ class: 'gpu', count: 4 }] }), now);
@@ -73,5 +81,42 @@ describe('group commit', () => {
       [poolId],
     );
     expect(rows[0].charged).toBe(3);
+  });
+
+  it('by default three batches at once, the waiting shared out over them; items in node order, each outcome to its caller', async () => {
+    const poolId = await makePool('inflight').offer('beta').create(ctx.db);
+    const nodes = ['inflight-n0', 'inflight-n1', 'inflight-n2'];
+    for (const n of nodes) await makeNode(n).gpus(2).create(ctx.db, poolId);
+    const ledger = new Ledger(ctx.db);
+    // Another pod's admission is in flight on n1: a booking there that takes the admission raises inside its item.
+    await ledger.takeAdmission({ nodeId: nodes[1]!, podUid: 'inflight-other', namespace: 'ns', podName: 'other', ttlSeconds: 60, atoms: [] });
+    const blocker = await lockPool(poolId);
+    const now = ctx.clock.now();
+    // Six pods in one turn: three batches of two, (n2, n1), (n0, n2), (n1, n0), each written in node order.
+    const order = [2, 1, 0, 2, 1, 0];
+    const pods = order.map((n, i) =>
+      ledger.bookPod(
+        {
+          tenantId: 'beta',
+          poolId,
+          podUid: `inflight-pod-${i}`,
+          nodeId: nodes[n]!,
+          devices: [{ class: 'gpu', count: 1 }],
+          durationSeconds: 600,
+          ...(n === 1 ? { admission: { namespace: 'ns', podName: `pod-${i}`, ttlSeconds: 60 } } : {}),
+        },
+        now,
+      ),
+    );
+    await vi.waitFor(async () => expect(await batchesWaitingOnLocks()).toBe(3));
+    expect(ledger.waitingPlacements).toBe(0);
+    await blocker.query('COMMIT');
+    const outcomes = await Promise.all(pods);
+    outcomes.forEach((o, i) =>
+      expect(o, `pod ${i} on ${nodes[order[i]!]}`).toMatchObject(order[i] === 1 ? { ok: false, code: 'ADMISSION_BUSY' } : { ok: true, nodeId: nodes[order[i]!] }),
+    );
+    for (const [i, n] of order.entries()) {
+      expect(await ledger.podBooking(`inflight-pod-${i}`)).toEqual(n === 1 ? undefined : expect.objectContaining({ nodeId: nodes[n] }));
+    }
   });
 });
