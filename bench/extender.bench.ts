@@ -166,7 +166,7 @@ async function main() {
   if (!url) {
     dir = await fs.mkdtemp(path.join(os.tmpdir(), 'bc-bench-ext-'));
     await fs.chmod(dir, 0o755);
-    const server = await startEmbedded({ dataDir: path.join(dir, 'pg'), port: 40000 + Math.floor(Math.random() * 10000), fast: true });
+    const server = await startEmbedded({ dataDir: path.join(dir, 'pg'), fast: true });
     url = server.url;
     stop = () => server.stop();
   }

@@ -64,7 +64,7 @@ async function main() {
   let dir: string | undefined;
   if (!url) {
     dir = await fs.mkdtemp(path.join(os.tmpdir(), 'bc-bench-'));
-    const server = await startEmbedded({ dataDir: path.join(dir, 'pg'), port: 40000 + Math.floor(Math.random() * 10000) });
+    const server = await startEmbedded({ dataDir: path.join(dir, 'pg') });
     url = server.url;
     stop = () => server.stop();
   }

@@ -197,7 +197,7 @@ async function main() {
   const kc = kubeConfigFrom(c.kubeconfig);
   const dir = await fs.mkdtemp(path.join(os.tmpdir(), 'bc-bench-sched-'));
   await fs.chmod(dir, 0o755);
-  const pgServer = await startEmbedded({ dataDir: path.join(dir, 'pg'), port: 40000 + Math.floor(Math.random() * 10000), fast: true });
+  const pgServer = await startEmbedded({ dataDir: path.join(dir, 'pg'), fast: true });
   const db = createPool(pgServer.url, 8);
   const client = await db.connect();
   await migrate(client);

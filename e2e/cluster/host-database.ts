@@ -22,8 +22,8 @@ export async function startHostDatabase(): Promise<HostDatabase> {
   if (!gateway) throw new Error('the cluster has no pod gateway address (an external cluster): give the product a database it can reach');
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'bc-hostdb-'));
   fs.chmodSync(dir, 0o755);
-  const port = 20000 + Math.floor(Math.random() * 20000);
-  const server = await startEmbedded({ dataDir: path.join(dir, 'pg'), port, fast: true });
+  const server = await startEmbedded({ dataDir: path.join(dir, 'pg'), fast: true });
+  const port = Number(new URL(server.url).port);
   const forwarder = new TcpProxy(() => [{ host: '127.0.0.1', port }]);
   await forwarder.listen(gateway);
   const url = new URL(server.url);

@@ -103,9 +103,8 @@ export async function runSoak(o: SoakOptions): Promise<SoakReport> {
   const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'bc-soak-'));
   fs.chmodSync(tmp, 0o755);
   const pgDir = path.join(tmp, 'pg');
-  const pgPort = 20000 + Math.floor(Math.random() * 20000);
   // Durable (not `fast`): the soak kills the server, and a crash must lose no committed booking.
-  const pg: EmbeddedServer = await startEmbedded({ dataDir: pgDir, port: pgPort, logger: createLogger({ level: 'warn' }) });
+  const pg: EmbeddedServer = await startEmbedded({ dataDir: pgDir, logger: createLogger({ level: 'warn' }) });
   const db: Db = createPool(pg.url, 8);
   {
     const client = await db.connect();

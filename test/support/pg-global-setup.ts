@@ -23,8 +23,7 @@ export default async function setup(project: TestProject): Promise<() => Promise
   let dir: string | undefined;
   if (!adminUrl) {
     dir = await fs.mkdtemp(path.join(os.tmpdir(), 'bc-test-pg-'));
-    const port = 20000 + Math.floor(Math.random() * 20000);
-    const server = await startEmbedded({ dataDir: path.join(dir, 'data'), port, fast: true });
+    const server = await startEmbedded({ dataDir: path.join(dir, 'data'), fast: true });
     adminUrl = server.url;
     stop = () => server.stop();
   }

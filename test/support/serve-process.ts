@@ -3,10 +3,10 @@
 // the test's client run on separate cores.
 import { spawn, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs/promises';
-import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { freePort } from '../../src/db/embedded.ts';
 
 export const REPO_ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
 export const CLI = path.join(REPO_ROOT, 'bin', 'better-compute.js');
@@ -28,14 +28,6 @@ export async function writeTokenFile(tokens: { token: string; subject: string; t
   return { file, remove: () => fs.rm(dir, { recursive: true, force: true }) };
 }
 
-/** A port that was free a moment ago (the kernel's pick for port 0). */
-export async function freePort(): Promise<number> {
-  const srv = net.createServer();
-  await new Promise<void>((r) => srv.listen(0, '127.0.0.1', r));
-  const { port } = srv.address() as net.AddressInfo;
-  await new Promise((r) => srv.close(r));
-  return port;
-}
 
 /**
  * Starts `serve` and resolves once it answers /healthz. Logs at `LOG_LEVEL` (env); at `info` each request is a line.
@@ -110,3 +102,5 @@ export async function startServeProcess(opts: { databaseUrl: string; tokenFile: 
     },
   };
 }
+
+export { freePort };
