@@ -103,6 +103,7 @@ describe('group commit', () => {
           nodeId: nodes[n]!,
           devices: [{ class: 'gpu', count: 1 }],
           durationSeconds: 600,
+          holdsNothing: true, // straight to the placement: all six are submitted in the same turn
           ...(n === 1 ? { admission: { namespace: 'ns', podName: `pod-${i}`, ttlSeconds: 60 } } : {}),
         },
         now,

@@ -222,4 +222,25 @@ describe('leader fencing', () => {
     const { rows } = await ctx.db.query(`SELECT count(*)::int AS n FROM allocations WHERE node_id = 'fenced-n'`);
     expect(rows[0].n).toBe(2);
   });
+
+  it('the quota counters count as used a charge committed by a transaction that began after the refreshing one', async () => {
+    // Placements written at once wait for one another on the quota row; the last to refresh the counters may have begun
+    // before the others' charges started. Split at the transaction's start, those were "reserved" until the next rebuild.
+    const poolId = await makePool('g5-refresh').owner('ops').offer('acme', { gpu: 5 }).create(ctx.db);
+    await makeNode('g5-refresh-a').create(ctx.db, poolId);
+    const early = await ctx.db.connect();
+    try {
+      await early.query('BEGIN');
+      await early.query('SELECT compute_now()'); // this transaction's now() is fixed here
+      await new Promise((r) => setTimeout(r, 50));
+      const r = await new Ledger(ctx.db).reserve(reservation(poolId), ctx.clock.now());
+      expect(r.ok).toBe(true);
+      await early.query(`SELECT bc_refresh_quota('acme', $1, 'gpu')`, [poolId]);
+      await early.query('COMMIT');
+    } finally {
+      early.release();
+    }
+    const { rows } = await ctx.db.query(`SELECT used, reserved FROM quotas WHERE tenant_id = 'acme' AND pool_id = $1 AND resource = 'gpu'`, [poolId]);
+    expect(rows[0]).toEqual({ used: 1, reserved: 0 });
+  });
 });
