@@ -2,7 +2,10 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { describe, expect, it, vi } from 'vitest';
+import { loadConfig } from '../config.ts';
+import { createLogger } from '../log.ts';
 import { DiscoveryHistory, mergeDiscovery, modelOf, nvidiaSmiSource, parseList, parseMigTable, parseQueryGpu, parseTopology } from './discovery.ts';
+import { agentCommand } from './run.ts';
 
 const fixture = (name: string) => fs.readFileSync(path.join(import.meta.dirname, '../../test/fixtures/nvidia-smi', name), 'utf8');
 
@@ -196,9 +199,6 @@ describe('DiscoveryHistory', () => {
 
 describe('better-compute agent --discover', () => {
   async function discover(argv: string[]) {
-    const { agentCommand } = await import('./run.ts');
-    const { loadConfig } = await import('../config.ts');
-    const { createLogger } = await import('../log.ts');
     const out: string[] = [];
     const err: string[] = [];
     const stdout = vi.spyOn(process.stdout, 'write').mockImplementation((s) => (out.push(String(s)), true));

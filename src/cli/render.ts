@@ -1,4 +1,5 @@
-// Human output of `better-compute capacity`: aligned tables and the timeline chart. Pure: strings in, strings out.
+// Human output of the CLI (`capacity`, `usage`, `agent --discover`): aligned tables and the timeline chart. Pure:
+// strings in, strings out.
 import type { ByDomainResult, ByPoolResult, PreviewResult, QuotaResult, TimelineResult, UsageResult } from '../api/capacity-service.ts';
 import { UNLABELLED_DOMAIN, type CapacityRow, type Summary } from '../db/capacity.ts';
 import type { NodeDevicesSpec } from '../agent/discovery.ts';

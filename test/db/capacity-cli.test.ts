@@ -11,7 +11,8 @@ import { Ledger } from '../../src/db/ledger.ts';
 import { startTestApi, TOKENS, type TestApi } from '../support/api.ts';
 import { makeNode, makePool, reservation } from '../support/builders.ts';
 import { createTestDatabase, type TestDatabase } from '../support/db.ts';
-import { CLI, freePort, REPO_ROOT, startServeProcess, writeTokenFile } from '../support/serve-process.ts';
+import { freePort } from '../../src/db/embedded.ts';
+import { CLI, REPO_ROOT, startServeProcess, writeTokenFile } from '../support/serve-process.ts';
 
 const HOUR = 3_600_000;
 let t: TestDatabase;

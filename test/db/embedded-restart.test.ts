@@ -7,7 +7,7 @@ import { afterAll, beforeAll, expect, it } from 'vitest';
 import { startEmbedded, type EmbeddedServer } from '../../src/db/embedded.ts';
 import { createPool, type Db } from '../../src/db/pool.ts';
 import { silentLogger } from '../../src/log.ts';
-import { freePort } from '../support/serve-process.ts';
+import { freePort } from '../../src/db/embedded.ts';
 
 let dir: string;
 let server: EmbeddedServer | undefined;

@@ -6,7 +6,7 @@ import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
-import { freePort } from './serve-process.ts';
+import { freePort } from '../../src/db/embedded.ts';
 
 const run = promisify(execFile);
 

@@ -102,5 +102,3 @@ export async function startServeProcess(opts: { databaseUrl: string; tokenFile: 
     },
   };
 }
-
-export { freePort };
