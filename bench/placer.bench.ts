@@ -8,6 +8,7 @@
 //   npm run bench:placer     (embedded PostgreSQL in a temporary directory; DATABASE_URL for another server)
 //   BENCH_NODES=1000 BENCH_PLACEMENTS=500 npm run bench:placer     (a short run)
 //   BENCH_IN_FLIGHT=1 npm run bench:placer     (one placement batch at a time, as before ADR 0021)
+// Each row runs the placer and the floor in BENCH_ROUNDS (5) turns, alternating, a fifth of the placements each.
 import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
@@ -24,6 +25,7 @@ const CONTENTION = Number(process.env.BENCH_CONTENTION ?? 64);
 const PLACEMENTS = Number(process.env.BENCH_PLACEMENTS ?? 3000);
 const WARMUP = Number(process.env.BENCH_WARMUP ?? 300);
 const SIZES = (process.env.BENCH_NODES ?? '1000,10000').split(',').map(Number);
+const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 5);
 /** Placement batches written at once (the ledger's default, 3, unless set; ADR 0021). */
 const IN_FLIGHT = process.env.BENCH_IN_FLIGHT ? Number(process.env.BENCH_IN_FLIGHT) : undefined;
 
@@ -31,30 +33,42 @@ function quantile(sorted: number[], q: number): number {
   return sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))] ?? NaN;
 }
 
-async function runConcurrent(n: number, callers: number, fn: (i: number) => Promise<void>) {
-  const latencies: number[] = [];
-  let next = 0;
+interface Run {
+  latencies: number[];
+  seconds: number;
+  cpuSeconds: number;
+}
+
+const newRun = (): Run => ({ latencies: [], seconds: 0, cpuSeconds: 0 });
+
+/** Calls `fn` for indices [from, to), `callers` at a time; adds the latencies, the wall time and this process's CPU to `run`. */
+async function runConcurrent(run: Run, from: number, to: number, callers: number, fn: (i: number) => Promise<void>) {
+  let next = from;
   const cpu0 = process.cpuUsage();
   const started = performance.now();
   await Promise.all(
     Array.from({ length: callers }, async () => {
-      while (next < n) {
+      while (next < to) {
         const i = next++;
         const t0 = performance.now();
         await fn(i);
-        latencies.push(performance.now() - t0);
+        run.latencies.push(performance.now() - t0);
       }
     }),
   );
-  const seconds = (performance.now() - started) / 1000;
+  run.seconds += (performance.now() - started) / 1000;
   const cpu = process.cpuUsage(cpu0);
-  latencies.sort((a, b) => a - b);
+  run.cpuSeconds += (cpu.user + cpu.system) / 1e6;
+}
+
+function summary(run: Run) {
+  const sorted = [...run.latencies].sort((a, b) => a - b);
   return {
-    perSecond: n / seconds,
-    p50: quantile(latencies, 0.5),
-    p99: quantile(latencies, 0.99),
+    perSecond: run.latencies.length / run.seconds,
+    p50: quantile(sorted, 0.5),
+    p99: quantile(sorted, 0.99),
     /** Share of one core this process used: the rest of the machine went to PostgreSQL. */
-    clientCpu: (cpu.user + cpu.system) / 1e6 / seconds,
+    clientCpu: run.cpuSeconds / run.seconds,
   };
 }
 
@@ -94,7 +108,7 @@ async function main() {
     );
     // Warm-up, not measured: the planner's code compiled, the server's plans cached and its statistics taken with
     // bookings in the tables (as autovacuum would after the first ones), on both sides alike.
-    await runConcurrent(WARMUP, CONCURRENCY, async (i) => {
+    await runConcurrent(newRun(), 0, WARMUP, CONCURRENCY, async (i) => {
       const r = await ledger.reserve(
         { tenantId: 'bench', poolId, devices: [{ class: 'gpu', count: 1 }], duration: 3600, binding: 'hold', idempotencyKey: `w${nodes}-${i}` },
         clock.now(),
@@ -110,7 +124,8 @@ async function main() {
       row++;
       let failures = 0;
       let replans = 0;
-      const placer = await runConcurrent(PLACEMENTS, callers, async (i) => {
+      const placing = newRun();
+      const place = async (i: number) => {
         const r = await ledger.reserve(
           { tenantId: 'bench', poolId, devices: [{ class: 'gpu', count: 1 }], duration: 3600, binding: 'hold', idempotencyKey: `b${row}-${i}` },
           clock.now(),
@@ -120,9 +135,7 @@ async function main() {
           failures++;
           if (failures <= 3) console.error(r);
         }
-      });
-      if (failures) throw new Error(`${failures} placements failed`);
-
+      };
       // The floor: the same number of bookings, one INSERT each, on atoms nobody else books, a year out (a later hour
       // for each row, so that rows do not collide).
       const alloc = `alloc_floor_${row}`;
@@ -130,14 +143,26 @@ async function main() {
         `INSERT INTO allocations (id, kind, pod_uid, node_id, during) VALUES ($1, 'pod', $1, 'b${nodes}-1', tstzrange(compute_now(), 'infinity'))`,
         [alloc],
       );
-      const floor = await runConcurrent(PLACEMENTS, callers, async (i) => {
+      const flooring = newRun();
+      const insert = async (i: number) => {
         await db.query(
           `WITH w AS (SELECT tstzrange(compute_now() + interval '1 year' + make_interval(hours => $3),
                                        compute_now() + interval '1 year' + make_interval(hours => $3 + 1)) AS r)
            INSERT INTO device_bookings (device_id, allocation_id, during, planned) SELECT $1, $2, r, r FROM w`,
           [devices[i % devices.length]!.id, alloc, row],
         );
-      });
+      };
+      // In turns, a share of each side at a time, so that both meet the same moments of the machine (checkpoints,
+      // autovacuum, other load) and the ratio compares like with like.
+      for (let t = 0; t < ROUNDS; t++) {
+        const from = Math.floor((PLACEMENTS * t) / ROUNDS);
+        const to = Math.floor((PLACEMENTS * (t + 1)) / ROUNDS);
+        await runConcurrent(placing, from, to, callers, place);
+        await runConcurrent(flooring, from, to, callers, insert);
+      }
+      if (failures) throw new Error(`${failures} placements failed`);
+      const placer = summary(placing);
+      const floor = summary(flooring);
       console.log(
         [nodes, callers, placer.perSecond.toFixed(0), placer.p50.toFixed(2), placer.p99.toFixed(2), replans, placer.clientCpu.toFixed(2),
           floor.perSecond.toFixed(0), floor.p50.toFixed(2), floor.p99.toFixed(2), floor.clientCpu.toFixed(2),

@@ -148,6 +148,23 @@ describe('plan properties', () => {
     );
   });
 
+  it('the candidates score as the best MAX_CANDIDATES of the nodes each planned alone', () => {
+    fc.assert(
+      fc.property(arbPool, arbReq, (builders, q) => {
+        const nodes = builders.map((b) => b.build());
+        const r = req(q.count, { window: { start: q.start, end: q.start + q.len }, binding: q.node ? 'node' : 'hold' });
+        const alone = nodes
+          .map((n) => plan(pool([n]), r))
+          .flatMap((p) => (p.ok ? [p.candidates[0]!.score] : []))
+          .sort((a, b) => b - a)
+          .slice(0, MAX_CANDIDATES);
+        const result = plan(pool(nodes), r);
+        expect(result.ok ? result.candidates.map((c) => c.score) : []).toEqual(alone);
+      }),
+      { numRuns: 400 },
+    );
+  });
+
   it('several device requests: distinct atoms, each request served, or no node could serve them all', () => {
     fc.assert(
       fc.property(arbPool, fc.array(fc.integer({ min: 1, max: 6 }), { minLength: 2, maxLength: 3 }), (builders, counts) => {

@@ -355,11 +355,18 @@ export function summarizeShared(node: NodeSnap, shared: Map<string, NodeSummary>
   return summary;
 }
 
+/** plan()'s per-node scratch (a packing score, -1 for a misfit; the feasible nodes' order), grown when a pool is larger. */
+let scratch = { score: new Int8Array(0), order: new Int32Array(0) };
+
 export function plan(pool: PoolSnap, req: PlacementRequest): PlanResult {
   const misfits = new Map<Misfit, number>();
   const miss = (m: Misfit) => misfits.set(m, (misfits.get(m) ?? 0) + 1);
-  // Feasible nodes bucketed by packing score (0–100): a counting sort, so the exact pass visits the best first.
-  const buckets: NodeSnap[][] = Array.from({ length: 101 }, () => []);
+  const nodes = pool.nodes;
+  // Feasible nodes ordered by packing score (0–100), best first and in pool order within a score: a stable counting
+  // sort on scratch arrays, so that the exact pass visits the best first and a plan allocates nothing per node.
+  if (scratch.score.length < nodes.length) scratch = { score: new Int8Array(nodes.length * 2), order: new Int32Array(nodes.length * 2) };
+  const { score, order } = scratch;
+  const count = new Int32Array(101);
   const scalars = (Object.entries(req.resources ?? {}) as [ScalarResource, number][]).filter(([, n]) => n > 0);
   // Nodes that share one summary object (summarizeShared) screen alike on the fast path, which reads nothing else: one
   // screen serves the run of them. Exact, and at 10,000 nodes most of the plan's time otherwise.
@@ -367,7 +374,8 @@ export function plan(pool: PoolSnap, req: PlacementRequest): PlanResult {
   const memoable = scalars.length === 0 && single !== undefined && single.selector.length === 0 && !single.sharing;
   let memoSummary: NodeSummary | undefined;
   let memoScreen: Misfit | number = 0;
-  for (const node of pool.nodes) {
+  for (let i = 0; i < nodes.length; i++) {
+    const node = nodes[i]!;
     const sum = node.summary;
     let s: Misfit | number;
     if (memoable && node.schedulable && sum !== undefined && sum === memoSummary) s = memoScreen;
@@ -378,20 +386,34 @@ export function plan(pool: PoolSnap, req: PlacementRequest): PlanResult {
         memoScreen = s;
       }
     }
-    if (typeof s === 'number') buckets[Math.min(100, Math.max(0, s))]!.push(node);
-    else miss(s);
+    if (typeof s === 'number') {
+      const b = Math.min(100, Math.max(0, s));
+      score[i] = b;
+      count[b]!++;
+    } else {
+      score[i] = -1;
+      miss(s);
+    }
+  }
+  // Where each score's nodes start in `order`, the highest score first.
+  const start = new Int32Array(101);
+  for (let b = 99, at = count[100]!; b >= 0; b--) {
+    start[b] = at;
+    at += count[b]!;
+  }
+  const feasible = start[0]! + count[0]!;
+  for (let i = 0; i < nodes.length; i++) {
+    const b = score[i]!;
+    if (b >= 0) order[start[b]!++] = i;
   }
   const fits: Candidate[] = [];
   // Without a gang only the best MAX_CANDIDATES matter: stop once no node left can beat the last of them.
-  const done = (packing: number) =>
-    !req.gang && fits.length >= MAX_CANDIDATES && fits[MAX_CANDIDATES - 1]!.score >= packing + LOCALITY_BONUS;
-  scan: for (let packing = 100; packing >= 0; packing--) {
-    for (const node of buckets[packing]!) {
-      if (done(packing)) break scan;
-      const f = fitNode(node, req);
-      if (f.candidate) insertRanked(fits, f.candidate, req.gang ? Infinity : MAX_CANDIDATES);
-      else if (f.misfit) miss(f.misfit);
-    }
+  for (let k = 0; k < feasible; k++) {
+    const node = nodes[order[k]!]!;
+    if (!req.gang && fits.length >= MAX_CANDIDATES && fits[MAX_CANDIDATES - 1]!.score >= score[order[k]!]! + LOCALITY_BONUS) break;
+    const f = fitNode(node, req);
+    if (f.candidate) insertRanked(fits, f.candidate, req.gang ? Infinity : MAX_CANDIDATES);
+    else if (f.misfit) miss(f.misfit);
   }
   if (!req.gang) {
     if (fits.length === 0) return { ok: false, reason: describeMisfits(misfits, pool.nodes.length) };
