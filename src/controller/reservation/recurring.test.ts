@@ -49,10 +49,12 @@ describe('windowInput', () => {
   const base = { tenantId: 't', idempotencyKey: 'u' } as ReservationCreateInput;
   const o = { start: Date.parse('2027-01-04T08:00:00Z'), end: Date.parse('2027-01-04T16:00:00Z') };
 
-  it('a window ahead: all of it; one under way: from the next whole second to its end; one ending within a second: none', () => {
+  it('a window ahead: all of it; one under way: from the first whole second a second ahead to its end; one ending within two seconds: none', () => {
     expect(windowInput(base, windowKey('u', o), o, o.start - 5000)).toEqual({ ...base, start: o.start, duration: 28_800, idempotencyKey: 'u:2027-01-04T08:00:00.000Z' });
-    expect(windowInput(base, 'k', o, o.start + 3_600_000 + 250)).toMatchObject({ start: o.start + 3_601_000, duration: 28_800 - 3601 });
-    expect(windowInput(base, 'k', o, o.end - 400)).toBeUndefined();
+    expect(windowInput(base, 'k', o, o.start + 3_600_000 + 250)).toMatchObject({ start: o.start + 3_602_000, duration: 28_800 - 3602 });
+    // On a whole second (the database's clock may be a few milliseconds ahead of this reading): a second ahead still.
+    expect(windowInput(base, 'k', o, o.start + 3_600_000)).toMatchObject({ start: o.start + 3_601_000, duration: 28_800 - 3601 });
+    expect(windowInput(base, 'k', o, o.end - 1400)).toBeUndefined();
   });
 });
 

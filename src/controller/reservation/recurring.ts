@@ -95,10 +95,13 @@ export function windowKey(uid: string, o: Occurrence): string {
 
 /**
  * The ledger input of one window: the one-shot input (`base`, booked from now on) over the window, or what is left of
- * it when it has begun (from the next whole second: durations are whole seconds); undefined when under a second is left.
+ * it when it has begun; undefined when under a second is left. A window under way is booked from the first whole second
+ * (durations are whole seconds) at least a second ahead: `now` is this process's reading of the database's clock, and a
+ * start the database already sees as past is booked from its own now with the same duration, which would move the
+ * window's end by the difference (CI: a window booked to 16:00:00.003Z for one ending at 16:00:00Z).
  */
 export function windowInput(base: ReservationCreateInput, key: string, o: Occurrence, now: number): ReservationCreateInput | undefined {
-  const start = Math.max(o.start, Math.ceil(now / 1000) * 1000);
+  const start = Math.max(o.start, Math.ceil((now + 1000) / 1000) * 1000);
   const duration = Math.floor((o.end - start) / 1000);
   if (duration < 1) return undefined;
   return { ...base, start, duration, idempotencyKey: key };
