@@ -23,7 +23,7 @@ export interface EmbeddedServer {
 export interface EmbeddedOptions {
   /** Directory that holds the cluster's data (created and initialised on first use). */
   dataDir: string;
-  /** Default: a port on 127.0.0.1 that the kernel says is free (tests and benchmarks; never a random guess). */
+  /** Default: a free port on 127.0.0.1 below the kernel's ephemeral range (freePort; tests and benchmarks). */
   port?: number;
   /** Trade durability for speed (tests, benchmarks): fsync and synchronous_commit off. */
   fast?: boolean;
@@ -35,8 +35,35 @@ export interface EmbeddedOptions {
   restartBackoffMs?: [number, number];
 }
 
-/** A port on 127.0.0.1 that was free a moment ago (the kernel's pick for port 0). */
+/** The first port of the kernel's ephemeral range (outgoing connections take their local ports from it). */
+async function ephemeralLow(): Promise<number> {
+  const text = await fs.readFile('/proc/sys/net/ipv4/ip_local_port_range', 'utf8').catch(() => '');
+  const low = Number(text.trim().split(/\s+/)[0]);
+  return Number.isInteger(low) && low > 0 ? low : 32768;
+}
+
+function listensOn(port: number): Promise<boolean> {
+  const srv = net.createServer();
+  return new Promise((resolve) => {
+    srv.once('error', () => resolve(false));
+    srv.listen(port, '127.0.0.1', () => srv.close(() => resolve(true)));
+  });
+}
+
+/**
+ * A port on 127.0.0.1 that was free a moment ago, in 20000-29999 and below the kernel's ephemeral range: the kernel's
+ * own pick for port 0 lies inside that range, where any process's next outgoing connection may take it before the
+ * server binds it, and only another listener can take a port below it. (CI: a random port in 20000-40000 was once taken
+ * so; a later first start on the kernel's pick failed too, the library rejecting without a word; startEmbedded now
+ * says why.) Clear of the Kubernetes components' ports (10248-10259) and of the NodePort range (30000-32767). The
+ * kernel's pick when the ephemeral range leaves no room below it.
+ */
 export async function freePort(): Promise<number> {
+  const top = Math.min(30_000, await ephemeralLow());
+  for (let i = 0; top > 21_000 && i < 50; i++) {
+    const port = 20_000 + Math.floor(Math.random() * (top - 20_000));
+    if (await listensOn(port)) return port;
+  }
   const srv = net.createServer();
   await new Promise<void>((r) => srv.listen(0, '127.0.0.1', r));
   const { port } = srv.address() as net.AddressInfo;
@@ -58,7 +85,13 @@ export async function startEmbedded(opts: EmbeddedOptions): Promise<EmbeddedServ
   const password = 'better-compute';
   const flags = ['-c', 'max_connections=300', '-c', 'listen_addresses=127.0.0.1', '-c', 'unix_socket_directories='];
   if (opts.fast) flags.push('-c', 'fsync=off', '-c', 'synchronous_commit=off', '-c', 'full_page_writes=off');
-  const log = opts.log ?? (() => undefined);
+  // The server's last lines, for the error when it exits while starting (the library rejects with nothing then).
+  const recent: string[] = [];
+  const log = (line: string): void => {
+    recent.push(line.trim());
+    if (recent.length > 6) recent.shift();
+    opts.log?.(line);
+  };
   const pg = new EmbeddedPostgres({
     databaseDir: dataDir,
     port,
@@ -77,7 +110,9 @@ export async function startEmbedded(opts: EmbeddedOptions): Promise<EmbeddedServ
   if (!initialised) await pg.initialise();
   // A server left behind by a killed process holds the pid file; it is stale when its process is gone.
   await removeStalePidFile(dataDir);
-  await pg.start();
+  await pg.start().catch((e: unknown) => {
+    throw e instanceof Error ? e : new Error(`embedded PostgreSQL on 127.0.0.1:${port} exited while starting: ${recent.join(' | ') || 'no output'}`);
+  });
   const supervisor = new Supervisor(pg, dataDir, opts.logger ?? createLogger(), opts.restartBackoffMs ?? [200, 30_000]);
   // A process that ends without stop() must not leave its server behind: a fast shutdown, sent synchronously on exit.
   const onExit = (): void => void supervisor.child()?.kill('SIGINT');
