@@ -409,14 +409,14 @@ export function plan(pool: PoolSnap, req: PlacementRequest): PlanResult {
   const fits: Candidate[] = [];
   // Without a gang only the best MAX_CANDIDATES matter: stop once no node left can beat the last of them.
   for (let k = 0; k < feasible; k++) {
-    const node = nodes[order[k]!]!;
-    if (!req.gang && fits.length >= MAX_CANDIDATES && fits[MAX_CANDIDATES - 1]!.score >= score[order[k]!]! + LOCALITY_BONUS) break;
-    const f = fitNode(node, req);
+    const i = order[k]!;
+    if (!req.gang && fits.length >= MAX_CANDIDATES && fits[MAX_CANDIDATES - 1]!.score >= score[i]! + LOCALITY_BONUS) break;
+    const f = fitNode(nodes[i]!, req);
     if (f.candidate) insertRanked(fits, f.candidate, req.gang ? Infinity : MAX_CANDIDATES);
     else if (f.misfit) miss(f.misfit);
   }
   if (!req.gang) {
-    if (fits.length === 0) return { ok: false, reason: describeMisfits(misfits, pool.nodes.length) };
+    if (fits.length === 0) return { ok: false, reason: describeMisfits(misfits, nodes.length) };
     return { ok: true, candidates: fits };
   }
   return planGang(pool, req.gang.size, req.gang.topologyKey ?? pool.topologyKey, fits, misfits);

@@ -85,7 +85,7 @@ export async function startEmbedded(opts: EmbeddedOptions): Promise<EmbeddedServ
   const password = 'better-compute';
   const flags = ['-c', 'max_connections=300', '-c', 'listen_addresses=127.0.0.1', '-c', 'unix_socket_directories='];
   if (opts.fast) flags.push('-c', 'fsync=off', '-c', 'synchronous_commit=off', '-c', 'full_page_writes=off');
-  // The server's last lines, for the error when it exits while starting (the library rejects with nothing then).
+  // The server's last lines, for the error when it exits while starting.
   const recent: string[] = [];
   const log = (line: string): void => {
     recent.push(line.trim());
@@ -110,10 +110,13 @@ export async function startEmbedded(opts: EmbeddedOptions): Promise<EmbeddedServ
   if (!initialised) await pg.initialise();
   // A server left behind by a killed process holds the pid file; it is stale when its process is gone.
   await removeStalePidFile(dataDir);
-  await pg.start().catch((e: unknown) => {
-    throw e instanceof Error ? e : new Error(`embedded PostgreSQL on 127.0.0.1:${port} exited while starting: ${recent.join(' | ') || 'no output'}`);
-  });
-  const supervisor = new Supervisor(pg, dataDir, opts.logger ?? createLogger(), opts.restartBackoffMs ?? [200, 30_000]);
+  // The first start and every restart: the library rejects with nothing when the server exits while starting.
+  const start = () =>
+    pg.start().catch((e: unknown) => {
+      throw e instanceof Error ? e : new Error(`embedded PostgreSQL on 127.0.0.1:${port} exited while starting: ${recent.join(' | ') || 'no output'}`);
+    });
+  await start();
+  const supervisor = new Supervisor(pg, start, dataDir, opts.logger ?? createLogger(), opts.restartBackoffMs ?? [200, 30_000]);
   // A process that ends without stop() must not leave its server behind: a fast shutdown, sent synchronously on exit.
   const onExit = (): void => void supervisor.child()?.kill('SIGINT');
   process.once('exit', onExit);
@@ -141,6 +144,7 @@ class Supervisor {
 
   constructor(
     private readonly pg: EmbeddedPostgres,
+    private readonly start: () => Promise<void>,
     private readonly dataDir: string,
     private readonly log: Logger,
     private readonly backoffMs: readonly [number, number],
@@ -178,14 +182,14 @@ class Supervisor {
       try {
         // Backends of the killed server exit on their own once they see it gone; until then the start fails.
         await removeStalePidFile(this.dataDir);
-        await this.pg.start();
+        await this.start();
         this.restarts++;
         this.log.info('embedded PostgreSQL restarted', { pid: this.child()?.pid, attempt, dataDir: this.dataDir });
         this.watch();
         return;
       } catch (e) {
         (this.pg as unknown as { process?: ChildProcess }).process = undefined;
-        this.log.warn('restarting embedded PostgreSQL failed; trying again', { attempt, retryInMs: pause, ...errorFields(e ?? 'it exited at start') });
+        this.log.warn('restarting embedded PostgreSQL failed; trying again', { attempt, retryInMs: pause, ...errorFields(e) });
         pause = Math.min(pause * 2, this.backoffMs[1]);
       }
     }
