@@ -103,6 +103,11 @@ const ConfigSchema = z.object({
    */
   extenderResyncMs: durationMs('BETTER_COMPUTE_EXTENDER_RESYNC'),
   extenderMaxStalenessMs: durationMs('BETTER_COMPUTE_EXTENDER_MAX_STALENESS'),
+  /**
+   * `controller` scheduler extender: the most nodes its filter passes, the best of those that fit (ADR 0022); unset:
+   * DEFAULT_FILTER_NODES (src/extender/service.ts).
+   */
+  extenderFilterNodes: z.coerce.number().int().min(1).max(100_000).optional(),
   /** `controller`: the longest a Kubernetes API call (not a watch) may take before it is aborted. */
   kubeCallTimeoutMs: durationMs('BETTER_COMPUTE_KUBE_CALL_TIMEOUT'),
   /** `agent`: this node's name (the downward API's spec.nodeName), and where its devices come from. */
@@ -216,6 +221,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       dbLivenessMs: env.BETTER_COMPUTE_DB_LIVENESS || '60s',
       extenderResyncMs: env.BETTER_COMPUTE_EXTENDER_RESYNC || '30s',
       extenderMaxStalenessMs: env.BETTER_COMPUTE_EXTENDER_MAX_STALENESS || '5s',
+      extenderFilterNodes: env.BETTER_COMPUTE_EXTENDER_FILTER_NODES || undefined,
       kubeCallTimeoutMs: env.BETTER_COMPUTE_KUBE_CALL_TIMEOUT || '30s',
       nodeName: env.NODE_NAME || undefined,
       devicesFile: env.BETTER_COMPUTE_DEVICES_FILE || undefined,

@@ -61,6 +61,12 @@ export interface ExtenderDeps {
    * database otherwise; bind waits for it to catch up with its writes.
    */
   memory?: ExtenderMemory;
+  /**
+   * The most nodes filter passes (ADR 0022): when more fit, the best of them (for an on-demand pod, nodes not admitting
+   * another on-demand pod first; then by packing score). kube-scheduler scores and prioritizes only what passes, so
+   * this bounds its work per pod as its own percentageOfNodesToScore does. Default DEFAULT_FILTER_NODES.
+   */
+  filterNodes?: number;
 }
 
 export interface ExtenderMemory {
@@ -69,11 +75,15 @@ export interface ExtenderMemory {
   caughtUp(): Promise<void>;
 }
 
-/** Per name (by its index in the call's names): its score when it passes (NaN: it does not), and why not. */
+/**
+ * Per name (by its index in the call's names): its score when it passes (NaN: it does not), and why not; `onDemand`:
+ * the pod asks for devices, not a reservation's atoms (prioritize spreads such pods over nodes not admitting another).
+ */
 interface Verdict {
   scores: Float64Array;
   failed: Record<string, string>;
   unresolvable: Record<string, string>;
+  onDemand: boolean;
 }
 
 interface CachedSnap {
@@ -89,6 +99,8 @@ const RECENT_PODS = 1024;
 const RECENT_POD_MS = 60_000;
 /** How long prioritize takes filter's scores for the same pod (see ExtenderService.lastScores). */
 const SCORES_REUSE_MS = 1000;
+/** The most nodes filter passes unless told otherwise (ADR 0022). */
+export const DEFAULT_FILTER_NODES = 32;
 
 type Verb = 'filter' | 'prioritize' | 'bind';
 
@@ -104,6 +116,7 @@ export class ExtenderService {
   private readonly snapshotTtlMs: number;
   private readonly undoRetryMs: number;
   private readonly admittingMs: number;
+  private readonly filterNodes: number;
   /** node → on-demand pod uid → until (performance.now()): the nodes admitting, or about to admit, a pod. */
   private readonly admitting = new Map<string, Map<string, number>>();
   private readonly snaps = new Map<string, Promise<CachedSnap>>();
@@ -127,6 +140,7 @@ export class ExtenderService {
     this.snapshotTtlMs = d.snapshotTtlMs ?? 1000;
     this.undoRetryMs = d.undoRetryMs ?? 5000;
     this.admittingMs = d.admittingMs ?? 2000;
+    this.filterNodes = d.filterNodes ?? DEFAULT_FILTER_NODES;
   }
 
   private markAdmitting(node: string, podUid: string, until: number): void {
@@ -186,19 +200,21 @@ export class ExtenderService {
     try {
       const v = await this.judge(args.Pod, names);
       this.lastScores = { uid: args.Pod.metadata.uid, until: performance.now() + SCORES_REUSE_MS, names, scores: v.scores };
+      const { passing, fit } = this.bestFits(args.Pod.metadata.uid, names, v);
       const result: ExtenderFilterResult = {
         Nodes: null,
-        NodeNames: names.filter((_, i) => !Number.isNaN(v.scores[i])),
+        NodeNames: passing,
         FailedNodes: v.failed,
         FailedAndUnresolvableNodes: v.unresolvable,
         Error: '',
       };
-      const passed = result.NodeNames!.length;
+      const passed = passing.length;
       const reasons = [...new Set([...Object.values(v.unresolvable), ...Object.values(v.failed)])].slice(0, 3);
       this.logCall('filter', args.Pod.metadata, started, passed ? 'fit' : 'none', {
         nodes: names.length,
+        fit,
         passed,
-        ...(passed <= 5 ? { fits: result.NodeNames } : {}),
+        ...(passed <= 5 ? { fits: passing } : {}),
         ...(passed ? {} : { reasons }),
       });
       return result;
@@ -295,6 +311,39 @@ export class ExtenderService {
   // ---- filter / prioritize ------------------------------------------------------------------------------------
 
   /**
+   * The names filter passes, in the call's order: every node that fits, or, when more than `filterNodes` fit, the best
+   * `filterNodes` of them (ADR 0022). Best: for an on-demand pod, a node not admitting another on-demand pod before one
+   * that is (prioritize ranks those last, and a bind there waits); then the higher score; then the earlier name. The
+   * nodes left out fit and are not failures: they are not listed in FailedNodes (kube-scheduler reads those only when
+   * no node passes, and then none is left out). `fit`: how many fit.
+   */
+  private bestFits(podUid: string, names: string[], v: Verdict): { passing: string[]; fit: number } {
+    const fits: number[] = [];
+    for (let i = 0; i < names.length; i++) if (!Number.isNaN(v.scores[i])) fits.push(i);
+    if (fits.length <= this.filterNodes) return { passing: fits.map((i) => names[i]!), fit: fits.length };
+    const now = performance.now();
+    // A node's rank: its score, less 1,000 when it is admitting another on-demand pod (scores lie in 0..maxPriority).
+    const rank = (i: number) => v.scores[i]! - (v.onDemand && this.admittingOther(names[i]!, podUid, now) ? 1000 : 0);
+    // The best `filterNodes`, kept sorted best first (an insertion into a short list; most nodes rank below its last).
+    const best: number[] = [];
+    const ranks: number[] = [];
+    for (const i of fits) {
+      const r = rank(i);
+      if (best.length === this.filterNodes && r <= ranks[best.length - 1]!) continue;
+      let k = Math.min(best.length, this.filterNodes - 1);
+      while (k > 0 && ranks[k - 1]! < r) k--;
+      best.splice(k, 0, i);
+      ranks.splice(k, 0, r);
+      if (best.length > this.filterNodes) {
+        best.pop();
+        ranks.pop();
+      }
+    }
+    best.sort((a, b) => a - b);
+    return { passing: best.map((i) => names[i]!), fit: fits.length };
+  }
+
+  /**
    * Filter's scores for these names, when its last answer was for this pod, is recent, and passed every one of them
    * (the scheduler sends them in filter's order: one walk along filter's names, no index built).
    */
@@ -313,8 +362,8 @@ export class ExtenderService {
   }
 
   private async judge(pod: Pod, names: string[]): Promise<Verdict> {
-    const v: Verdict = { scores: new Float64Array(names.length).fill(NaN), failed: {}, unresolvable: {} };
     const demand = podDemand(pod.spec);
+    const v: Verdict = { scores: new Float64Array(names.length).fill(NaN), failed: {}, unresolvable: {}, onDemand: !demand.reservation && demand.devices.length > 0 };
     if (demand.invalid) {
       for (const n of names) v.unresolvable[n] = demand.invalid;
       return v;

@@ -210,6 +210,39 @@ describe('prioritize of on-demand pods', () => {
   });
 });
 
+describe('filter with more fits than it passes', () => {
+  // ADR 0022: kube-scheduler scores and prioritizes every node filter passes; filter passes the best `filterNodes`.
+  it('passes the best-packing nodes, in the call’s order, a node admitting another on-demand pod after the rest', async () => {
+    const pool = await makePool('best-pool').owner('acme').create(ctx.db);
+    // A one-GPU pod packs best where the fewest GPUs are left over: best-c, then best-e, then best-b.
+    const gpus: Record<string, number> = { 'best-a': 8, 'best-b': 4, 'best-c': 1, 'best-d': 8, 'best-e': 2 };
+    for (const [n, g] of Object.entries(gpus)) await makeNode(n).gpus(g).create(ctx.db, pool);
+    const names = Object.keys(gpus);
+    const log = createLogger({ level: 'debug', write: (l) => logs.push(JSON.parse(l) as Record<string, unknown>) });
+    const two = new ExtenderService({ db: ctx.db, ledger: new Ledger(ctx.db), clock: ctx.clock, kube, log, filterNodes: 2 });
+    const first = pod('acme-train', { 'bettercompute.io/gpu': '1' });
+    const passed = await two.filter({ Pod: first, NodeNames: names } as never);
+    expect(passed.NodeNames).toEqual(['best-c', 'best-e']);
+    // The three left out fit: they are no failures.
+    expect(passed.FailedNodes).toEqual({});
+    expect(logs.find((l) => l.msg === 'extender call' && l.verb === 'filter')).toMatchObject({ nodes: 5, fit: 5, passed: 2 });
+    // Prioritize ranks best-c first for the first pod: it is admitting that pod now.
+    const ranked = await two.prioritize({ Pod: first, NodeNames: passed.NodeNames } as never);
+    expect(ranked.find((h) => h.Host === 'best-c')!.Score).toBeGreaterThan(ranked.find((h) => h.Host === 'best-e')!.Score);
+    // The next on-demand pod is passed the best nodes not admitting another pod.
+    const second = pod('acme-train', { 'bettercompute.io/gpu': '1' });
+    expect((await two.filter({ Pod: second, NodeNames: names } as never)).NodeNames).toEqual(['best-b', 'best-e']);
+    // The first pod asked again still gets its own node; of equal nodes, the earlier name passes.
+    expect((await two.filter({ Pod: first, NodeNames: names } as never)).NodeNames).toEqual(['best-c', 'best-e']);
+    const four = await two.filter({ Pod: pod('acme-train', { 'bettercompute.io/gpu': '4' }), NodeNames: names } as never);
+    expect(four.NodeNames).toEqual(['best-a', 'best-b']);
+    expect(Object.keys(four.FailedNodes).sort()).toEqual(['best-c', 'best-e']);
+    // A pod that fits no more nodes than the bound is passed them all.
+    const eight = await two.filter({ Pod: pod('acme-train', { 'bettercompute.io/gpu': '8' }), NodeNames: names } as never);
+    expect(eight.NodeNames).toEqual(['best-a', 'best-d']);
+  });
+});
+
 describe('prioritize after filter', () => {
   it('takes filter’s scores for the pod filter just judged, once; another pod, or the same pod again, is judged', async () => {
     const p = pod('acme-train', { 'bettercompute.io/gpu': '1' });
