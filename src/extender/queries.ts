@@ -231,6 +231,7 @@ export async function loadQuotas(c: Queryable, keys: readonly { tenantId: string
 
 /** node id → pool id (null: none) for the given nodes (those not in the ledger are missing). */
 export async function nodePoolsOf(c: Queryable, ids: readonly string[]): Promise<Map<string, string | null>> {
-  const { rows } = await c.query<{ id: string; pool_id: string | null }>('SELECT id, pool_id FROM nodes WHERE id = ANY ($1)', [ids]);
+  // Named: the extender's state runs it for every node a bind changes.
+  const { rows } = await c.query<{ id: string; pool_id: string | null }>({ name: 'bc_node_pools_of', text: 'SELECT id, pool_id FROM nodes WHERE id = ANY ($1)', values: [ids] });
   return new Map(rows.map((r) => [r.id, r.pool_id]));
 }

@@ -132,7 +132,7 @@ export class ExtenderStateSync extends EventEmitter {
     const token = randomUUID();
     const seen = new Promise<void>((r) => this.barriers.set(token, r));
     try {
-      await this.d.db.query({ text: 'SELECT pg_notify($1, $2)', values: [EXTENDER_CHANNEL, JSON.stringify(['b', token])] });
+      await this.d.db.query({ name: 'bc_extender_barrier', text: 'SELECT pg_notify($1, $2)', values: [EXTENDER_CHANNEL, JSON.stringify(['b', token])] });
       await withTimeout(seen, timeoutMs, 'the extender state');
     } finally {
       this.barriers.delete(token);
