@@ -3,7 +3,8 @@
 // bench/scheduler.bench.ts forks it, so that the bench's own client work (creating pods, watching them, dropping the
 // admissions as the agent would) does not run on the extender's event loop, as it never does in a cluster.
 // IPC: sends {type: 'ready', url}; answers {type: 'calls'} with the calls counted since the last one (per verb and
-// outcome) and the event loop's utilization over that time; exits on {type: 'stop'}.
+// outcome), the event loop's utilization and the process's CPU time (user + system) over that time; exits on
+// {type: 'stop'}.
 import { createServer } from 'node:http';
 import { performance } from 'node:perf_hooks';
 import { createExtenderApp } from '../src/controller/listeners.ts';
@@ -24,7 +25,7 @@ export interface CallCount {
 
 export type ExtenderProcessMessage =
   | { type: 'ready'; url: string }
-  | { type: 'calls'; calls: [string, CallCount][]; eventLoopUtilization: number }
+  | { type: 'calls'; calls: [string, CallCount][]; eventLoopUtilization: number; cpuSeconds: number }
   | { type: 'error'; message: string };
 
 async function main() {
@@ -57,11 +58,14 @@ async function main() {
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
   const addr = server.address();
   let since = performance.eventLoopUtilization();
+  let cpuSince = process.cpuUsage();
   process.on('message', (m: { type: string }) => {
     if (m.type === 'calls') {
       const elu = performance.eventLoopUtilization(since);
       since = performance.eventLoopUtilization();
-      send({ type: 'calls', calls: [...calls], eventLoopUtilization: elu.utilization });
+      const cpu = process.cpuUsage(cpuSince);
+      cpuSince = process.cpuUsage();
+      send({ type: 'calls', calls: [...calls], eventLoopUtilization: elu.utilization, cpuSeconds: (cpu.user + cpu.system) / 1e6 });
       calls.clear();
     } else if (m.type === 'stop') {
       server.close();

@@ -5,7 +5,8 @@
 // Prints pods per second (first create to last binding) and the p50/p99 of each pod's time from its create call
 // to its binding seen on a watch; the ratio is extender pods/s ÷ plain pods/s. The extender runs in a process of its own
 // (bench/extender-process.ts), as in the controller's pod: this process's client work is not on its event loop. Both
-// rows run kube-scheduler with its own API client unthrottled (unthrottled() below).
+// rows run kube-scheduler with its own API client unthrottled (unthrottled() below). Under each size: the CPU time per
+// pod of kube-scheduler, kube-apiserver, etcd and PostgreSQL in each row, and of the extender process in its row.
 //   npm run bench:scheduler   (root; brings the test cluster up, or takes its turn on it, like the cluster tests)
 // Env: BENCH_NODES (default 1000,5000), BENCH_PODS (default 1000), BENCH_CREATE_CONCURRENCY (default 16),
 //      BENCH_EXTENDER_CPU_PROF (a directory: the extender process writes a V8 CPU profile there).
@@ -58,6 +59,34 @@ interface Stats {
 function unthrottled(config: string): string {
   const c = YAML.parse(config) as { clientConnection?: Record<string, unknown> };
   return YAML.stringify({ ...c, clientConnection: { ...c.clientConnection, qps: 5000, burst: 5000 } });
+}
+
+/** The processes whose CPU time the bench reports per pod, by their /proc comm (15 characters at most). */
+const CPU_OF = ['kube-scheduler', 'kube-apiserver', 'etcd', 'postgres'] as const;
+
+/** CPU seconds (user + system) spent so far by each running process named in CPU_OF, by pid. */
+async function cpuSeconds(): Promise<Map<string, { comm: string; seconds: number }>> {
+  const out = new Map<string, { comm: string; seconds: number }>();
+  for (const pid of await fs.readdir('/proc')) {
+    if (!/^\d+$/.test(pid)) continue;
+    const stat = await fs.readFile(`/proc/${pid}/stat`, 'utf8').catch(() => '');
+    const comm = stat.slice(stat.indexOf('(') + 1, stat.lastIndexOf(')'));
+    if (!(CPU_OF as readonly string[]).includes(comm)) continue;
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    // utime and stime, fields 14 and 15 of proc(5), in clock ticks (USER_HZ, 100 on Linux).
+    out.set(pid, { comm, seconds: (Number(fields[11]) + Number(fields[12])) / 100 });
+  }
+  return out;
+}
+
+/**
+ * What each of CPU_OF spent per pod between two cpuSeconds() readings, in ms: a process started in between counts from
+ * its start, one that exited in between is missed (the scheduler restarted before a row has started already).
+ */
+function cpuPerPod(before: Map<string, { comm: string; seconds: number }>, after: Map<string, { comm: string; seconds: number }>, pods: number): string {
+  const spent = new Map<string, number>(CPU_OF.map((c) => [c, 0]));
+  for (const [pid, p] of after) spent.set(p.comm, spent.get(p.comm)! + p.seconds - (before.get(pid)?.seconds ?? 0));
+  return CPU_OF.map((c) => `${c} ${((spent.get(c)! * 1000) / pods).toFixed(1)}`).join(', ');
 }
 
 function quantile(sorted: number[], q: number): number {
@@ -246,15 +275,19 @@ async function main() {
       process.stderr.write(`[bench] ${n} simulated nodes and their ledger rows in ${((performance.now() - t0) / 1000).toFixed(0)}s\n`);
 
       await restartScheduler(unthrottled(defaultSchedulerConfig()));
+      const plainCpu = await cpuSeconds();
       const plain = await schedulePods(kc, `plain${n}`, PLAIN_RESOURCE);
+      const plainCpuPerPod = cpuPerPod(plainCpu, await cpuSeconds(), PODS);
       await deletePods(kc);
 
       await restartScheduler(unthrottled(schedulerConfigWithExtender(extender.url)));
       await extender.calls(); // counted from here
+      const extCpu = await cpuSeconds();
       const viaExtender = await schedulePods(kc, `ext${n}`, 'bettercompute.io/gpu', (pod) => {
         void ledger.dropAdmission(pod.spec!.nodeName!, pod.metadata!.uid!).catch((e: unknown) => console.error(`dropAdmission: ${String(e)}`));
       });
-      const { calls, eventLoopUtilization } = await extender.calls();
+      const extCpuPerPod = cpuPerPod(extCpu, await cpuSeconds(), PODS);
+      const { calls, eventLoopUtilization, cpuSeconds: extenderCpu } = await extender.calls();
       await deletePods(kc);
 
       row(n, 'kube-scheduler alone (example.com/gpu)', plain);
@@ -263,6 +296,8 @@ async function main() {
         `       extender calls: ${calls.sort().map(([k, c]) => `${k} ${c.n} (mean ${((c.seconds / c.n) * 1000).toFixed(1)} ms)`).join(', ')}; ` +
           `its event loop busy ${(eventLoopUtilization * 100).toFixed(0)}% of the run`,
       );
+      console.log(`       CPU ms per pod alone: ${plainCpuPerPod}`);
+      console.log(`       CPU ms per pod + extender: ${extCpuPerPod}, extender ${((extenderCpu * 1000) / PODS).toFixed(1)}`);
       await removeBenchNodes(kc);
       nodes = [];
     }
