@@ -45,6 +45,8 @@ async function main() {
     kube: new ClientNodeExtenderKube(kubeConfigFrom(kubeconfig)),
     log: silentLogger,
     memory,
+    // BENCH_FILTER_NODES: the most nodes filter passes (ADR 0022), to compare with the product's default.
+    ...(process.env.BENCH_FILTER_NODES ? { filterNodes: Number(process.env.BENCH_FILTER_NODES) } : {}),
     metrics: {
       onCall(verb, seconds, outcome) {
         const c = calls.get(`${verb} ${outcome}`) ?? { n: 0, seconds: 0 };

@@ -9,7 +9,8 @@
 // pod of kube-scheduler, kube-apiserver, etcd and PostgreSQL in each row, and of the extender process in its row.
 //   npm run bench:scheduler   (root; brings the test cluster up, or takes its turn on it, like the cluster tests)
 // Env: BENCH_NODES (default 1000,5000), BENCH_PODS (default 1000), BENCH_CREATE_CONCURRENCY (default 16),
-//      BENCH_EXTENDER_CPU_PROF (a directory: the extender process writes a V8 CPU profile there).
+//      BENCH_EXTENDER_CPU_PROF (a directory: the extender process writes a V8 CPU profile there),
+//      BENCH_FILTER_NODES (the most nodes the extender's filter passes; default the product's, ADR 0022).
 // Simulated nodes have no kubelet, so no agent completes an on-demand pod's admission: the bench does what the agent
 // does once the kubelet admitted the pod (it drops the node's admission lease when it sees the pod bound), so that the
 // next bind on that node is not held up waiting for an admission that no kubelet will ever make.
