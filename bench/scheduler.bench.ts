@@ -65,9 +65,11 @@ function unthrottled(config: string): string {
 /** The processes whose CPU time the bench reports per pod, by their /proc comm (15 characters at most). */
 const CPU_OF = ['kube-scheduler', 'kube-apiserver', 'etcd', 'postgres'] as const;
 
-/** CPU seconds (user + system) spent so far by each running process named in CPU_OF, by pid. */
-async function cpuSeconds(): Promise<Map<string, { comm: string; seconds: number }>> {
-  const out = new Map<string, { comm: string; seconds: number }>();
+/** pid → a process of CPU_OF and the CPU seconds (user + system) it has spent so far. */
+type CpuReading = Map<string, { comm: string; seconds: number }>;
+
+async function cpuSeconds(): Promise<CpuReading> {
+  const out: CpuReading = new Map();
   for (const pid of await fs.readdir('/proc')) {
     if (!/^\d+$/.test(pid)) continue;
     const stat = await fs.readFile(`/proc/${pid}/stat`, 'utf8').catch(() => '');
@@ -84,7 +86,7 @@ async function cpuSeconds(): Promise<Map<string, { comm: string; seconds: number
  * What each of CPU_OF spent per pod between two cpuSeconds() readings, in ms: a process started in between counts from
  * its start, one that exited in between is missed (the scheduler restarted before a row has started already).
  */
-function cpuPerPod(before: Map<string, { comm: string; seconds: number }>, after: Map<string, { comm: string; seconds: number }>, pods: number): string {
+function cpuPerPod(before: CpuReading, after: CpuReading, pods: number): string {
   const spent = new Map<string, number>(CPU_OF.map((c) => [c, 0]));
   for (const [pid, p] of after) spent.set(p.comm, spent.get(p.comm)! + p.seconds - (before.get(pid)?.seconds ?? 0));
   return CPU_OF.map((c) => `${c} ${((spent.get(c)! * 1000) / pods).toFixed(1)}`).join(', ');

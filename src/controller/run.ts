@@ -207,7 +207,7 @@ export async function runController(config: Config, log: Logger, opts: RunContro
         log,
         metrics: extenderMetrics(registry),
         memory,
-        ...(config.extenderFilterNodes ? { filterNodes: config.extenderFilterNodes } : {}),
+        filterNodes: config.extenderFilterNodes,
       }),
       log,
     );
