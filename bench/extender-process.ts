@@ -3,7 +3,8 @@
 // bench/scheduler.bench.ts forks it, so that the bench's own client work (creating pods, watching them, dropping the
 // admissions as the agent would) does not run on the extender's event loop, as it never does in a cluster.
 // IPC: sends {type: 'ready', url}; answers {type: 'calls'} with the calls counted since the last one (per verb and
-// outcome), the event loop's utilization and the process's CPU time (user + system) over that time; exits on
+// outcome), the event loop's utilization, the process's CPU time (user + system) and the state's reloads (nodes and
+// pods reloaded after a notification, and those not, applied by a bind already: ADR 0023) over that time; exits on
 // {type: 'stop'}.
 import { createServer } from 'node:http';
 import { performance } from 'node:perf_hooks';
@@ -25,7 +26,7 @@ export interface CallCount {
 
 export type ExtenderProcessMessage =
   | { type: 'ready'; url: string }
-  | { type: 'calls'; calls: [string, CallCount][]; eventLoopUtilization: number; cpuSeconds: number }
+  | { type: 'calls'; calls: [string, CallCount][]; eventLoopUtilization: number; cpuSeconds: number; reloads: ExtenderStateSync['reloads'] }
   | { type: 'error'; message: string };
 
 async function main() {
@@ -61,13 +62,22 @@ async function main() {
   const addr = server.address();
   let since = performance.eventLoopUtilization();
   let cpuSince = process.cpuUsage();
+  let reloadsSince = { ...memory.reloads };
   process.on('message', (m: { type: string }) => {
     if (m.type === 'calls') {
       const elu = performance.eventLoopUtilization(since);
       since = performance.eventLoopUtilization();
       const cpu = process.cpuUsage(cpuSince);
       cpuSince = process.cpuUsage();
-      send({ type: 'calls', calls: [...calls], eventLoopUtilization: elu.utilization, cpuSeconds: (cpu.user + cpu.system) / 1e6 });
+      const reloads = { ...memory.reloads };
+      send({
+        type: 'calls',
+        calls: [...calls],
+        eventLoopUtilization: elu.utilization,
+        cpuSeconds: (cpu.user + cpu.system) / 1e6,
+        reloads: { nodes: reloads.nodes - reloadsSince.nodes, pods: reloads.pods - reloadsSince.pods, skipped: reloads.skipped - reloadsSince.skipped },
+      });
+      reloadsSince = reloads;
       calls.clear();
     } else if (m.type === 'stop') {
       server.close();

@@ -290,14 +290,15 @@ async function main() {
         void ledger.dropAdmission(pod.spec!.nodeName!, pod.metadata!.uid!).catch((e: unknown) => console.error(`dropAdmission: ${String(e)}`));
       });
       const extCpuPerPod = cpuPerPod(extCpu, await cpuSeconds(), PODS);
-      const { calls, eventLoopUtilization, cpuSeconds: extenderCpu } = await extender.calls();
+      const { calls, eventLoopUtilization, cpuSeconds: extenderCpu, reloads } = await extender.calls();
       await deletePods(kc);
 
       row(n, 'kube-scheduler alone (example.com/gpu)', plain);
       row(n, 'kube-scheduler + extender (bettercompute.io/gpu)', viaExtender, viaExtender.podsPerSecond / plain.podsPerSecond);
       console.log(
         `       extender calls: ${calls.sort().map(([k, c]) => `${k} ${c.n} (mean ${((c.seconds / c.n) * 1000).toFixed(1)} ms)`).join(', ')}; ` +
-          `its event loop busy ${(eventLoopUtilization * 100).toFixed(0)}% of the run`,
+          `its event loop busy ${(eventLoopUtilization * 100).toFixed(0)}% of the run; ` +
+          `its state reloaded ${reloads.nodes} nodes and ${reloads.pods} pods after notifications, ${reloads.skipped} not (a bind applied them)`,
       );
       console.log(`       CPU ms per pod alone: ${plainCpuPerPod}`);
       console.log(`       CPU ms per pod + extender: ${extCpuPerPod}, extender ${((extenderCpu * 1000) / PODS).toFixed(1)}`);

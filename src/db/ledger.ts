@@ -71,13 +71,24 @@ interface AdmissionBusy {
   replans: number;
 }
 
+/**
+ * What a new pod booking wrote, for the extender's in-memory state to apply at once (ADR 0023): its atoms' booking from
+ * `start` to `end` (Infinity: open-ended), written by transaction `tx`. Absent when the booking is the pod's existing
+ * one, or was moved from another node, or claims scalar counters: then the state reloads what changed.
+ */
+export interface PodBookingWritten {
+  readonly tx: string;
+  readonly start: number;
+  readonly end: number;
+}
+
 export type PodBookingOutcome =
-  | { ok: true; allocationId: string; nodeId: string; atoms: string[]; existing: boolean }
+  | { ok: true; allocationId: string; nodeId: string; atoms: string[]; existing: boolean; written?: PodBookingWritten }
   | { ok: false; code: ReserveFailure; message: string; details?: QuotaRefusal; replans: number }
   | AdmissionBusy;
 
 export type ReserveOutcome =
-  | { ok: true; reservation: ReservationView; existing: boolean; replans: number }
+  | { ok: true; reservation: ReservationView; existing: boolean; replans: number; tx?: string }
   | { ok: false; code: ReserveFailure; message: string; details?: QuotaRefusal; replans: number };
 
 export interface LedgerMetrics {
@@ -175,6 +186,8 @@ interface PlaceResult {
   leaseExpiresAt?: number | null;
   /** A quota refusal's numbers. */
   details?: QuotaRefusal;
+  /** The writing transaction's id (the extender's notifications carry it: migrations/0016). */
+  tx?: string;
 }
 
 export class Ledger {
@@ -344,7 +357,8 @@ export class Ledger {
       return outcome;
     }
     const a = outcome.reservation.allocations[0]!;
-    return { ok: true, allocationId: a.id, nodeId: a.nodeId, atoms: a.atoms, existing: false };
+    const { start, end } = outcome.reservation;
+    return { ok: true, allocationId: a.id, nodeId: a.nodeId, atoms: a.atoms, existing: false, ...(outcome.tx && !existing ? { written: { tx: outcome.tx, start, end } } : {}) };
   }
 
   /** The live on-demand booking of a pod, if any. */
@@ -476,10 +490,12 @@ export class Ledger {
         const window = { start: r.start!, end: r.end ?? Infinity };
         undoAssume();
         assume(c, chosen, window);
+        const atomsOnly = chosen.every((cand) => Object.keys(cand.scalars).length === 0);
         return {
           ok: true,
           existing: false,
           replans,
+          ...(pod && r.tx && atomsOnly ? { tx: r.tx } : {}),
           reservation: {
             id: r.reservationId!,
             tenantId: input.tenantId,
@@ -605,20 +621,21 @@ export class Ledger {
     const order = batch.map((_, i) => i).sort((a, b) => (node[a]! < node[b]! ? -1 : node[a]! > node[b]! ? 1 : a - b));
     const items = order.map((i) => batch[i]!);
     // Named: prepared once per connection, then only bound and executed.
-    const query = { name: 'bc_place_batch', text: 'SELECT bc_place_batch($1) AS r', values: [JSON.stringify(items)] };
+    // The transaction's id too: the extender tells its own booking's notifications by it (migrations/0016).
+    const query = { name: 'bc_place_batch', text: 'SELECT bc_place_batch($1) AS r, pg_current_xact_id()::text AS tx', values: [JSON.stringify(items)] };
     const fence = this.opts.fence?.();
     const { rows } = fence
       ? await withTransaction(this.db, async (c) => {
           await this.checkFence(c, fence);
-          return c.query<{ r: PlaceResult[] }>(query);
+          return c.query<{ r: PlaceResult[]; tx: string }>(query);
         })
-      : await this.db.query<{ r: PlaceResult[] }>(query);
+      : await this.db.query<{ r: PlaceResult[]; tx: string }>(query);
     if (rows[0]!.r.length !== batch.length) throw new Error(`bc_place_batch answered ${rows[0]!.r.length} results for ${batch.length} items`);
     const outcomes = new Array<ItemOutcome<PlaceResult>>(batch.length);
     rows[0]!.r.forEach((r, k) => {
       outcomes[order[k]!] = r.error
         ? { ok: false, error: new PlacementError(r.error.message, r.error.code, r.error.constraint ?? undefined) }
-        : { ok: true, value: r };
+        : { ok: true, value: { ...r, tx: rows[0]!.tx } };
     });
     return outcomes;
   }

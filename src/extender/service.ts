@@ -58,7 +58,7 @@ export interface ExtenderDeps {
   admittingMs?: number;
   /**
    * The ledger in memory (ExtenderStateSync): filter and prioritize answer from it while it is fresh, and read the
-   * database otherwise; bind waits for it to catch up with its writes.
+   * database otherwise; bind applies its new pod booking to it, or else waits for it to catch up with its writes.
    */
   memory?: ExtenderMemory;
   /**
@@ -73,6 +73,8 @@ export interface ExtenderMemory {
   readonly state: ExtenderState;
   fresh(): boolean;
   caughtUp(): Promise<void>;
+  /** Applies a new pod booking as the ledger wrote it (ADR 0023); false when it did not (then caughtUp). */
+  applyPodBooking(b: { podUid: string; nodeId: string; atoms: readonly string[]; start: number; end: number; tx: string }): boolean;
 }
 
 /**
@@ -247,11 +249,15 @@ export class ExtenderService {
   async bind(args: ExtenderBindingArgs): Promise<ExtenderBindingResult> {
     const started = performance.now();
     const who = { namespace: args.PodNamespace, name: args.PodName, uid: args.PodUID };
+    let inState = false;
     try {
-      return await this.bindAndLog(args, who, started);
+      const { result, applied } = await this.bindAndLog(args, who, started);
+      inState = applied;
+      return result;
     } finally {
-      // The scheduler's next filter must see what this bind wrote (or undid): the state applies it first.
-      await this.d.memory?.caughtUp().catch((e: unknown) => this.d.log.warn('extender state did not catch up after a bind', errorFields(e)));
+      // The scheduler's next filter must see what this bind wrote (or undid): the bind applied its booking to the state
+      // itself, or the state applies what its notifications name first.
+      if (!inState) await this.d.memory?.caughtUp().catch((e: unknown) => this.d.log.warn('extender state did not catch up after a bind', errorFields(e)));
     }
   }
 
@@ -286,25 +292,31 @@ export class ExtenderService {
     return { pod, holdsNothing: false };
   }
 
-  private async bindAndLog(args: ExtenderBindingArgs, who: { namespace: string; name: string; uid: string }, started: number): Promise<ExtenderBindingResult> {
+  /** `applied`: the pod was bound, and the in-memory state holds what the bind wrote already. */
+  private async bindAndLog(
+    args: ExtenderBindingArgs,
+    who: { namespace: string; name: string; uid: string },
+    started: number,
+  ): Promise<{ result: ExtenderBindingResult; applied: boolean }> {
     try {
       const { pod, holdsNothing } = await this.podToBind(args);
       const demand = podDemand(pod.spec);
       if (demand.invalid) throw new BindError(demand.invalid);
+      let applied = false;
       if (demand.reservation) await this.bindReservation(pod, demand.reservation, args.Node);
-      else if (demand.devices.length) await this.bindOnDemand(pod, demand.devices, args.Node, holdsNothing);
+      else if (demand.devices.length) applied = await this.bindOnDemand(pod, demand.devices, args.Node, holdsNothing);
       else throw new BindError(notOurPod(pod.metadata.namespace, pod.metadata.name));
       this.logCall('bind', who, started, 'bound', {
         node: args.Node,
         ...(demand.reservation ? { reservation: demand.reservation.id, count: demand.reservation.count } : {}),
         ...(demand.devices.length ? { resources: demand.devices.map((d) => `${RESOURCE_OF_CLASS[d.class] ?? d.class}=${d.count}`) } : {}),
       });
-      return { Error: '' };
+      return { result: { Error: '' }, applied };
     } catch (e) {
       const outcome = e instanceof BindError ? 'refused' : 'error';
       const message = e instanceof Error ? e.message : String(e);
       this.logCall('bind', who, started, outcome, { node: args.Node, error: message });
-      return { Error: message };
+      return { result: { Error: message }, applied: false };
     }
   }
 
@@ -605,7 +617,8 @@ export class ExtenderService {
     }
   }
 
-  private async bindOnDemand(pod: Pod, devices: { class: DeviceClass; count: number }[], node: string, holdsNothing: boolean) {
+  /** Returns whether the in-memory state holds the booking already (applied here); false: it learns it by notification. */
+  private async bindOnDemand(pod: Pod, devices: { class: DeviceClass; count: number }[], node: string, holdsNothing: boolean): Promise<boolean> {
     const { namespace, name, uid } = pod.metadata;
     const poolId = (await this.nodePools()).get(node) ?? (await nodePools(this.d.db)).get(node);
     if (!poolId) throw new BindError(`node ${node} is not a GPU node of any pool in the ledger`);
@@ -644,8 +657,11 @@ export class ExtenderService {
       this.invalidate(poolId);
       throw e;
     }
+    let applied = false;
     try {
       if (booked.nodeId !== node) throw new BindError(`pod already holds a booking on ${booked.nodeId}`);
+      // The next filter sees the booking at once: the state applies it, not a reload of what its notifications name.
+      if (booked.written) applied = this.d.memory?.applyPodBooking({ podUid: uid, nodeId: node, atoms: booked.atoms, ...booked.written }) ?? false;
       // The atoms on the pod for people and tools, in the Binding's own write (one API call, not two).
       await this.d.kube.bindPod(namespace, name, uid, node, {
         [ATOMS_ANNOTATION]: booked.atoms.join(','),
@@ -654,6 +670,7 @@ export class ExtenderService {
       this.markAdmitting(node, uid, performance.now() + this.admittingMs);
       this.invalidate(poolId);
       this.d.log.info('bound on-demand pod', { pod: `${namespace}/${name}`, uid, node, atoms: booked.atoms, allocation: booked.allocationId });
+      return applied;
     } catch (e) {
       // A new booking is released with the admission (one transaction); an existing one stays the pod's.
       if (!booked.existing) await this.undo(pod, node, () => this.d.ledger.releasePod(uid));

@@ -38,16 +38,43 @@ export function listenClientFor(db: Db): () => pg.Client {
   return () => new pg.Client({ ...db.options, keepAlive: true, application_name: 'better-compute-extender-listen' });
 }
 
+/**
+ * Per node or pod to reload: the transactions whose notifications named it, NO_TX for one without (migrations/0016: the
+ * per-row notifications carry none).
+ */
+type Changes = Map<string, Set<string>>;
+const NO_TX = '';
+
 interface Pending {
   pools: Set<string>;
-  nodes: Set<string>;
+  nodes: Changes;
   reservations: Set<string>;
-  pods: Set<string>;
+  pods: Changes;
   quotas: Map<string, QuotaKey>;
 }
 
-const emptyPending = (): Pending => ({ pools: new Set(), nodes: new Set(), reservations: new Set(), pods: new Set(), quotas: new Map() });
+const emptyPending = (): Pending => ({ pools: new Set(), nodes: new Map(), reservations: new Set(), pods: new Map(), quotas: new Map() });
 const isEmpty = (p: Pending) => !p.pools.size && !p.nodes.size && !p.reservations.size && !p.pods.size && !p.quotas.size;
+
+function addChange(m: Changes, id: string, tx: string): void {
+  const known = m.get(id);
+  if (known) known.add(tx);
+  else m.set(id, new Set([tx]));
+}
+
+function mergeChanges(into: Changes, from: Changes): void {
+  for (const [id, txs] of from) for (const tx of txs) addChange(into, id, tx);
+}
+
+/**
+ * The bookings this process applied to a node or a pod itself (applyPodBooking), the last few: each its transaction and
+ * its place in the order of applies.
+ */
+type Applied = { tx: string; seq: number }[];
+
+/** How many applied transactions are remembered per node or pod, and for how many pods. */
+const APPLIED_TXS = 8;
+const APPLIED_PODS = 10_000;
 
 function withTimeout<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
   let timer: NodeJS.Timeout | undefined;
@@ -81,6 +108,11 @@ export class ExtenderStateSync extends EventEmitter {
   /** Counts LISTEN connections: a full load vouches only if it ran on one. */
   private generation = 0;
   private firstLoad: { promise: Promise<void>; resolve: () => void };
+  /** Bookings applied by applyPodBooking, counted; and per node and pod, the last ones (ADR 0023). */
+  private applies = 0;
+  private readonly applied = { nodes: new Map<string, Applied>(), pods: new Map<string, Applied>() };
+  /** Nodes and pods reloaded after a notification, and those not reloaded because their change was applied already. */
+  readonly reloads = { nodes: 0, pods: 0, skipped: 0 };
 
   constructor(private readonly d: StateSyncOptions) {
     super();
@@ -137,6 +169,30 @@ export class ExtenderStateSync extends EventEmitter {
     } finally {
       this.barriers.delete(token);
     }
+  }
+
+  /**
+   * A pod's new booking, written by transaction `tx`, applied to the state at once (ADR 0023): the notifications of
+   * that transaction for the node and the pod are then not reloaded, unless another change came with them. A load that
+   * began before this apply does not overwrite it: the node (or pod) is loaded again. False when nothing was applied
+   * (the state is not fresh, or does not hold the node); the caller waits for the notifications then (caughtUp).
+   */
+  applyPodBooking(b: { podUid: string; nodeId: string; atoms: readonly string[]; start: number; end: number; tx: string }): boolean {
+    if (!this.fresh() || !this.state.applyPodBooking(b)) return false;
+    const seq = ++this.applies;
+    const remember = (m: Map<string, Applied>, id: string) => {
+      const known = m.get(id) ?? [];
+      m.delete(id);
+      m.set(id, [...known.slice(1 - APPLIED_TXS), { tx: b.tx, seq }]);
+    };
+    remember(this.applied.nodes, b.nodeId);
+    remember(this.applied.pods, b.podUid);
+    // The oldest pods first (a Map keeps insertion order, and remember re-inserts).
+    for (const uid of this.applied.pods.keys()) {
+      if (this.applied.pods.size <= APPLIED_PODS) break;
+      this.applied.pods.delete(uid);
+    }
+    return true;
   }
 
   /** Marks the state for a full reload now (also what the periodic resync does). */
@@ -244,12 +300,13 @@ export class ExtenderStateSync extends EventEmitter {
       this.d.log.warn('extender state: unknown notification ignored', { payload: payload.slice(0, 200) });
       return;
     }
+    // A statement-level notification ends with its transaction's id (migrations/0016).
     const [kind, a, b, c] = m as string[];
     const p = this.pending;
-    if (kind === 'n' && a) p.nodes.add(a);
+    if (kind === 'n' && a) addChange(p.nodes, a, b ?? NO_TX);
     else if (kind === 'p' && a) p.pools.add(a);
     else if (kind === 'r' && a) p.reservations.add(a);
-    else if (kind === 'u' && a) p.pods.add(a);
+    else if (kind === 'u' && a) addChange(p.pods, a, b ?? NO_TX);
     else if (kind === 'q' && a && b && c) {
       const key = { tenantId: a, poolId: b, resource: c };
       p.quotas.set(quotaKeyOf(key), key);
@@ -280,6 +337,8 @@ export class ExtenderStateSync extends EventEmitter {
         } else if (!isEmpty(this.pending)) {
           const batch = this.pending;
           this.pending = emptyPending();
+          this.dropApplied(batch);
+          if (isEmpty(batch)) continue;
           try {
             await this.reload(batch);
           } catch (e) {
@@ -303,10 +362,36 @@ export class ExtenderStateSync extends EventEmitter {
 
   private merge(b: Pending): void {
     for (const x of b.pools) this.pending.pools.add(x);
-    for (const x of b.nodes) this.pending.nodes.add(x);
+    mergeChanges(this.pending.nodes, b.nodes);
     for (const x of b.reservations) this.pending.reservations.add(x);
-    for (const x of b.pods) this.pending.pods.add(x);
+    mergeChanges(this.pending.pods, b.pods);
     for (const [k, v] of b.quotas) this.pending.quotas.set(k, v);
+  }
+
+  /** Takes out of a batch the nodes and pods whose every change came from a transaction applied here already. */
+  private dropApplied(b: Pending): void {
+    const drop = (changes: Changes, applied: Map<string, Applied>) => {
+      for (const [id, txs] of changes) {
+        const a = applied.get(id);
+        if (!a) continue;
+        let all = true;
+        for (const tx of txs) if (!a.some((x) => x.tx === tx)) all = false;
+        if (!all) continue;
+        changes.delete(id);
+        this.reloads.skipped++;
+      }
+    };
+    drop(b.nodes, this.applied.nodes);
+    drop(b.pods, this.applied.pods);
+  }
+
+  /**
+   * Whether a load of a node or pod that began when `since` applies had been made may be older than the state: a
+   * booking applied after that whose notification had not come before the load began (`notified`: the transactions
+   * named before it began). A notification comes after its transaction commits, so a load that began after it sees it.
+   */
+  private olderThanApplied(applied: Applied | undefined, since: number, notified: ReadonlySet<string> | undefined): boolean {
+    return applied?.some((a) => a.seq > since && !notified?.has(a.tx)) ?? false;
   }
 
   private async fullLoad(): Promise<void> {
@@ -314,7 +399,11 @@ export class ExtenderStateSync extends EventEmitter {
     const t0 = performance.now();
     const gen = this.generation;
     const listeningSince = this.listening;
+    const since = this.applies;
     this.state.replaceAll(await loadAll(this.d.db));
+    // What was applied while it loaded may be missing from the load: loaded again.
+    for (const [id, a] of this.applied.nodes) if (this.olderThanApplied(a, since, undefined)) addChange(this.pending.nodes, id, NO_TX);
+    for (const [uid, a] of this.applied.pods) if (this.olderThanApplied(a, since, undefined)) addChange(this.pending.pods, uid, NO_TX);
     const first = !this.loaded;
     // Only a load that ran wholly on one live LISTEN connection vouches: what committed after its reads began came as
     // notifications.
@@ -334,17 +423,26 @@ export class ExtenderStateSync extends EventEmitter {
 
   private async reload(b: Pending): Promise<void> {
     const db = this.d.db;
+    const since = this.applies;
+    // A node or pod whose load may be older than what was applied to it meanwhile: not overwritten, loaded again.
+    const again = (applied: Map<string, Applied>, into: Changes, id: string, notified: Changes | undefined) => {
+      if (!this.olderThanApplied(applied.get(id), since, notified?.get(id))) return false;
+      addChange(into, id, NO_TX);
+      return true;
+    };
     // Pools first: a node that joined a new pool finds it.
     await Promise.all(
       [...b.pools].map(async (id) => {
         const p = await loadPool(db, id);
         this.state.setPool(id, p);
+        for (const n of p?.nodes ?? []) again(this.applied.nodes, this.pending.nodes, n.id, undefined);
       }),
     );
     await Promise.all([
       (async () => {
         if (!b.nodes.size) return;
-        const ids = [...b.nodes];
+        const ids = [...b.nodes.keys()];
+        this.reloads.nodes += ids.length;
         const pools = await nodePoolsOf(db, ids);
         const gone = ids.filter((id) => !pools.has(id));
         const byPool = new Map<string, string[]>();
@@ -359,7 +457,10 @@ export class ExtenderStateSync extends EventEmitter {
             for (const id of members) loads.push({ id, poolId, ...(snaps.has(id) ? { snap: snaps.get(id)! } : {}) });
           }),
         );
-        this.state.setNodes(loads, gone);
+        this.state.setNodes(
+          loads.filter((n) => !again(this.applied.nodes, this.pending.nodes, n.id, b.nodes)),
+          gone,
+        );
       })(),
       (async () => {
         if (!b.reservations.size) return;
@@ -369,9 +470,10 @@ export class ExtenderStateSync extends EventEmitter {
       })(),
       (async () => {
         if (!b.pods.size) return;
-        const uids = [...b.pods];
+        const uids = [...b.pods.keys()];
+        this.reloads.pods += uids.length;
         const got = await loadHoldings(db, uids);
-        for (const uid of uids) this.state.setHolding(uid, got.get(uid));
+        for (const uid of uids) if (!again(this.applied.pods, this.pending.pods, uid, b.pods)) this.state.setHolding(uid, got.get(uid));
       })(),
       (async () => {
         if (!b.quotas.size) return;

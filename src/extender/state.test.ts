@@ -64,6 +64,31 @@ describe('ExtenderState', () => {
     expect(s.poolOfNode('a')).toBeNull();
   });
 
+  it('applies a pod booking to new snapshot objects, once, and only on a node and atoms it holds', () => {
+    const s = new ExtenderState();
+    s.replaceAll({ ...empty, pools: [{ info: info('p1'), nodes: [node('a', 2)] }], nodePools: new Map([['a', 'p1']]) });
+    const before = s.node('a')!.snap!;
+    const booking = { podUid: 'u1', nodeId: 'a', atoms: ['a-g1'], start: 1000, end: Infinity };
+    expect(s.applyPodBooking(booking)).toBe(true);
+    const after = s.node('a')!.snap!;
+    expect(after).not.toBe(before);
+    expect(before.atoms[1]!.bookings).toEqual([]);
+    expect(after.atoms.map((a) => a.bookings)).toEqual([[], [{ start: 1000, end: Infinity }]]);
+    expect(after.atoms[0]).toBe(before.atoms[0]);
+    expect(after.summary).not.toBe(before.summary);
+    expect(after.summary!.busyFrom).toBe(1000);
+    expect(s.poolSnap('p1')!.nodes[0]).toBe(after);
+    expect(s.podHolding('u1')).toBe('a');
+    // Again (a reload brought it meanwhile): the atom keeps one booking.
+    expect(s.applyPodBooking(booking)).toBe(true);
+    expect(s.node('a')!.snap!.atoms[1]!.bookings).toHaveLength(1);
+    // A node or an atom this state does not hold: nothing applied.
+    expect(s.applyPodBooking({ ...booking, podUid: 'u2', nodeId: 'z' })).toBe(false);
+    expect(s.applyPodBooking({ ...booking, podUid: 'u2', atoms: ['a-g0', 'a-g9'] })).toBe(false);
+    expect(s.node('a')!.snap!.atoms[0]!.bookings).toEqual([]);
+    expect(s.podHolding('u2')).toBeUndefined();
+  });
+
   it('keeps only limited quota keys', () => {
     const s = new ExtenderState();
     const key = { tenantId: 't', poolId: 'p', resource: 'gpu' };

@@ -212,6 +212,29 @@ export class ExtenderState {
     delete pool.snap;
   }
 
+  /**
+   * A pod's new booking as the ledger wrote it (ADR 0023): its atoms booked over [start, end) (end Infinity: open-ended)
+   * on its node, and the pod holding atoms there. The node's snapshot is replaced, not changed in place (a call in
+   * progress may hold the old one). Idempotent: an atom that shows the booking already (a reload brought it) keeps it
+   * once. False, with nothing applied, when this state does not hold the node's snapshot or one of the atoms.
+   */
+  applyPodBooking(b: { podUid: string; nodeId: string; atoms: readonly string[]; start: number; end: number }): boolean {
+    const e = this.nodes.get(b.nodeId);
+    if (!e?.poolId || !e.snap) return false;
+    const booked = new Set(b.atoms);
+    let found = 0;
+    const atoms = e.snap.atoms.map((a) => {
+      if (!booked.has(a.id)) return a;
+      found++;
+      if (a.bookings.some((x) => x.start === b.start && x.end === b.end)) return a;
+      return { ...a, bookings: [...a.bookings, { start: b.start, end: b.end }] };
+    });
+    if (found !== booked.size) return false;
+    this.setNodes([{ id: b.nodeId, poolId: e.poolId, snap: { ...e.snap, atoms } }]);
+    this.setHolding(b.podUid, b.nodeId);
+    return true;
+  }
+
   setReservation(id: string, r: ReservationView | undefined): void {
     if (r) this.reservations.set(id, r);
     else this.reservations.delete(id);

@@ -235,6 +235,10 @@ describe('filter and prioritize from memory', () => {
     expect((await memory.filter({ Pod: first, NodeNames: [A] } as never)).NodeNames).toEqual([A]);
     expect(await memory.bind({ PodName: first.metadata.name, PodNamespace: 'acme-train', PodUID: first.metadata.uid, Node: A })).toEqual({ Error: '' });
     expect(sync.state.podHolding(first.metadata.uid)).toBe(A);
+    // Applied by the bind itself (ADR 0023): what a full load describes, before any notification is waited for.
+    const fresh = new ExtenderState();
+    fresh.replaceAll(await loadAll(ctx.db));
+    expect(sync.state.describe()).toEqual(fresh.describe());
     const second = pod({ 'bettercompute.io/gpu': '1' });
     expect(sync.fresh()).toBe(true);
     const f = await memory.filter({ Pod: second, NodeNames: [A] } as never);
@@ -284,6 +288,111 @@ describe('filter and prioritize from memory', () => {
     expect(f.NodeNames).toEqual([A]);
     expect(db.calls).toBeGreaterThan(before);
     await setNodeState(ctx.db, B, { cordoned: false });
+  });
+});
+
+describe('a bind’s own booking applied in memory (ADR 0023)', () => {
+  /** A booking the state is told of and the ledger does not hold: it shows whether a reload replaced the node. */
+  async function phantom(sync: ExtenderStateSync, tx: string) {
+    const atom = sync.state.node(A)!.snap!.atoms[0]!.id;
+    expect(sync.applyPodBooking({ podUid: `phantom-${tx}`, nodeId: A, atoms: [atom], start: ctx.clock.now(), end: Infinity, tx })).toBe(true);
+    return () => sync.state.node(A)!.snap!.atoms[0]!.bookings.length;
+  }
+  const notify = (payload: unknown[]) => ctx.db.query('SELECT pg_notify($1, $2)', ['bc_extender', JSON.stringify(payload)]);
+
+  it('a bind’s notifications carry its transaction; those of an applied transaction are not reloaded, any other is', async () => {
+    const sync = startSync();
+    await sync.ready();
+    // The ledger's own notifications name the booking's transaction, as bc_place_batch's caller reads it.
+    const listener = new pg.Client({ connectionString: ctx.url });
+    await listener.connect();
+    try {
+      const heard: string[] = [];
+      listener.on('notification', (m) => heard.push(m.payload ?? ''));
+      await listener.query('LISTEN bc_extender');
+      const out = await new Ledger(ctx.db).bookPod({ tenantId: 'acme', poolId, podUid: 'st-tx-pod', nodeId: A, devices: [{ class: 'gpu', count: 1 }], durationSeconds: null }, ctx.clock.now());
+      if (!out.ok) throw new Error(out.message);
+      const tx = out.written!.tx;
+      expect(tx).toMatch(/^\d+$/);
+      await expect.poll(() => heard.map((h) => JSON.parse(h) as string[]).filter((m) => m.at(-1) === tx).map((m) => m[0]).sort()).toEqual(['n', 'u']);
+      expect(out.written!.end).toBe(Infinity);
+      await new Ledger(ctx.db).releasePod('st-tx-pod');
+    } finally {
+      await listener.end();
+    }
+    await expectMirrors(sync);
+
+    const bookings = await phantom(sync, '1');
+    const { nodes, skipped } = sync.reloads;
+    await notify(['n', A, '1']);
+    await notify(['u', 'phantom-1', '1']);
+    await sync.caughtUp();
+    expect(sync.reloads).toMatchObject({ nodes, skipped: skipped + 2 });
+    expect(bookings()).toBe(1);
+    // Another transaction's change on the node, or one without a transaction: the node is reloaded.
+    await notify(['n', A, '1']);
+    await notify(['n', A, '2']);
+    await notify(['u', 'phantom-1', '2']);
+    await sync.caughtUp();
+    expect(sync.reloads.nodes).toBe(nodes + 1);
+    await expectMirrors(sync);
+    await phantom(sync, '3');
+    await notify(['n', A]);
+    await sync.caughtUp();
+    expect(sync.reloads.nodes).toBe(nodes + 2);
+    await notify(['u', 'phantom-3']);
+    await expectMirrors(sync);
+  });
+
+  it('a node load that began before an apply overwrites it only when it began after that booking’s notification', async () => {
+    // Loads of nodes wait at a gate while it is closed.
+    let gate: Promise<void> | undefined;
+    let open = () => undefined as void;
+    let waiting = 0;
+    const db = new Proxy(ctx.db, {
+      get(target, prop, receiver) {
+        const v = Reflect.get(target, prop, receiver) as unknown;
+        if (prop !== 'query' || typeof v !== 'function') return v;
+        return async (...args: unknown[]) => {
+          const q = args[0] as { name?: string };
+          if (gate && q?.name === 'bc_node_pools_of') {
+            waiting++;
+            await gate;
+          }
+          return (v as (...a: unknown[]) => unknown).apply(target, args);
+        };
+      },
+    });
+    const close = () => {
+      waiting = 0;
+      gate = new Promise<void>((r) => (open = () => { gate = undefined; r(); }));
+    };
+    const sync = startSync({ db });
+    await sync.ready();
+
+    // The booking's notification came first: the load began after its commit and holds it, so it replaces the node.
+    close();
+    await notify(['n', A, '11']);
+    await expect.poll(() => waiting).toBe(1);
+    const bookings = await phantom(sync, '11');
+    const { nodes } = sync.reloads;
+    open();
+    await sync.caughtUp();
+    expect(sync.reloads.nodes).toBe(nodes);
+    expect(bookings()).toBe(0);
+
+    // Its notification had not come when the load began: the load may miss it, so the node is loaded again.
+    close();
+    await notify(['n', A, '12']);
+    await expect.poll(() => waiting).toBe(1);
+    await phantom(sync, '13');
+    open();
+    await sync.caughtUp();
+    // The load that may miss it, and the one after it.
+    expect(sync.reloads.nodes).toBe(nodes + 2);
+    await notify(['u', 'phantom-11']);
+    await notify(['u', 'phantom-13']);
+    await expectMirrors(sync);
   });
 });
 
