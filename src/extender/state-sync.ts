@@ -29,6 +29,11 @@ export interface StateSyncOptions {
   callTimeoutMs?: number;
   /** The longest pause between reconnects and between retries of a failed reload (default 5 s). */
   maxBackoffMs?: number;
+  /**
+   * How long the worker, when idle, waits before it reloads what a notification with a transaction's id names (default
+   * 5 ms): the result of this process's own booking, which the bind applies, comes about when its notifications do.
+   */
+  applyWaitMs?: number;
   /** A monotonic clock in milliseconds for the staleness bound (default performance.now; tests move it). */
   monotonic?: () => number;
 }
@@ -104,6 +109,7 @@ export class ExtenderStateSync extends EventEmitter {
   private barriers = new Map<string, () => void>();
   private timers: NodeJS.Timeout[] = [];
   private reconnectTimer: NodeJS.Timeout | undefined;
+  private kickTimer: NodeJS.Timeout | undefined;
   private connectDelay = 100;
   /** Counts LISTEN connections: a full load vouches only if it ran on one. */
   private generation = 0;
@@ -122,6 +128,7 @@ export class ExtenderStateSync extends EventEmitter {
       maxStalenessMs: d.maxStalenessMs ?? 5000,
       callTimeoutMs: d.callTimeoutMs ?? 5000,
       maxBackoffMs: d.maxBackoffMs ?? 5000,
+      applyWaitMs: d.applyWaitMs ?? 5,
       monotonic: d.monotonic ?? (() => performance.now()),
     };
     this.newClient = d.listenClient ?? listenClientFor(d.db);
@@ -214,6 +221,7 @@ export class ExtenderStateSync extends EventEmitter {
     for (const t of this.timers) clearInterval(t);
     this.timers = [];
     clearTimeout(this.reconnectTimer);
+    clearTimeout(this.kickTimer);
     const c = this.client;
     this.client = undefined;
     this.listening = false;
@@ -314,7 +322,19 @@ export class ExtenderStateSync extends EventEmitter {
       const done = this.barriers.get(a);
       if (done) this.drained.push(done);
     }
-    this.kick();
+    // A node or pod changed by a transaction: it may be a bind's of this process, which applies it itself (ADR 0023).
+    if ((kind === 'n' || kind === 'u') && b) this.kickSoon();
+    else this.kick();
+  }
+
+  /** kick() after applyWaitMs, unless the worker runs already (it takes what is pending when its step ends). */
+  private kickSoon(): void {
+    if (this.working || this.kickTimer) return;
+    this.kickTimer = setTimeout(() => {
+      this.kickTimer = undefined;
+      if (!this.stopped) this.kick();
+    }, this.o.applyWaitMs);
+    this.kickTimer.unref?.();
   }
 
   // ---- the worker: full loads and reloads, one at a time ----------------------------------------------------------
