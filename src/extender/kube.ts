@@ -1,6 +1,8 @@
 // What the extender and the releaser need from the Kubernetes API, behind an interface (tests use fakes), and its
 // implementation with @kubernetes/client-node.
+import https from 'node:https';
 import * as k8s from '@kubernetes/client-node';
+import { DEFAULT_KUBE_CALL_TIMEOUT_MS, TimedKubeConfig } from '../controller/kube.ts';
 
 export interface ExtenderKube {
   /** The pod as JSON, or undefined when it does not exist. */
@@ -22,12 +24,105 @@ export function httpStatus(e: unknown): number | undefined {
   return undefined;
 }
 
+/** An API call answered with an error status: `code` is the status (httpStatus reads it), the message the server's. */
+export class KubeStatusError extends Error {
+  constructor(
+    readonly code: number,
+    message: string,
+  ) {
+    super(message);
+    this.name = 'KubeStatusError';
+  }
+}
+
+type TlsMaterial = Pick<https.RequestOptions, 'ca' | 'cert' | 'key' | 'pfx' | 'passphrase' | 'rejectUnauthorized' | 'servername'>;
+const TLS_FIELDS = ['ca', 'cert', 'key', 'pfx', 'passphrase', 'rejectUnauthorized', 'servername'] as const;
+
+function sameTls(a: TlsMaterial, b: TlsMaterial): boolean {
+  return TLS_FIELDS.every((f) => {
+    const x = a[f];
+    const y = b[f];
+    return Buffer.isBuffer(x) && Buffer.isBuffer(y) ? x.equals(y) : x === y;
+  });
+}
+
+/**
+ * POSTs a pod's Binding over node:https on kept-alive connections (ADR 0024): the one API call of every bind, made as
+ * often as pods are scheduled. client-node's generated client builds a new undici Agent per call and drops it (our
+ * PooledKubeConfig hands it the shared one, ADR 0018), then goes through fetch and web streams; in bench:scheduler that
+ * was a quarter of the extender's CPU time. Server, credentials and TLS material come from the KubeConfig on every call
+ * (applyToHTTPSOptions: a token or a certificate renewed on disk is picked up), and the connections are kept while the
+ * TLS material stays the same. Undefined for a cluster this does not speak to (plain HTTP, a proxy): the caller uses
+ * client-node then.
+ */
+export class KubeBindingWriter {
+  private pool: { tls: TlsMaterial; agent: https.Agent } | undefined;
+
+  private constructor(
+    private readonly kc: k8s.KubeConfig,
+    private readonly timeoutMs: number,
+  ) {}
+
+  static for(kc: k8s.KubeConfig): KubeBindingWriter | undefined {
+    const cluster = kc.getCurrentCluster();
+    if (!cluster?.server.startsWith('https:') || cluster.proxyUrl) return undefined;
+    return new KubeBindingWriter(kc, kc instanceof TimedKubeConfig ? kc.callTimeoutMs : DEFAULT_KUBE_CALL_TIMEOUT_MS);
+  }
+
+  async bind(namespace: string, name: string, body: k8s.V1Binding): Promise<void> {
+    const cluster = this.kc.getCurrentCluster();
+    if (!cluster) throw new Error('the kubeconfig has no current cluster');
+    const url = new URL(`${cluster.server.replace(/\/+$/, '')}/api/v1/namespaces/${encodeURIComponent(namespace)}/pods/${encodeURIComponent(name)}/binding`);
+    const opts: https.RequestOptions = {};
+    await this.kc.applyToHTTPSOptions(opts);
+    const data = Buffer.from(JSON.stringify(body));
+    const headers = { ...(opts.headers as Record<string, string> | undefined), 'content-type': 'application/json', accept: 'application/json', 'content-length': String(data.length) };
+    const { status, text } = await new Promise<{ status: number; text: string }>((resolve, reject) => {
+      const req = https.request(
+        url,
+        { method: 'POST', headers, agent: this.agent(opts), ...(opts.auth ? { auth: opts.auth } : {}), signal: AbortSignal.timeout(this.timeoutMs) },
+        (res) => {
+          const chunks: Buffer[] = [];
+          res.on('data', (c: Buffer) => chunks.push(c));
+          res.on('end', () => resolve({ status: res.statusCode ?? 0, text: Buffer.concat(chunks).toString('utf8') }));
+          res.on('error', reject);
+        },
+      );
+      req.on('error', (e) => reject(e.name === 'AbortError' ? new Error(`the Kubernetes API did not answer within ${this.timeoutMs} ms`) : e));
+      req.end(data);
+    });
+    if (status >= 200 && status < 300) return;
+    let message = text.slice(0, 500);
+    try {
+      const parsed = JSON.parse(text) as { message?: unknown };
+      if (typeof parsed.message === 'string') message = parsed.message;
+    } catch {
+      // Not a Status: the body as it came.
+    }
+    throw new KubeStatusError(status, `Binding ${namespace}/${name}: HTTP ${status}: ${message}`);
+  }
+
+  /** The kept-alive Agent for this TLS material; a new one when it changed (the old one's idle connections close). */
+  private agent(opts: https.RequestOptions): https.Agent {
+    const tls: TlsMaterial = {};
+    for (const f of TLS_FIELDS) if (opts[f] !== undefined) Object.assign(tls, { [f]: opts[f] });
+    if (this.pool && sameTls(this.pool.tls, tls)) return this.pool.agent;
+    const old = this.pool?.agent;
+    this.pool = { tls, agent: new https.Agent({ ...tls, keepAlive: true, keepAliveMsecs: 30_000 }) };
+    // Requests in flight on the old one end within the call timeout.
+    if (old) setTimeout(() => old.destroy(), this.timeoutMs).unref();
+    return this.pool.agent;
+  }
+}
+
 export class ClientNodeExtenderKube implements ExtenderKube {
   private readonly core: k8s.CoreV1Api;
+  private readonly bindings: KubeBindingWriter | undefined;
   private readonly nsCache = new Map<string, { labels: Record<string, string>; at: number }>();
 
   constructor(kc: k8s.KubeConfig, private readonly nsCacheMs = 5000) {
     this.core = kc.makeApiClient(k8s.CoreV1Api);
+    this.bindings = KubeBindingWriter.for(kc);
   }
 
   async getPod(namespace: string, name: string): Promise<unknown> {
@@ -67,17 +162,15 @@ export class ClientNodeExtenderKube implements ExtenderKube {
   }
 
   async bindPod(namespace: string, name: string, uid: string, node: string, annotations?: Record<string, string>): Promise<void> {
-    await this.core.createNamespacedPodBinding({
-      name,
-      namespace,
-      body: {
-        apiVersion: 'v1',
-        kind: 'Binding',
-        // The API server copies a Binding's annotations onto the pod in the same write as spec.nodeName.
-        metadata: { name, namespace, uid, ...(annotations ? { annotations } : {}) },
-        target: { apiVersion: 'v1', kind: 'Node', name: node },
-      },
-    });
+    const body: k8s.V1Binding = {
+      apiVersion: 'v1',
+      kind: 'Binding',
+      // The API server copies a Binding's annotations onto the pod in the same write as spec.nodeName.
+      metadata: { name, namespace, uid, ...(annotations ? { annotations } : {}) },
+      target: { apiVersion: 'v1', kind: 'Node', name: node },
+    };
+    if (this.bindings) await this.bindings.bind(namespace, name, body);
+    else await this.core.createNamespacedPodBinding({ name, namespace, body });
   }
 
   async evictPod(namespace: string, name: string, graceSeconds: number): Promise<void> {
