@@ -16,7 +16,7 @@ import { getPool, isPoolVisible, loadNodes, type PoolInfo } from '../db/snapshot
 import { errorFields, type Logger } from '../log.ts';
 import type { ExtenderKube } from './kube.ts';
 import { nodePools, podHolding, quotaHeadroom, reservationAtoms } from './queries.ts';
-import type { ExtenderState } from './state.ts';
+import type { ExtenderState, PodBookingApplied } from './state.ts';
 import { ALLOCATION_ANNOTATION, ATOMS_ANNOTATION, podDemand, RESOURCE_OF_CLASS, TENANT_LABEL, type PodDemand } from './resources.ts';
 import {
   nodeNamesOf,
@@ -74,7 +74,7 @@ export interface ExtenderMemory {
   fresh(): boolean;
   caughtUp(): Promise<void>;
   /** Applies a new pod booking as the ledger wrote it (ADR 0023); false when it did not (then caughtUp). */
-  applyPodBooking(b: { podUid: string; nodeId: string; atoms: readonly string[]; start: number; end: number; tx: string }): boolean;
+  applyPodBooking(b: PodBookingApplied & { tx: string }): boolean;
 }
 
 /**

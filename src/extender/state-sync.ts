@@ -10,7 +10,7 @@ import type { Db } from '../db/pool.ts';
 import { getPool, loadNodes } from '../db/snapshot.ts';
 import { errorFields, type Logger } from '../log.ts';
 import { loadHoldings, loadQuotas, loadReservations, nodePools, nodePoolsOf } from './queries.ts';
-import { ExtenderState, quotaKeyOf, type FullLoad, type NodeLoad, type QuotaKey } from './state.ts';
+import { ExtenderState, quotaKeyOf, type FullLoad, type NodeLoad, type PodBookingApplied, type QuotaKey } from './state.ts';
 
 export const EXTENDER_CHANNEL = 'bc_extender';
 
@@ -184,7 +184,7 @@ export class ExtenderStateSync extends EventEmitter {
    * began before this apply does not overwrite it: the node (or pod) is loaded again. False when nothing was applied
    * (the state is not fresh, or does not hold the node); the caller waits for the notifications then (caughtUp).
    */
-  applyPodBooking(b: { podUid: string; nodeId: string; atoms: readonly string[]; start: number; end: number; tx: string }): boolean {
+  applyPodBooking(b: PodBookingApplied & { tx: string }): boolean {
     if (!this.fresh() || !this.state.applyPodBooking(b)) return false;
     const seq = ++this.applies;
     const remember = (m: Map<string, Applied>, id: string) => {

@@ -17,6 +17,15 @@ export interface QuotaCharge {
   readonly amount: number;
 }
 
+/** A pod's new booking as the ledger wrote it: its atoms on its node over [start, end) (end Infinity: open-ended). */
+export interface PodBookingApplied {
+  readonly podUid: string;
+  readonly nodeId: string;
+  readonly atoms: readonly string[];
+  readonly start: number;
+  readonly end: number;
+}
+
 export interface QuotaKey {
   readonly tenantId: string;
   readonly poolId: string;
@@ -218,7 +227,7 @@ export class ExtenderState {
    * progress may hold the old one). Idempotent: an atom that shows the booking already (a reload brought it) keeps it
    * once. False, with nothing applied, when this state does not hold the node's snapshot or one of the atoms.
    */
-  applyPodBooking(b: { podUid: string; nodeId: string; atoms: readonly string[]; start: number; end: number }): boolean {
+  applyPodBooking(b: PodBookingApplied): boolean {
     const e = this.nodes.get(b.nodeId);
     if (!e?.poolId || !e.snap) return false;
     const booked = new Set(b.atoms);
