@@ -77,7 +77,7 @@ describe('the Binding over node:https', () => {
     const body = { metadata: { name: 'p', namespace: 'ns' }, target: { kind: 'Node', name: 'n' } };
     const before = connections;
     await writer.bind('ns', 'p', body);
-    kc.getCurrentUser()!.token = 't-2';
+    Object.assign(kc.getCurrentUser()!, { token: 't-2' });
     await writer.bind('ns', 'p', body);
     expect(seen.at(-1)!.authorization).toBe('Bearer t-2');
     expect(connections).toBe(before + 1);
