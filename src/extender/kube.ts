@@ -2,7 +2,7 @@
 // implementation with @kubernetes/client-node.
 import https from 'node:https';
 import * as k8s from '@kubernetes/client-node';
-import { DEFAULT_KUBE_CALL_TIMEOUT_MS, TimedKubeConfig } from '../controller/kube.ts';
+import { DEFAULT_KUBE_CALL_TIMEOUT_MS, KubeCallTimeoutError, TimedKubeConfig } from '../controller/kube.ts';
 
 export interface ExtenderKube {
   /** The pod as JSON, or undefined when it does not exist. */
@@ -88,7 +88,7 @@ export class KubeBindingWriter {
           res.on('error', reject);
         },
       );
-      req.on('error', (e) => reject(e.name === 'AbortError' ? new Error(`the Kubernetes API did not answer within ${this.timeoutMs} ms`) : e));
+      req.on('error', (e) => reject(e.name === 'AbortError' ? new KubeCallTimeoutError(this.timeoutMs) : e));
       req.end(data);
     });
     if (status >= 200 && status < 300) return;

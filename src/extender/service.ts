@@ -249,15 +249,15 @@ export class ExtenderService {
   async bind(args: ExtenderBindingArgs): Promise<ExtenderBindingResult> {
     const started = performance.now();
     const who = { namespace: args.PodNamespace, name: args.PodName, uid: args.PodUID };
-    let inState = false;
+    let applied = false;
     try {
-      const { result, applied } = await this.bindAndLog(args, who, started);
-      inState = applied;
-      return result;
+      const done = await this.bindAndLog(args, who, started);
+      applied = done.applied;
+      return done.result;
     } finally {
       // The scheduler's next filter must see what this bind wrote (or undid): the bind applied its booking to the state
       // itself, or the state applies what its notifications name first.
-      if (!inState) await this.d.memory?.caughtUp().catch((e: unknown) => this.d.log.warn('extender state did not catch up after a bind', errorFields(e)));
+      if (!applied) await this.d.memory?.caughtUp().catch((e: unknown) => this.d.log.warn('extender state did not catch up after a bind', errorFields(e)));
     }
   }
 
