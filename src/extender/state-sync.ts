@@ -414,6 +414,13 @@ export class ExtenderStateSync extends EventEmitter {
     return applied?.some((a) => a.seq > since && !notified?.has(a.tx)) ?? false;
   }
 
+  /** When a load of this node or pod may be older than what was applied to it (olderThanApplied): pending again, true. */
+  private loadAgain(kind: 'nodes' | 'pods', id: string, since: number, notified?: ReadonlySet<string>): boolean {
+    if (!this.olderThanApplied(this.applied[kind].get(id), since, notified)) return false;
+    addChange(this.pending[kind], id, NO_TX);
+    return true;
+  }
+
   private async fullLoad(): Promise<void> {
     const started = this.o.monotonic();
     const t0 = performance.now();
@@ -422,8 +429,8 @@ export class ExtenderStateSync extends EventEmitter {
     const since = this.applies;
     this.state.replaceAll(await loadAll(this.d.db));
     // What was applied while it loaded may be missing from the load: loaded again.
-    for (const [id, a] of this.applied.nodes) if (this.olderThanApplied(a, since, undefined)) addChange(this.pending.nodes, id, NO_TX);
-    for (const [uid, a] of this.applied.pods) if (this.olderThanApplied(a, since, undefined)) addChange(this.pending.pods, uid, NO_TX);
+    for (const id of this.applied.nodes.keys()) this.loadAgain('nodes', id, since);
+    for (const uid of this.applied.pods.keys()) this.loadAgain('pods', uid, since);
     const first = !this.loaded;
     // Only a load that ran wholly on one live LISTEN connection vouches: what committed after its reads began came as
     // notifications.
@@ -443,19 +450,14 @@ export class ExtenderStateSync extends EventEmitter {
 
   private async reload(b: Pending): Promise<void> {
     const db = this.d.db;
+    // A node or pod whose load may be older than what was applied to it meanwhile is not overwritten: loaded again.
     const since = this.applies;
-    // A node or pod whose load may be older than what was applied to it meanwhile: not overwritten, loaded again.
-    const again = (applied: Map<string, Applied>, into: Changes, id: string, notified: Changes | undefined) => {
-      if (!this.olderThanApplied(applied.get(id), since, notified?.get(id))) return false;
-      addChange(into, id, NO_TX);
-      return true;
-    };
     // Pools first: a node that joined a new pool finds it.
     await Promise.all(
       [...b.pools].map(async (id) => {
         const p = await loadPool(db, id);
         this.state.setPool(id, p);
-        for (const n of p?.nodes ?? []) again(this.applied.nodes, this.pending.nodes, n.id, undefined);
+        for (const n of p?.nodes ?? []) this.loadAgain('nodes', n.id, since);
       }),
     );
     await Promise.all([
@@ -478,7 +480,7 @@ export class ExtenderStateSync extends EventEmitter {
           }),
         );
         this.state.setNodes(
-          loads.filter((n) => !again(this.applied.nodes, this.pending.nodes, n.id, b.nodes)),
+          loads.filter((n) => !this.loadAgain('nodes', n.id, since, b.nodes.get(n.id))),
           gone,
         );
       })(),
@@ -493,7 +495,7 @@ export class ExtenderStateSync extends EventEmitter {
         const uids = [...b.pods.keys()];
         this.reloads.pods += uids.length;
         const got = await loadHoldings(db, uids);
-        for (const uid of uids) if (!again(this.applied.pods, this.pending.pods, uid, b.pods)) this.state.setHolding(uid, got.get(uid));
+        for (const uid of uids) if (!this.loadAgain('pods', uid, since, b.pods.get(uid))) this.state.setHolding(uid, got.get(uid));
       })(),
       (async () => {
         if (!b.quotas.size) return;
