@@ -620,7 +620,9 @@ export class ExtenderService {
   /** Returns whether the in-memory state holds the booking already (applied here); false: it learns it by notification. */
   private async bindOnDemand(pod: Pod, devices: { class: DeviceClass; count: number }[], node: string, holdsNothing: boolean): Promise<boolean> {
     const { namespace, name, uid } = pod.metadata;
-    const poolId = (await this.nodePools()).get(node) ?? (await nodePools(this.d.db)).get(node);
+    // The node's pool from the state while it is fresh (no read); else from the cached map. Unknown there: read now.
+    const known = this.d.memory?.fresh() ? this.d.memory.state.poolOfNode(node) : (await this.nodePools()).get(node);
+    const poolId = known ?? (await nodePools(this.d.db)).get(node);
     if (!poolId) throw new BindError(`node ${node} is not a GPU node of any pool in the ledger`);
     const tenant = await this.tenantOf(namespace);
     const deadline = pod.spec.activeDeadlineSeconds ?? null;

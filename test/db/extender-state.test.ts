@@ -229,11 +229,16 @@ describe('filter and prioritize from memory', () => {
   it('a bind’s booking is in the state when the bind answers: the next filter sees the node taken', async () => {
     const sync = startSync();
     await sync.ready();
-    const { kube, memory } = services(sync);
+    const kube = new FakeKube();
+    // The service's own reads counted apart from the ledger's (the booking is the ledger's write).
+    const db = countingDb(ctx.db);
+    const memory = new ExtenderService({ db, ledger: new Ledger(ctx.db), clock: ctx.clock, kube, log: silentLogger, memory: sync });
     const first = pod({ 'bettercompute.io/gpu': '2' });
     kube.pods.set(`acme-train/${first.metadata.name}`, first);
     expect((await memory.filter({ Pod: first, NodeNames: [A] } as never)).NodeNames).toEqual([A]);
     expect(await memory.bind({ PodName: first.metadata.name, PodNamespace: 'acme-train', PodUID: first.metadata.uid, Node: A })).toEqual({ Error: '' });
+    // The node's pool and the pod's holding came from the state: the bind read nothing of its own.
+    expect(db.calls).toBe(0);
     expect(sync.state.podHolding(first.metadata.uid)).toBe(A);
     // Applied by the bind itself (ADR 0023): what a full load describes, before any notification is waited for.
     const fresh = new ExtenderState();
