@@ -8,13 +8,12 @@
 // {type: 'stop'}.
 import { createServer } from 'node:http';
 import { performance } from 'node:perf_hooks';
-import { createExtenderApp } from '../src/controller/listeners.ts';
 import { kubeConfigFrom } from '../src/controller/kube.ts';
 import { DbClock } from '../src/db/clock.ts';
 import { Ledger } from '../src/db/ledger.ts';
 import { createPool } from '../src/db/pool.ts';
 import { ClientNodeExtenderKube } from '../src/extender/kube.ts';
-import { createExtenderRouter } from '../src/extender/router.ts';
+import { createExtenderListener } from '../src/extender/router.ts';
 import { ExtenderService } from '../src/extender/service.ts';
 import { ExtenderStateSync } from '../src/extender/state-sync.ts';
 import { silentLogger } from '../src/log.ts';
@@ -57,7 +56,7 @@ async function main() {
       },
     },
   });
-  const server = createServer(createExtenderApp(createExtenderRouter({ service }), silentLogger));
+  const server = createServer(createExtenderListener({ service }));
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
   const addr = server.address();
   let since = performance.eventLoopUtilization();

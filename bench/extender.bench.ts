@@ -10,7 +10,7 @@
 //      BENCH_WRITER_RATE (bookings and releases per second in the background row, default 50).
 // One call at a time: kube-scheduler calls the extender from its scheduling cycle, one pod after another.
 import fs from 'node:fs/promises';
-import { createServer, type Server } from 'node:http';
+import { createServer, type RequestListener, type Server } from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
 import express from 'express';
@@ -23,7 +23,7 @@ import { createPool } from '../src/db/pool.ts';
 import { newAllocationId } from '../src/ids.ts';
 import { seedPool } from './seed.ts';
 import type { ExtenderKube } from '../src/extender/kube.ts';
-import { createExtenderRouter } from '../src/extender/router.ts';
+import { createExtenderListener } from '../src/extender/router.ts';
 import { DEFAULT_FILTER_NODES, ExtenderService } from '../src/extender/service.ts';
 import { ExtenderStateSync } from '../src/extender/state-sync.ts';
 import type { Db } from '../src/db/pool.ts';
@@ -197,21 +197,33 @@ async function main() {
   });
   const database = new ExtenderService({ db, ledger, clock, kube, log: silentLogger });
 
-  const app = express();
-  app.set('etag', false); // as the controller's extender listener (src/controller/listeners.ts)
-  app.use((req, res, next) => {
+  // The empty handlers of the baseline: express, as the issue's baseline defines them. The extenders: the controller's
+  // extender listener (plain node:http, ADR 0025), served here under /memory/ and /database/ for /scheduler/.
+  const baseline = express();
+  baseline.set('etag', false);
+  baseline.post('/empty-raw', (_req, res) => void res.json({}));
+  baseline.post('/empty-json', express.json({ limit: '64mb' }), (_req, res) => void res.json({}));
+  const extenders = new Map([
+    ['/memory/', createExtenderListener({ service: memory })],
+    ['/database/', createExtenderListener({ service: database })],
+  ]);
+  // In the server: from the request's arrival to the answer handed to the socket (body read, parsed, answered).
+  const app: RequestListener = (req, res) => {
+    const url = req.url ?? '';
     const t0 = performance.now();
     res.on('finish', () => {
-      const list = serverTimes.get(req.originalUrl) ?? [];
+      const list = serverTimes.get(url) ?? [];
       list.push(performance.now() - t0);
-      serverTimes.set(req.originalUrl, list);
+      serverTimes.set(url, list);
     });
-    next();
-  });
-  app.use('/memory', createExtenderRouter({ service: memory }));
-  app.use('/database', createExtenderRouter({ service: database }));
-  app.post('/empty-raw', (_req, res) => void res.json({}));
-  app.post('/empty-json', express.json({ limit: '64mb' }), (_req, res) => void res.json({}));
+    for (const [prefix, listener] of extenders) {
+      if (url.startsWith(prefix)) {
+        req.url = `/scheduler/${url.slice(prefix.length)}`;
+        return listener(req, res);
+      }
+    }
+    baseline(req, res);
+  };
   const server: Server = createServer(app);
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
   const addr = server.address();

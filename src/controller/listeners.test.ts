@@ -11,11 +11,11 @@ import { createApp } from '../api/app.ts';
 import { AccessReviewer, TokenReviewer } from '../api/authz-kubernetes.ts';
 import { StaticTokenAuthorizer } from '../api/authz.ts';
 import type { CapacityService } from '../api/capacity-service.ts';
-import { createExtenderRouter } from '../extender/router.ts';
+import { createExtenderListener } from '../extender/router.ts';
 import type { ExtenderService } from '../extender/service.ts';
 import { silentLogger } from '../log.ts';
 import { issueBundle, type TlsBundle } from './certs.ts';
-import { createExtenderApp, createWebhookApp, startListeners, type ControllerListeners } from './listeners.ts';
+import { createWebhookApp, startListeners, type ControllerListeners } from './listeners.ts';
 import { createMetricsApp } from './metrics-endpoint.ts';
 
 
@@ -65,7 +65,7 @@ beforeAll(async () => {
     },
     // As runController builds it: no registry, so no /metrics on the API's port.
     api: createApp({ service: {} as CapacityService, authorizer: StaticTokenAuthorizer.denyAll(), log: silentLogger, ready: async () => undefined }),
-    extender: createExtenderApp(createExtenderRouter({ service }), silentLogger),
+    extender: createExtenderListener({ service }),
     metrics: createMetricsApp({ registry, authenticate: (t) => tokens.authenticate(t), allowed: (p, a) => access.allowed(p, a), log: silentLogger }),
     webhook: createWebhookApp([{ path: '/agent/v1', router: agentRouter }], silentLogger),
     tls: { cert: tlsA.cert, key: tlsA.key, ca: tlsA.caCert },

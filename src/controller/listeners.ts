@@ -59,17 +59,6 @@ function errorHandler(log: Logger, listener: string) {
   };
 }
 
-/** The extender listener's app: the extender router under /scheduler and nothing else. */
-export function createExtenderApp(extender: RequestHandler, log: Logger): express.Express {
-  const app = express();
-  app.disable('x-powered-by');
-  app.set('etag', false);
-  app.use('/scheduler', extender);
-  app.use(notFoundHandler('/scheduler/{filter,prioritize,bind} only'));
-  app.use(errorHandler(log, 'extender'));
-  return app;
-}
-
 /** The webhook listener's app: the given routers at their paths. Each router reads (and caps) its own bodies. */
 export function createWebhookApp(mounts: readonly WebhookMount[], log: Logger): express.Express {
   const app = express();

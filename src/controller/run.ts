@@ -25,7 +25,7 @@ import { ClientNodeExtenderKube } from '../extender/kube.ts';
 import { stopOnSignal } from '../cli/signals.ts';
 import { preemptionPass } from './preemption.ts';
 import { startPodReleaser } from '../extender/releaser.ts';
-import { createExtenderRouter } from '../extender/router.ts';
+import { createExtenderListener } from '../extender/router.ts';
 import { StatePreviewer } from '../extender/preview.ts';
 import { ExtenderStateSync } from '../extender/state-sync.ts';
 import { errorFields, type Logger } from '../log.ts';
@@ -35,7 +35,7 @@ import { ledgerMetrics } from '../metrics/ledger.ts';
 import { createRegistry, httpMetrics } from '../metrics/registry.ts';
 import { serviceSans } from './certs.ts';
 import { FenceHolder, LEASE_NAME } from './fence.ts';
-import { createExtenderApp, createWebhookApp, healthChecks, startListeners, type ControllerListeners, type WebhookMount } from './listeners.ts';
+import { createWebhookApp, healthChecks, startListeners, type ControllerListeners, type WebhookMount } from './listeners.ts';
 import { createMetricsApp } from './metrics-endpoint.ts';
 import { ClientNodeTlsKube, FileTlsSource, SecretTlsSource, type TlsSource } from './tls.ts';
 import { KubeClient, kubeConfigFrom } from './kube.ts';
@@ -198,19 +198,16 @@ export async function runController(config: Config, log: Logger, opts: RunContro
     });
     // The scheduler extender on every replica, with an unfenced ledger: its binds are not leader work (the database
     // arbitrates between replicas). Filter and prioritize answer from the ledger in memory (ADR 0010).
-    const extender = createExtenderApp(
-      createExtenderRouter({
-        db: database.db,
-        ledger: previews,
-        clock,
-        kube: new ClientNodeExtenderKube(kc),
-        log,
-        metrics: extenderMetrics(registry),
-        memory,
-        filterNodes: config.extenderFilterNodes,
-      }),
+    const extender = createExtenderListener({
+      db: database.db,
+      ledger: previews,
+      clock,
+      kube: new ClientNodeExtenderKube(kc),
       log,
-    );
+      metrics: extenderMetrics(registry),
+      memory,
+      filterNodes: config.extenderFilterNodes,
+    });
     const tokens = new TokenReviewer({ kubeConfig: kc });
     const access = new AccessReviewer({ kubeConfig: kc });
     const metricsApp = createMetricsApp({

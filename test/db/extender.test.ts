@@ -4,13 +4,12 @@
 // are read.
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
-import express from 'express';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { advanceClock } from '../../src/db/clock.ts';
 import { Ledger } from '../../src/db/ledger.ts';
 import type { ExtenderKube } from '../../src/extender/kube.ts';
 import { reservationResourceName, TENANT_LABEL } from '../../src/extender/resources.ts';
-import { createExtenderRouter, EXTENDER_MAX_BODY_BYTES } from '../../src/extender/router.ts';
+import { createExtenderListener, EXTENDER_MAX_BODY_BYTES } from '../../src/extender/router.ts';
 import { ExtenderService } from '../../src/extender/service.ts';
 import { createLogger } from '../../src/log.ts';
 import { makeNode, makePool, reservation } from '../support/builders.ts';
@@ -261,7 +260,7 @@ describe('prioritize after filter', () => {
   });
 });
 
-describe('the extender router', () => {
+describe('the extender listener (transport)', () => {
   let server: http.Server;
   let base: string;
   const calls: string[] = [];
@@ -276,14 +275,13 @@ describe('the extender router', () => {
         calls.push('prioritize');
         return [];
       },
-      bind: async () => {
+      bind: async (args: { PodName: string }) => {
         calls.push('bind');
+        if (args.PodName === 'throws') throw new Error('the service failed');
         return { Error: '' };
       },
     } as unknown as ExtenderService;
-    const app = express();
-    app.use('/scheduler', createExtenderRouter({ service: spy }));
-    server = http.createServer(app);
+    server = http.createServer(createExtenderListener({ service: spy }));
     await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
     base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
   });
@@ -340,6 +338,55 @@ describe('the extender router', () => {
     });
     expect(r.status).toBe(413);
     expect(calls).toEqual([]);
+  });
+
+  async function post(path: string, body: string, headers: Record<string, string> = {}) {
+    const res = await fetch(`${base}${path}`, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body });
+    return { status: res.status, type: res.headers.get('content-type'), json: (await res.json()) as unknown };
+  }
+
+  it('answers each verb in the wire format, and refuses what does not decode with 400 in that verb’s shape', async () => {
+    const pod = { metadata: { name: 'p', namespace: 'acme-train', uid: 'u' }, spec: { containers: [] } };
+    const ok = await post('/scheduler/filter', JSON.stringify({ Pod: pod, NodeNames: ['a'] }));
+    expect(ok).toEqual({ status: 200, type: 'application/json; charset=utf-8', json: { Nodes: null, NodeNames: [], FailedNodes: {}, FailedAndUnresolvableNodes: {}, Error: '' } });
+    expect((await post('/scheduler/prioritize?x=1', JSON.stringify({ Pod: pod, NodeNames: ['a'] }))).json).toEqual([]);
+    expect((await post('/scheduler/bind', JSON.stringify({ PodName: 'p', PodNamespace: 'n', PodUID: 'u', Node: 'a' }))).json).toEqual({ Error: '' });
+    expect(calls).toEqual(['filter', 'prioritize', 'bind']);
+    calls.length = 0;
+    const notJson = await post('/scheduler/filter', '{"Pod": ');
+    expect(notJson.status).toBe(400);
+    expect((notJson.json as { Error: string }).Error).toMatch(/^invalid extender request: /);
+    const noPod = await post('/scheduler/filter', JSON.stringify({ NodeNames: ['a'] }));
+    expect(noPod).toMatchObject({ status: 400, json: { Nodes: null, NodeNames: null, Error: expect.stringMatching(/^invalid extender request: Pod: /) } });
+    expect(await post('/scheduler/prioritize', JSON.stringify({ Pod: pod, NodeNames: [1] }))).toEqual({ status: 400, type: 'application/json; charset=utf-8', json: [] });
+    const noUid = await post('/scheduler/bind', JSON.stringify({ PodName: 'p', PodNamespace: 'n', Node: 'a' }));
+    expect(noUid).toMatchObject({ status: 400, json: { Error: expect.stringMatching(/PodUID/) } });
+    expect((await post('/scheduler/bind', '')).status).toBe(400);
+    const gzip = await post('/scheduler/bind', '{}', { 'content-encoding': 'gzip' });
+    expect(gzip).toMatchObject({ status: 415, json: { Error: expect.stringMatching(/content encoding "gzip" is not supported/) } });
+    expect(calls).toEqual([]);
+  });
+
+  it('serves nothing but POST on its three paths (404), and a service that throws answers 500', async () => {
+    for (const [method, path] of [['GET', '/scheduler/filter'], ['POST', '/scheduler/preempt'], ['POST', '/filter'], ['GET', '/healthz']] as const) {
+      const res = await fetch(`${base}${path}`, { method, ...(method === 'POST' ? { body: '{}' } : {}) });
+      expect(res.status, `${method} ${path}`).toBe(404);
+      expect(((await res.json()) as { error: { code: string } }).error.code).toBe('NOT_FOUND');
+    }
+    const failed = await post('/scheduler/bind', JSON.stringify({ PodName: 'throws', PodNamespace: 'n', PodUID: 'u', Node: 'a' }));
+    expect(failed).toEqual({ status: 500, type: 'application/json; charset=utf-8', json: { error: { code: 'INTERNAL', message: 'internal error' } } });
+    expect(calls).toEqual(['bind']);
+  });
+
+  it('a client that goes away mid-body gets no answer, and the listener serves the next call', async () => {
+    await new Promise<void>((resolve) => {
+      const req = http.request(`${base}/scheduler/filter`, { method: 'POST', headers: { 'content-length': '1000' } });
+      req.on('error', () => resolve());
+      req.write('{"Pod":', () => setTimeout(() => (req.destroy(), resolve()), 50));
+    });
+    const pod = { metadata: { name: 'p', namespace: 'acme-train', uid: 'u' }, spec: { containers: [] } };
+    expect((await post('/scheduler/filter', JSON.stringify({ Pod: pod, NodeNames: [] }))).status).toBe(200);
+    expect(calls).toEqual(['filter']);
   });
 
   it('a 5,000-node filter body fits the cap: the longest node names, and a Pod at etcd’s 1.5 MiB object limit', async () => {
