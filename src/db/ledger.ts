@@ -424,7 +424,8 @@ export class Ledger {
       c = await this.cached(input.poolId);
       if (!isPoolVisible(c.info, input.tenantId)) return { ...notFound, replans };
       if (c.info.archived) return { ok: false, code: 'POOL_ARCHIVED', message: `pool ${c.info.id} is archived`, replans };
-      const p = plan(pod ? { ...c.snap, nodes: c.snap.nodes.filter((n) => n.id === pod.nodeId) } : c.snap, req);
+      const podNode = pod && c.nodes.get(pod.nodeId);
+      const p = plan(pod ? { ...c.snap, nodes: podNode ? [podNode] : [] } : c.snap, req);
       if (!p.ok) {
         // An idempotent retry of a reservation that already holds the capacity must find it, not "no capacity".
         const existing = reservation && (await this.findByIdempotencyKey(input.tenantId, input.idempotencyKey));
