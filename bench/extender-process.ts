@@ -5,8 +5,12 @@
 // IPC: sends {type: 'ready', url}; answers {type: 'calls'} with the calls counted since the last one (per verb and
 // outcome), the event loop's utilization, the process's CPU time (user + system) and the state's reloads (nodes and
 // pods reloaded after a notification, and those not, applied by a bind already: ADR 0023) over that time; exits on
-// {type: 'stop'}.
+// {type: 'stop'}. With BENCH_EXTENDER_CPU_PROF (a directory), each 'calls' message ends the V8 CPU profile taken since
+// the one before and starts the next, so that a measured row (from one 'calls' to the next) has a profile of its own.
+import fs from 'node:fs/promises';
 import { createServer } from 'node:http';
+import { Session } from 'node:inspector/promises';
+import path from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { kubeConfigFrom } from '../src/controller/kube.ts';
 import { DbClock } from '../src/db/clock.ts';
@@ -62,8 +66,24 @@ async function main() {
   let since = performance.eventLoopUtilization();
   let cpuSince = process.cpuUsage();
   let reloadsSince = { ...memory.reloads };
+  const profileDir = process.env.BENCH_EXTENDER_CPU_PROF;
+  const profiler = profileDir ? new Session() : undefined;
+  let profiles = 0;
+  const nextProfile = async () => {
+    if (!profiler || !profileDir) return;
+    if (profiles++ > 0) {
+      const { profile } = await profiler.post('Profiler.stop');
+      await fs.writeFile(path.join(profileDir, `extender-${process.pid}-${profiles - 1}.cpuprofile`), JSON.stringify(profile));
+    }
+    await profiler.post('Profiler.start');
+  };
+  if (profiler) {
+    profiler.connect();
+    await profiler.post('Profiler.enable');
+  }
   process.on('message', (m: { type: string }) => {
     if (m.type === 'calls') {
+      void nextProfile();
       const elu = performance.eventLoopUtilization(since);
       since = performance.eventLoopUtilization();
       const cpu = process.cpuUsage(cpuSince);

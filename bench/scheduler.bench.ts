@@ -2,14 +2,16 @@
 // at 1,000 and 5,000 simulated nodes (8 GPUs each), 1,000 pods that request `bettercompute.io/gpu: 1` scheduled through
 // the extender (filter, prioritize and bind, deploy/scheduler/'s configuration, the ledger in PostgreSQL), against the
 // same 1,000 pods requesting a plain extended resource (`example.com/gpu: 1`) that kube-scheduler places alone.
+// Each row first schedules BENCH_WARMUP (32) pods of its kind, not measured, so that both rows measure a running
+// system (the extender's first bind loads the pool into its ledger's cache once per process, as in the controller).
 // Prints pods per second (first create to last binding) and the p50/p99 of each pod's time from its create call
 // to its binding seen on a watch; the ratio is extender pods/s ÷ plain pods/s. The extender runs in a process of its own
 // (bench/extender-process.ts), as in the controller's pod: this process's client work is not on its event loop. Both
 // rows run kube-scheduler with its own API client unthrottled (unthrottled() below). Under each size: the CPU time per
 // pod of kube-scheduler, kube-apiserver, etcd and PostgreSQL in each row, and of the extender process in its row.
 //   npm run bench:scheduler   (root; brings the test cluster up, or takes its turn on it, like the cluster tests)
-// Env: BENCH_NODES (default 1000,5000), BENCH_PODS (default 1000), BENCH_CREATE_CONCURRENCY (default 16),
-//      BENCH_EXTENDER_CPU_PROF (a directory: the extender process writes a V8 CPU profile there),
+// Env: BENCH_NODES (default 1000,5000), BENCH_PODS (default 1000), BENCH_CREATE_CONCURRENCY (default 16), BENCH_WARMUP,
+//      BENCH_EXTENDER_CPU_PROF (a directory: the extender process writes a V8 CPU profile of each row there),
 //      BENCH_FILTER_NODES (the most nodes the extender's filter passes; default the product's, ADR 0022).
 // Simulated nodes have no kubelet, so no agent completes an on-demand pod's admission: the bench does what the agent
 // does once the kubelet admitted the pod (it drops the node's admission lease when it sees the pod bound), so that the
@@ -41,6 +43,7 @@ import { seedNodes } from './seed.ts';
 const SIZES = (process.env.BENCH_NODES ?? '1000,5000').split(',').map(Number);
 const PODS = Number(process.env.BENCH_PODS ?? 1000);
 const CREATE_CONCURRENCY = Number(process.env.BENCH_CREATE_CONCURRENCY ?? 16);
+const WARMUP = Number(process.env.BENCH_WARMUP ?? 32);
 const NAMESPACE = 'bench-scheduler';
 const TENANT = 'bench';
 const BENCH_LABEL = 'bettercompute.io/bench-scheduler';
@@ -110,10 +113,10 @@ function podManifest(name: string, resource: string) {
 }
 
 /**
- * Creates `PODS` pods (CREATE_CONCURRENCY calls at a time) and waits until a watch has seen every one bound.
+ * Creates `count` pods (CREATE_CONCURRENCY calls at a time) and waits until a watch has seen every one bound.
  * `onBound` runs for each binding seen.
  */
-async function schedulePods(kc: k8s.KubeConfig, run: string, resource: string, onBound?: (pod: k8s.V1Pod) => void): Promise<Stats> {
+async function schedulePods(kc: k8s.KubeConfig, run: string, resource: string, count: number, onBound?: (pod: k8s.V1Pod) => void): Promise<Stats> {
   const core = kc.makeApiClient(k8s.CoreV1Api);
   const created = new Map<string, number>();
   const bound = new Map<string, number>();
@@ -124,7 +127,7 @@ async function schedulePods(kc: k8s.KubeConfig, run: string, resource: string, o
     if (pod.spec?.nodeName && name.startsWith(run) && !bound.has(name)) {
       bound.set(name, at);
       onBound?.(pod);
-      if (bound.size === PODS) allBound();
+      if (bound.size === count) allBound();
     }
   };
   // The watch starts at the list's resourceVersion, so it sees every pod created after the list even if it connects
@@ -136,7 +139,7 @@ async function schedulePods(kc: k8s.KubeConfig, run: string, resource: string, o
   let generation = 0;
   let lastEvent = performance.now();
   const rewatch = (why: string) => {
-    process.stderr.write(`[bench] ${run}: watch ${why} at ${bound.size}/${PODS} bound; watching again\n`);
+    process.stderr.write(`[bench] ${run}: watch ${why} at ${bound.size}/${count} bound; watching again\n`);
     generation++; // the old watch's end, when the abort below causes it, is not another reason to watch again
     const old = current;
     void old?.then((c) => c.abort()).catch(() => undefined);
@@ -147,7 +150,7 @@ async function schedulePods(kc: k8s.KubeConfig, run: string, resource: string, o
     lastEvent = performance.now();
     const list = await core.listNamespacedPod({ namespace: NAMESPACE });
     for (const pod of list.items) seen(pod, performance.now());
-    if (bound.size >= PODS) return;
+    if (bound.size >= count) return;
     current = new k8s.Watch(kc).watch(
       `/api/v1/namespaces/${NAMESPACE}/pods`,
       { resourceVersion: list.metadata?.resourceVersion, allowWatchBookmarks: true },
@@ -157,21 +160,21 @@ async function schedulePods(kc: k8s.KubeConfig, run: string, resource: string, o
         else if (type === 'ERROR') process.stderr.write(`[bench] ${run}: watch error event ${JSON.stringify(obj)}\n`);
       },
       (err: unknown) => {
-        if (bound.size >= PODS || mine !== generation) return;
+        if (bound.size >= count || mine !== generation) return;
         rewatch(`ended (${err ? String(err) : 'closed'})`);
       },
     );
   };
   const quiet = setInterval(() => {
-    if (bound.size < PODS && performance.now() - lastEvent > 10_000) rewatch('quiet for 10 s');
+    if (bound.size < count && performance.now() - lastEvent > 10_000) rewatch('quiet for 10 s');
   }, 1000);
   await watchFrom();
-  process.stderr.write(`[bench] ${run}: creating ${PODS} pods\n`);
+  process.stderr.write(`[bench] ${run}: creating ${count} pods\n`);
   const started = performance.now();
   let next = 0;
   await Promise.all(
     Array.from({ length: CREATE_CONCURRENCY }, async () => {
-      while (next < PODS) {
+      while (next < count) {
         const name = `${run}-${next++}`;
         created.set(name, performance.now());
         await core.createNamespacedPod({ namespace: NAMESPACE, body: podManifest(name, resource) as k8s.V1Pod });
@@ -183,10 +186,10 @@ async function schedulePods(kc: k8s.KubeConfig, run: string, resource: string, o
   clearTimeout(timeout);
   clearInterval(quiet);
   (await current)?.abort();
-  if (bound.size < PODS) throw new Error(`${run}: only ${bound.size} of ${PODS} pods bound within 10 minutes`);
+  if (bound.size < count) throw new Error(`${run}: only ${bound.size} of ${count} pods bound within 10 minutes`);
   const latencies = [...bound].map(([name, t]) => t - (created.get(name) ?? t)).sort((a, b) => a - b);
   const last = Math.max(...bound.values());
-  return { podsPerSecond: PODS / ((last - started) / 1000), p50: quantile(latencies, 0.5), p99: quantile(latencies, 0.99) };
+  return { podsPerSecond: count / ((last - started) / 1000), p50: quantile(latencies, 0.5), p99: quantile(latencies, 0.99) };
 }
 
 /**
@@ -210,10 +213,8 @@ async function removeBenchNodes(kc: k8s.KubeConfig): Promise<void> {
 
 /** Forks bench/extender-process.ts and waits for its listener. */
 async function startExtenderProcess(databaseUrl: string, kubeconfig: string) {
-  const profile = process.env.BENCH_EXTENDER_CPU_PROF;
   const child = fork(path.join(import.meta.dirname, 'extender-process.ts'), [databaseUrl, kubeconfig], {
     stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
-    execArgv: [...process.execArgv, ...(profile ? ['--cpu-prof', `--cpu-prof-dir=${profile}`] : [])],
   });
   const next = (type: ExtenderProcessMessage['type']) =>
     new Promise<ExtenderProcessMessage>((resolve, reject) => {
@@ -278,17 +279,21 @@ async function main() {
       process.stderr.write(`[bench] ${n} simulated nodes and their ledger rows in ${((performance.now() - t0) / 1000).toFixed(0)}s\n`);
 
       await restartScheduler(unthrottled(defaultSchedulerConfig()));
+      await schedulePods(kc, `warm-plain${n}`, PLAIN_RESOURCE, WARMUP);
       const plainCpu = await cpuSeconds();
-      const plain = await schedulePods(kc, `plain${n}`, PLAIN_RESOURCE);
+      const plain = await schedulePods(kc, `plain${n}`, PLAIN_RESOURCE, PODS);
       const plainCpuPerPod = cpuPerPod(plainCpu, await cpuSeconds(), PODS);
       await deletePods(kc);
 
       await restartScheduler(unthrottled(schedulerConfigWithExtender(extender.url)));
+      const admitted = (pod: k8s.V1Pod) =>
+        void ledger.dropAdmission(pod.spec!.nodeName!, pod.metadata!.uid!).catch((e: unknown) => console.error(`dropAdmission: ${String(e)}`));
+      await schedulePods(kc, `warm-ext${n}`, 'bettercompute.io/gpu', WARMUP, admitted);
+      // A warm-up bind answers kube-scheduler just after its Binding is seen: let the last ones finish uncounted.
+      await new Promise((r) => setTimeout(r, 500));
       await extender.calls(); // counted from here
       const extCpu = await cpuSeconds();
-      const viaExtender = await schedulePods(kc, `ext${n}`, 'bettercompute.io/gpu', (pod) => {
-        void ledger.dropAdmission(pod.spec!.nodeName!, pod.metadata!.uid!).catch((e: unknown) => console.error(`dropAdmission: ${String(e)}`));
-      });
+      const viaExtender = await schedulePods(kc, `ext${n}`, 'bettercompute.io/gpu', PODS, admitted);
       const extCpuPerPod = cpuPerPod(extCpu, await cpuSeconds(), PODS);
       const { calls, eventLoopUtilization, cpuSeconds: extenderCpu, reloads } = await extender.calls();
       await deletePods(kc);
