@@ -17,7 +17,7 @@ import { DbClock } from '../src/db/clock.ts';
 import { Ledger } from '../src/db/ledger.ts';
 import { createPool } from '../src/db/pool.ts';
 import { ClientNodeExtenderKube } from '../src/extender/kube.ts';
-import { createExtenderListener } from '../src/extender/router.ts';
+import { createExtenderListener } from '../src/extender/listener.ts';
 import { ExtenderService } from '../src/extender/service.ts';
 import { ExtenderStateSync } from '../src/extender/state-sync.ts';
 import { silentLogger } from '../src/log.ts';

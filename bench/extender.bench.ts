@@ -23,7 +23,7 @@ import { createPool } from '../src/db/pool.ts';
 import { newAllocationId } from '../src/ids.ts';
 import { seedPool } from './seed.ts';
 import type { ExtenderKube } from '../src/extender/kube.ts';
-import { createExtenderListener } from '../src/extender/router.ts';
+import { createExtenderListener } from '../src/extender/listener.ts';
 import { DEFAULT_FILTER_NODES, ExtenderService } from '../src/extender/service.ts';
 import { ExtenderStateSync } from '../src/extender/state-sync.ts';
 import type { Db } from '../src/db/pool.ts';

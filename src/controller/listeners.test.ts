@@ -11,7 +11,7 @@ import { createApp } from '../api/app.ts';
 import { AccessReviewer, TokenReviewer } from '../api/authz-kubernetes.ts';
 import { StaticTokenAuthorizer } from '../api/authz.ts';
 import type { CapacityService } from '../api/capacity-service.ts';
-import { createExtenderListener } from '../extender/router.ts';
+import { createExtenderListener } from '../extender/listener.ts';
 import type { ExtenderService } from '../extender/service.ts';
 import { silentLogger } from '../log.ts';
 import { issueBundle, type TlsBundle } from './certs.ts';

@@ -25,7 +25,7 @@ import { ClientNodeExtenderKube } from '../extender/kube.ts';
 import { stopOnSignal } from '../cli/signals.ts';
 import { preemptionPass } from './preemption.ts';
 import { startPodReleaser } from '../extender/releaser.ts';
-import { createExtenderListener } from '../extender/router.ts';
+import { createExtenderListener } from '../extender/listener.ts';
 import { StatePreviewer } from '../extender/preview.ts';
 import { ExtenderStateSync } from '../extender/state-sync.ts';
 import { errorFields, type Logger } from '../log.ts';

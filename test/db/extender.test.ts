@@ -9,7 +9,7 @@ import { advanceClock } from '../../src/db/clock.ts';
 import { Ledger } from '../../src/db/ledger.ts';
 import type { ExtenderKube } from '../../src/extender/kube.ts';
 import { reservationResourceName, TENANT_LABEL } from '../../src/extender/resources.ts';
-import { createExtenderListener, EXTENDER_MAX_BODY_BYTES } from '../../src/extender/router.ts';
+import { createExtenderListener, EXTENDER_MAX_BODY_BYTES } from '../../src/extender/listener.ts';
 import { ExtenderService } from '../../src/extender/service.ts';
 import { createLogger } from '../../src/log.ts';
 import { makeNode, makePool, reservation } from '../support/builders.ts';

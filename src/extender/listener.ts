@@ -19,7 +19,7 @@ export type { ExtenderDeps } from './service.ts';
  */
 export const EXTENDER_MAX_BODY_BYTES = 4 * 1024 * 1024;
 
-export const EXTENDER_PATHS = '/scheduler/{filter,prioritize,bind}';
+const EXTENDER_PATHS = '/scheduler/{filter,prioritize,bind}';
 
 export interface ExtenderListenerOptions {
   /** Default EXTENDER_MAX_BODY_BYTES. */
