@@ -21,13 +21,6 @@ export const EXTENDER_MAX_BODY_BYTES = 4 * 1024 * 1024;
 
 const EXTENDER_PATHS = '/scheduler/{filter,prioritize,bind}';
 
-export interface ExtenderListenerOptions {
-  /** Default EXTENDER_MAX_BODY_BYTES. */
-  maxBodyBytes?: number;
-  /** For refusals before the service is called (oversized or malformed bodies); default: the service's log. */
-  log?: Logger;
-}
-
 /** A JSON answer; `close`: the connection is closed after it (a body left unread). */
 function send(res: ServerResponse, status: number, body: unknown, close = false): void {
   const text = JSON.stringify(body);
@@ -89,10 +82,11 @@ interface Verb {
 }
 
 /** The extender listener. Pass a service, or its dependencies. */
-export function createExtenderListener(deps: ExtenderDeps | { service: ExtenderService }, opts: ExtenderListenerOptions = {}): RequestListener {
+export function createExtenderListener(deps: ExtenderDeps | { service: ExtenderService }): RequestListener {
   const service = 'service' in deps ? deps.service : new ExtenderService(deps);
-  const log = opts.log ?? ('log' in deps ? deps.log : silentLogger);
-  const max = opts.maxBodyBytes ?? EXTENDER_MAX_BODY_BYTES;
+  // Refusals before the service is called (oversized or malformed bodies) go to the service's log.
+  const log: Logger = 'log' in deps ? deps.log : silentLogger;
+  const max = EXTENDER_MAX_BODY_BYTES;
   const filterRefusal = (m: string) => ({ Nodes: null, NodeNames: null, FailedNodes: {}, FailedAndUnresolvableNodes: {}, Error: m });
   const verbs = new Map<string, Verb>([
     [
