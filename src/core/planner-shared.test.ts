@@ -1,5 +1,6 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
+import { NodeGroups } from './node-groups.ts';
 import { plan, summarizeNode, summarizeShared } from './planner.ts';
 import type { AtomSnap, NodeSnap, NodeSummary, PlacementRequest } from './types.ts';
 
@@ -62,5 +63,82 @@ describe('summarizeShared', () => {
     expect(a).toBe(b);
     expect(c).not.toBe(a);
     expect(c).toEqual(summarizeNode(gpus('c', true)));
+  });
+});
+
+describe('NodeGroups', () => {
+  const toReq = (q: { count: number; start: number; len: number; binding: 'hold' | 'node'; nvlink: boolean; selector: boolean }): PlacementRequest => ({
+    devices: [{ class: 'gpu', count: q.count, selector: q.selector ? [{ attr: 'numaNode', op: '>=', value: 0 }] : [] }],
+    window: { start: q.start, end: q.start + q.len },
+    binding: q.binding,
+    ...(q.nvlink ? { topology: 'nvlink-all' as const } : {}),
+  });
+  // Bookings added to and taken from nodes after the groups were made, each followed by update(), as the ledger's
+  // assume and its undo do.
+  const arbChanges = fc.array(fc.record({ node: fc.nat(59), atom: fc.nat(7), start: fc.integer({ min: 0, max: 300 }), undo: fc.boolean() }), { maxLength: 12 });
+
+  it('plans exactly as the node-by-node pass, also after bookings come and go', () => {
+    fc.assert(
+      fc.property(arbPool, fc.array(arbReq, { minLength: 1, maxLength: 3 }), arbChanges, (specs, qs, changes) => {
+        const shared = new Map<string, NodeSummary>();
+        const nodes = specs.map((n) => ({ ...n, atoms: n.atoms.map((a) => ({ ...a, bookings: [...a.bookings] })), summary: summarizeShared(n, shared) }));
+        const pool = { id: 'p', sharing: 'exclusive' as const, topologyKey: 'zone', nodes };
+        const groups = new NodeGroups(nodes);
+        const check = () => {
+          for (const q of qs) expect(plan(pool, toReq(q), groups)).toEqual(plan(pool, toReq(q)));
+        };
+        check();
+        for (const ch of changes) {
+          const node = nodes[ch.node % nodes.length]!;
+          const atom = node.atoms[ch.atom % node.atoms.length]!;
+          if (ch.undo) atom.bookings.pop();
+          else atom.bookings.push({ start: ch.start, end: ch.start + 50 });
+          node.summary = summarizeShared(node, shared);
+          groups.update(node);
+          check();
+        }
+      }),
+      { numRuns: 300 },
+    );
+  });
+
+  it('screens a shared summary once for all its nodes, and keeps ties in pool order', () => {
+    const gpus = (id: string, booked: number): NodeSnap => ({
+      id, schedulable: true, labels: {}, scalars: {},
+      atoms: [0, 1, 2, 3].map((g) => ({ id: `${id}-${g}`, class: 'gpu' as const, parentId: null, healthy: true, bookable: true,
+        attributes: { numaNode: 0 }, bookings: g < booked ? [{ start: 0, end: 100 }] : [] })),
+    });
+    const shared = new Map<string, NodeSummary>();
+    const nodes = ['a', 'b', 'c', 'd', 'e'].map((id, i) => gpus(id, i === 3 ? 2 : 0));
+    for (const n of nodes) n.summary = summarizeShared(n, shared);
+    const groups = new NodeGroups(nodes);
+    expect([...groups.shared.values()]).toEqual([[0, 1, 2, 4]]);
+    expect(groups.others).toEqual([3]);
+    const pool = { id: 'p', sharing: 'exclusive' as const, topologyKey: 'zone', nodes };
+    const req: PlacementRequest = { devices: [{ class: 'gpu', count: 1, selector: [] }], window: { start: 0, end: 10 }, binding: 'hold' };
+    const r = plan(pool, req, groups);
+    // The half-booked node packs best; the free ones follow in pool order.
+    expect(r.ok && r.candidates.map((c) => c.nodeId)).toEqual(['d', 'a', 'b', 'c', 'e']);
+
+    // A node that gets a booking leaves its group, and comes back when the booking goes.
+    nodes[1]!.atoms[0]!.bookings.push({ start: 0, end: 100 });
+    nodes[1]!.summary = summarizeShared(nodes[1]!, shared);
+    groups.update(nodes[1]!);
+    expect([...groups.shared.values()]).toEqual([[0, 2, 4]]);
+    expect(groups.others).toEqual([1, 3]);
+    nodes[1]!.atoms[0]!.bookings.pop();
+    nodes[1]!.summary = summarizeShared(nodes[1]!, shared);
+    groups.update(nodes[1]!);
+    expect([...groups.shared.values()]).toEqual([[0, 1, 2, 4]]);
+    expect(groups.others).toEqual([3]);
+  });
+
+  it('refuses groups of another node list, and ignores a node it does not hold', () => {
+    const node: NodeSnap = { id: 'x', schedulable: true, labels: {}, scalars: {}, atoms: [] };
+    const groups = new NodeGroups([node]);
+    const req: PlacementRequest = { devices: [{ class: 'gpu', count: 1, selector: [] }], window: { start: 0, end: 10 }, binding: 'hold' };
+    expect(() => plan({ id: 'p', sharing: 'exclusive', topologyKey: 'zone', nodes: [node] }, req, groups)).toThrow(/another node list/);
+    groups.update({ ...node });
+    expect(groups.others).toEqual([0]);
   });
 });

@@ -217,7 +217,7 @@ describe('plan properties', () => {
   it('judging from the summary gives what visiting every atom gives (locality over any NUMA layout included)', () => {
     const arbAtoms = fc.array(
       // Bookable only, as the ledger's snapshots load them (src/db/snapshot.ts).
-      fc.record({ numa: fc.option(fc.constantFrom(0, 1, 2, '1'), { nil: undefined }), healthy: fc.boolean(), busy: fc.option(fc.integer({ min: 0, max: 300 }), { nil: undefined }) }),
+      fc.record({ numa: fc.option(fc.constantFrom(0, 1, 2, '1'), { nil: undefined }), healthy: fc.boolean(), busy: fc.array(fc.integer({ min: 0, max: 300 }), { maxLength: 3 }) }),
       { maxLength: 8 },
     );
     fc.assert(
@@ -236,7 +236,7 @@ describe('plan properties', () => {
                 healthy: a.healthy,
                 bookable: true,
                 attributes: (a.numa === undefined ? {} : { numaNode: a.numa }) as AtomSnap['attributes'],
-                bookings: a.busy === undefined ? [] : [{ start: a.busy, end: a.busy + 50 }],
+                bookings: a.busy.map((start) => ({ start, end: start + 50 })),
               })),
             };
             if (summarized) n.summary = summarizeNode(n);

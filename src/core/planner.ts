@@ -1,11 +1,14 @@
 // The planning core: snapshot + request → ranked candidates with atoms and score, or a reason. Pure: no I/O, no clock.
+import type { NodeGroups } from './node-groups.ts';
 import { matchesSelector } from './selector.ts';
 import {
   overlaps,
   type AtomSnap,
   type Candidate,
+  type ClassSummary,
   type DeviceClass,
   type DeviceRequest,
+  type Interval,
   type NodeSnap,
   type NodeSummary,
   type PlacementRequest,
@@ -256,6 +259,9 @@ function screenNode(node: NodeSnap, req: PlacementRequest, scalars: readonly [Sc
     if (req.binding === 'node') return c.healthy === c.bookable ? 100 : 'busy-node';
     return Math.round((100 * (c.bookable - c.healthy + single.count)) / c.bookable);
   }
+  // Every atom of the class booked across the window: none free, without visiting them.
+  const full = single && sum?.classes.get(single.class);
+  if (full && req.window.start < full.fullUntil && full.fullFrom < req.window.end) return `devices:${single.class}`;
   let relevant = 0;
   let relevantFree = 0;
   let anyBusy = false;
@@ -301,14 +307,20 @@ function screenNode(node: NodeSnap, req: PlacementRequest, scalars: readonly [Sc
 
 /** The summary of a node's atoms; call again after changing their bookings or health. */
 export function summarizeNode(node: NodeSnap): NodeSummary {
-  const classes = new Map<AtomSnap['class'], { bookable: number; healthy: number; largestNuma: number }>();
+  const classes = new Map<AtomSnap['class'], { -readonly [K in keyof ClassSummary]: ClassSummary[K] }>();
   const numa = new Map<string, number>();
   let busyFrom = Infinity;
   let busyUntil = -Infinity;
   for (const a of node.atoms) {
     if (!a.bookable) continue;
-    const c = classes.get(a.class) ?? { bookable: 0, healthy: 0, largestNuma: 0 };
+    const c = classes.get(a.class) ?? { bookable: 0, healthy: 0, largestNuma: 0, fullFrom: -Infinity, fullUntil: Infinity };
     c.bookable++;
+    let last: Interval | undefined;
+    for (const b of a.bookings) {
+      if (b.start < busyFrom) busyFrom = b.start;
+      if (b.end > busyUntil) busyUntil = b.end;
+      if (!last || b.end > last.end) last = b;
+    }
     if (a.healthy) {
       c.healthy++;
       // Grouped as pickAtoms groups them.
@@ -316,12 +328,11 @@ export function summarizeNode(node: NodeSnap): NodeSummary {
       const n = (numa.get(key) ?? 0) + 1;
       numa.set(key, n);
       if (n > c.largestNuma) c.largestNuma = n;
+      // The span every healthy atom so far is booked in.
+      c.fullFrom = last ? Math.max(c.fullFrom, last.start) : Infinity;
+      c.fullUntil = last ? Math.min(c.fullUntil, last.end) : -Infinity;
     }
     classes.set(a.class, c);
-    for (const b of a.bookings) {
-      if (b.start < busyFrom) busyFrom = b.start;
-      if (b.end > busyUntil) busyUntil = b.end;
-    }
   }
   return { classes, busyFrom, busyUntil };
 }
@@ -358,7 +369,13 @@ export function summarizeShared(node: NodeSnap, shared: Map<string, NodeSummary>
 /** plan()'s per-node scratch (a packing score, -1 for a misfit; the feasible nodes' order), grown when a pool is larger. */
 let scratch = { score: new Int8Array(0), order: new Int32Array(0) };
 
-export function plan(pool: PoolSnap, req: PlacementRequest): PlanResult {
+/**
+ * The request's ranked candidates in `pool`, or why none. With `groups` (of `pool.nodes`, kept current by the caller),
+ * a request that reads only the nodes' summaries where they are free screens each shared summary once instead of each
+ * of its nodes; the answer is the same.
+ */
+export function plan(pool: PoolSnap, req: PlacementRequest, groups?: NodeGroups): PlanResult {
+  if (groups && groups.nodes !== pool.nodes) throw new Error('plan: the node groups are of another node list');
   const misfits = new Map<Misfit, number>();
   const miss = (m: Misfit) => misfits.set(m, (misfits.get(m) ?? 0) + 1);
   const nodes = pool.nodes;
@@ -372,6 +389,7 @@ export function plan(pool: PoolSnap, req: PlacementRequest): PlanResult {
   // screen serves the run of them. Exact, and at 10,000 nodes most of the plan's time otherwise.
   const single = req.devices.length === 1 ? req.devices[0]! : undefined;
   const memoable = scalars.length === 0 && single !== undefined && single.selector.length === 0 && !single.sharing;
+  if (groups && memoable && !req.gang) return planByGroups(nodes, req, groups);
   let memoSummary: NodeSummary | undefined;
   let memoScreen: Misfit | number = 0;
   for (let i = 0; i < nodes.length; i++) {
@@ -420,6 +438,60 @@ export function plan(pool: PoolSnap, req: PlacementRequest): PlanResult {
     return { ok: true, candidates: fits };
   }
   return planGang(pool, req.gang.size, req.gang.topologyKey ?? pool.topologyKey, fits, misfits);
+}
+
+/**
+ * plan() of a request without gang, scalars, selector or sharing, on grouped nodes: the same candidates and reason as
+ * its node-by-node pass. Each shared summary is screened once for its nodes (the fast path reads nothing else of
+ * them); the exact pass visits the feasible nodes best score first and in pool order within a score, merging the
+ * groups' ascending indices, and stops where plan() stops.
+ */
+function planByGroups(nodes: readonly NodeSnap[], req: PlacementRequest, groups: NodeGroups): PlanResult {
+  const noScalars: readonly [ScalarResource, number][] = [];
+  // Misfits counted, and ordered as the node-by-node pass meets them: by the first node of each.
+  const firstMisfits = new Map<Misfit, { at: number; count: number }>();
+  const missAt = (m: Misfit, at: number, count: number) => {
+    const e = firstMisfits.get(m);
+    if (!e) firstMisfits.set(m, { at, count });
+    else {
+      e.count += count;
+      if (at < e.at) e.at = at;
+    }
+  };
+  // Per score: ascending index lists (the other nodes' one, then each shared group's).
+  const feasible: number[][][] = Array.from({ length: 101 }, () => []);
+  const others: number[][] = [];
+  for (const i of groups.others) {
+    const s = screenNode(nodes[i]!, req, noScalars);
+    if (typeof s !== 'number') missAt(s, i, 1);
+    else (others[Math.min(100, Math.max(0, s))] ??= []).push(i);
+  }
+  others.forEach((list, b) => feasible[b]!.push(list));
+  for (const list of groups.shared.values()) {
+    const s = screenNode(nodes[list[0]!]!, req, noScalars);
+    if (typeof s !== 'number') missAt(s, list[0]!, list.length);
+    else feasible[Math.min(100, Math.max(0, s))]!.push(list);
+  }
+  const misfits = new Map([...firstMisfits].sort((a, b) => a[1].at - b[1].at).map(([m, e]) => [m, e.count]));
+  const fits: Candidate[] = [];
+  visit: for (let b = 100; b >= 0; b--) {
+    const lists = feasible[b]!;
+    const next = lists.map(() => 0);
+    for (;;) {
+      let from = -1;
+      for (let k = 0; k < lists.length; k++) {
+        if (next[k]! < lists[k]!.length && (from < 0 || lists[k]![next[k]!]! < lists[from]![next[from]!]!)) from = k;
+      }
+      if (from < 0) break;
+      const i = lists[from]![next[from]!++]!;
+      if (fits.length >= MAX_CANDIDATES && fits[MAX_CANDIDATES - 1]!.score >= b + LOCALITY_BONUS) break visit;
+      const f = fitNode(nodes[i]!, req);
+      if (f.candidate) insertRanked(fits, f.candidate, MAX_CANDIDATES);
+      else if (f.misfit) misfits.set(f.misfit, (misfits.get(f.misfit) ?? 0) + 1);
+    }
+  }
+  if (fits.length === 0) return { ok: false, reason: describeMisfits(misfits, nodes.length) };
+  return { ok: true, candidates: fits };
 }
 
 /** All or nothing: `size` fitting nodes inside one placement domain; the domain whose best members score highest. */

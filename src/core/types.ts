@@ -42,12 +42,25 @@ export interface ScalarSnap {
 }
 
 /** Per-node counts that let the planner screen a node without visiting its atoms (see summarizeNode). */
+export interface ClassSummary {
+  readonly bookable: number;
+  readonly healthy: number;
+  readonly largestNuma: number;
+  /**
+   * A time span in which every healthy bookable atom of the class is booked (each by the booking of it that ends
+   * last): a window that overlaps [fullFrom, fullUntil) finds none of them free. Empty (fullFrom ≥ fullUntil) when
+   * one of them has no booking.
+   */
+  readonly fullFrom: number;
+  readonly fullUntil: number;
+}
+
 export interface NodeSummary {
   /**
    * Bookable atoms per class, how many of them are healthy, and how many healthy ones the class's largest NUMA group
    * holds (atoms without a numaNode form one group): whether a placement free of bookings gets the locality bonus.
    */
-  readonly classes: ReadonlyMap<DeviceClass, { readonly bookable: number; readonly healthy: number; readonly largestNuma: number }>;
+  readonly classes: ReadonlyMap<DeviceClass, ClassSummary>;
   /** The earliest start and the latest end of any booking of the node's atoms (Infinity / -Infinity if none). */
   readonly busyFrom: number;
   readonly busyUntil: number;

@@ -4,6 +4,7 @@
 // replan, never a double booking.
 import { createHash } from 'node:crypto';
 import type { ReservationCreateInput } from '../api/schemas.ts';
+import { NodeGroups } from '../core/node-groups.ts';
 import { plan, summarizeShared } from '../core/planner.ts';
 import { choosePreemption } from '../core/preemption.ts';
 import { selectorFromObject } from '../core/selector.ts';
@@ -152,6 +153,8 @@ interface CachedPool {
   info: PoolInfo;
   nodes: Map<string, NodeSnap>;
   snap: PoolSnap;
+  /** The snapshot's nodes grouped by shared summary, kept current with their summaries (assume). */
+  groups: NodeGroups;
   /** Summaries shared by nodes without bookings (summarizeShared): the planner screens each once per request. */
   summaries: Map<string, NodeSummary>;
 }
@@ -250,7 +253,7 @@ export class Ledger {
     if (!info) throw new Error(`pool ${poolId} not found`);
     const summaries = new Map<string, NodeSummary>();
     const nodes = new Map(withSummaries(await loadNodes(this.db, poolId), summaries).map((n) => [n.id, n]));
-    return { info, nodes, snap: toSnap(info, nodes), summaries };
+    return { info, nodes, ...toSnap(info, nodes), summaries };
   }
 
   private cached(poolId: string, fresh = false): Promise<CachedPool> {
@@ -268,7 +271,7 @@ export class Ledger {
     const fresh = withSummaries(await loadNodes(this.db, poolId, nodeIds), c.summaries);
     for (const id of nodeIds) c.nodes.delete(id);
     for (const n of fresh) c.nodes.set(n.id, n);
-    c.snap = toSnap(c.info, c.nodes);
+    ({ snap: c.snap, groups: c.groups } = toSnap(c.info, c.nodes));
   }
 
   /**
@@ -425,7 +428,7 @@ export class Ledger {
       if (!isPoolVisible(c.info, input.tenantId)) return { ...notFound, replans };
       if (c.info.archived) return { ok: false, code: 'POOL_ARCHIVED', message: `pool ${c.info.id} is archived`, replans };
       const podNode = pod && c.nodes.get(pod.nodeId);
-      const p = plan(pod ? { ...c.snap, nodes: podNode ? [podNode] : [] } : c.snap, req);
+      const p = pod ? plan({ ...c.snap, nodes: podNode ? [podNode] : [] }, req) : plan(c.snap, req, c.groups);
       if (!p.ok) {
         // An idempotent retry of a reservation that already holds the capacity must find it, not "no capacity".
         const existing = reservation && (await this.findByIdempotencyKey(input.tenantId, input.idempotencyKey));
@@ -871,8 +874,9 @@ function withSummaries(nodes: NodeSnap[], shared: Map<string, NodeSummary>): Nod
   return nodes;
 }
 
-function toSnap(info: PoolInfo, nodes: Map<string, NodeSnap>): PoolSnap {
-  return { id: info.id, sharing: info.sharing, topologyKey: info.topologyKey, nodes: [...nodes.values()] };
+function toSnap(info: PoolInfo, nodes: Map<string, NodeSnap>): { snap: PoolSnap; groups: NodeGroups } {
+  const list = [...nodes.values()];
+  return { snap: { id: info.id, sharing: info.sharing, topologyKey: info.topologyKey, nodes: list }, groups: new NodeGroups(list) };
 }
 
 /** Adds the candidates' bookings and scalar claims to the cached snapshot; returns the undo. */
@@ -900,8 +904,10 @@ function assume(c: CachedPool, chosen: readonly Candidate[], window: { start: nu
       });
     }
     node.summary = summarizeShared(node, c.summaries);
+    c.groups.update(node);
     undo.push(() => {
       node.summary = summarizeShared(node, c.summaries);
+      c.groups.update(node);
     });
   }
   let undone = false;

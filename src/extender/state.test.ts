@@ -30,7 +30,7 @@ describe('ExtenderState', () => {
     const s = new ExtenderState();
     s.replaceAll({ ...empty, pools: [{ info: info('p1'), nodes: [node('b'), node('a')] }, { info: info('p2'), nodes: [] }], nodePools: new Map([['a', 'p1'], ['b', 'p1']]) });
     expect(s.poolSnap('p1')!.nodes.map((n) => n.id)).toEqual(['a', 'b']);
-    expect(s.pool('p1')!.byId.get('a')!.summary!.classes.get('gpu')).toEqual({ bookable: 1, healthy: 1, largestNuma: 1 });
+    expect(s.pool('p1')!.byId.get('a')!.summary!.classes.get('gpu')).toMatchObject({ bookable: 1, healthy: 1, largestNuma: 1 });
 
     s.setNodes([{ id: 'a', poolId: 'p2', snap: node('a', 2) }]);
     expect(s.poolOfNode('a')).toBe('p2');

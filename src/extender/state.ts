@@ -366,6 +366,6 @@ export class ExtenderState {
 }
 
 function summaryKey(s: NodeSummary): string {
-  const classes = [...s.classes].map(([c, v]) => `${c}:${v.bookable}/${v.healthy}/${v.largestNuma}`).sort();
+  const classes = [...s.classes].map(([c, v]) => `${c}:${v.bookable}/${v.healthy}/${v.largestNuma}/${v.fullFrom}/${v.fullUntil}`).sort();
   return `${s.busyFrom};${s.busyUntil};${classes.join(',')}`;
 }
