@@ -25,6 +25,13 @@ async function batchesWaitingOnLocks(): Promise<number> {
 }
 
 describe('group commit', () => {
+  it('bc_place_batch keeps generic plans for what it runs (migration 0017; a CREATE OR REPLACE would drop the setting)', async () => {
+    const { rows } = await ctx.db.query<{ config: string[] | null }>(
+      `SELECT proconfig AS config FROM pg_proc WHERE proname = 'bc_place_batch'`,
+    );
+    expect(rows).toEqual([{ config: ['plan_cache_mode=force_generic_plan'] }]);
+  });
+
   it('one batch: a quota refusal, a lost race and a raised error each reach only their own caller', async () => {
     const poolId = await makePool('batch').offer('beta').create(ctx.db);
     for (const n of ['batch-n0', 'batch-n1']) await makeNode(n).create(ctx.db, poolId);
