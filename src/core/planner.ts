@@ -458,24 +458,25 @@ function planByGroups(nodes: readonly NodeSnap[], req: PlacementRequest, groups:
       if (at < e.at) e.at = at;
     }
   };
-  // Per score: ascending index lists (the other nodes' one, then each shared group's).
-  const feasible: number[][][] = Array.from({ length: 101 }, () => []);
+  // Per packing score (sparse): ascending index lists, the other nodes' one first, then each shared group's.
+  const feasible: number[][][] = [];
   const others: number[][] = [];
   for (const i of groups.others) {
     const s = screenNode(nodes[i]!, req, noScalars);
     if (typeof s !== 'number') missAt(s, i, 1);
     else (others[Math.min(100, Math.max(0, s))] ??= []).push(i);
   }
-  others.forEach((list, b) => feasible[b]!.push(list));
+  others.forEach((list, b) => (feasible[b] = [list]));
   for (const list of groups.shared.values()) {
     const s = screenNode(nodes[list[0]!]!, req, noScalars);
     if (typeof s !== 'number') missAt(s, list[0]!, list.length);
-    else feasible[Math.min(100, Math.max(0, s))]!.push(list);
+    else (feasible[Math.min(100, Math.max(0, s))] ??= []).push(list);
   }
   const misfits = new Map([...firstMisfits].sort((a, b) => a[1].at - b[1].at).map(([m, e]) => [m, e.count]));
   const fits: Candidate[] = [];
   visit: for (let b = 100; b >= 0; b--) {
-    const lists = feasible[b]!;
+    const lists = feasible[b];
+    if (!lists) continue;
     const next = lists.map(() => 0);
     for (;;) {
       let from = -1;

@@ -41,7 +41,7 @@ export interface ScalarSnap {
   allocated: number;
 }
 
-/** Per-node counts that let the planner screen a node without visiting its atoms (see summarizeNode). */
+/** One class's part of a node's summary. */
 export interface ClassSummary {
   readonly bookable: number;
   readonly healthy: number;
@@ -55,6 +55,7 @@ export interface ClassSummary {
   readonly fullUntil: number;
 }
 
+/** Per-node counts that let the planner screen a node without visiting its atoms (see summarizeNode). */
 export interface NodeSummary {
   /**
    * Bookable atoms per class, how many of them are healthy, and how many healthy ones the class's largest NUMA group
