@@ -35,11 +35,13 @@ function send(res: ServerResponse, status: number, body: unknown, close = false)
 type BodyRead = { ok: true; body: Buffer } | { ok: false; status: number; message: string } | { ok: false; gone: true };
 
 /**
- * The request's body, at most `max` bytes: refused from its Content-Length before anything is read (413), cut off at
- * `max` while it is read when it comes without one (413), refused when encoded (415: kube-scheduler sends it plain).
+ * The request's body, at most EXTENDER_MAX_BODY_BYTES: refused from its Content-Length before anything is read (413),
+ * cut off at the cap while it is read when it comes without one (413), refused when encoded (415: kube-scheduler sends
+ * it plain).
  * `gone`: the client went away; there is no one to answer.
  */
-function readBody(req: IncomingMessage, max: number): Promise<BodyRead> {
+function readBody(req: IncomingMessage): Promise<BodyRead> {
+  const max = EXTENDER_MAX_BODY_BYTES;
   const declared = req.headers['content-length'];
   if (declared !== undefined && !(/^\d+$/.test(declared) && Number(declared) <= max)) {
     return Promise.resolve({ ok: false, status: 413, message: `request body of ${declared} bytes is over the extender's limit of ${max} bytes` });
@@ -84,9 +86,9 @@ interface Verb {
 /** The extender listener. Pass a service, or its dependencies. */
 export function createExtenderListener(deps: ExtenderDeps | { service: ExtenderService }): RequestListener {
   const service = 'service' in deps ? deps.service : new ExtenderService(deps);
-  // Refusals before the service is called (oversized or malformed bodies) go to the service's log.
+  // Refusals before the service is called (oversized or malformed bodies) go to the dependencies' log; with a service
+  // built elsewhere (tests, benches) they are not logged.
   const log: Logger = 'log' in deps ? deps.log : silentLogger;
-  const max = EXTENDER_MAX_BODY_BYTES;
   const filterRefusal = (m: string) => ({ Nodes: null, NodeNames: null, FailedNodes: {}, FailedAndUnresolvableNodes: {}, Error: m });
   const verbs = new Map<string, Verb>([
     [
@@ -139,7 +141,7 @@ export function createExtenderListener(deps: ExtenderDeps | { service: ExtenderS
       send(res, 404, { error: { code: 'NOT_FOUND', message } }, !req.complete);
       return;
     }
-    const read = await readBody(req, max);
+    const read = await readBody(req);
     if (!read.ok) {
       if ('gone' in read) return void res.destroy();
       return refuse(req, res, read.status, { Error: read.message }, read.message);
