@@ -1,6 +1,6 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { judgeFromSummary, judgeNodes, MAX_CANDIDATES, plan, scoreNode, summarizeNode } from './planner.ts';
+import { judgeFromSummary, judgeNodes, MAX_CANDIDATES, overlapsChangeAt, plan, scoreNode, summarizeNode } from './planner.ts';
 import type { AtomSnap, DeviceClass, NodeSnap, PlacementRequest, PoolSnap } from './types.ts';
 
 // Builders: makeNode('n1').gpus(8).busy(0, [0, 10]).build()
@@ -85,6 +85,18 @@ describe('plan', () => {
     expect(r).toMatchObject({ ok: true, gangDomain: 'y' });
     if (r.ok) expect(r.candidates.map((c) => c.nodeId)).toEqual(['b', 'c']);
     expect(plan(p, req(8, { gang: { size: 3 } })).ok).toBe(false);
+  });
+});
+
+describe('overlapsChangeAt', () => {
+  // GPU 0 booked [100, 200), GPU 1 [300, 400).
+  const n = node('n').gpus(2).busy(0, 100, 200).busy(1, 300, 400).build();
+  it('is where an overlapped booking ends, or where the window’s end reaches a later booking', () => {
+    expect(overlapsChangeAt(n, 0, 50)).toBe(50); // [50, 100) is the last start before reaching GPU 0's booking
+    expect(overlapsChangeAt(n, 120, 50)).toBe(200); // overlapping GPU 0's booking until it ends
+    expect(overlapsChangeAt(n, 120, 250)).toBe(200); // both overlapped: the earlier end
+    expect(overlapsChangeAt(n, 0, Infinity)).toBe(200); // open-ended: only ends count
+    expect(overlapsChangeAt(n, 400, 10)).toBe(Infinity);
   });
 });
 
@@ -251,6 +263,29 @@ describe('plan properties', () => {
         }
       }),
       { numRuns: 500 },
+    );
+  });
+
+  it('scoreNode answers alike for every window start before overlapsChangeAt (open-ended windows included)', () => {
+    fc.assert(
+      fc.property(
+        arbNode(0),
+        arbReq,
+        fc.boolean(),
+        fc.array(fc.integer({ min: 0, max: 600 }), { minLength: 1, maxLength: 8 }),
+        (b, q, open, later) => {
+          const n = b.build();
+          const len = open ? Infinity : q.len;
+          const at = (start: number) => req(q.count, { window: { start, end: start + len }, binding: q.node ? 'node' : 'hold' });
+          const until = overlapsChangeAt(n, q.start, len);
+          expect(until).toBeGreaterThan(q.start - 1);
+          const first = scoreNode(n, at(q.start));
+          // The last start before the change too, where a bound one too late shows first.
+          const starts = [...later.map((d) => q.start + d), until - 1];
+          for (const t of starts) if (t >= q.start && t < until) expect(scoreNode(n, at(t))).toEqual(first);
+        },
+      ),
+      { numRuns: 1000 },
     );
   });
 

@@ -203,6 +203,25 @@ export function scoreNode(node: NodeSnap, req: PlacementRequest, scalars: readon
 }
 
 /**
+ * The first instant after `now` from which a window of `length` ms (Infinity: open-ended) starting then overlaps
+ * another set of the node's bookings than one starting at `now`: a booking it overlaps ends, or its end reaches a
+ * booking that starts later. scoreNode's answer for such a window depends on the node only through which bookings
+ * the window overlaps, so the answer at `now` holds for every start in [now, the instant returned). Infinity: never.
+ */
+export function overlapsChangeAt(node: NodeSnap, now: number, length: number): number {
+  let at = Infinity;
+  for (const a of node.atoms) {
+    for (const b of a.bookings) {
+      if (b.end > now && b.end < at) at = b.end;
+      // A window [t, t + length) reaches the booking once t > b.start - length.
+      const reach = b.start - length;
+      if (reach >= now && reach < at) at = reach;
+    }
+  }
+  return at;
+}
+
+/**
  * scoreNode of a schedulable node, for a request without scalars, from the node's summary alone — when the summary
  * decides it (one device request without selector or sharing, no node lease, no NVLink requirement, no booking of the
  * node near the window); else undefined. Nodes with one summary get one answer: the extender judges each distinct

@@ -7,8 +7,8 @@
 // Only pods that request one of our resources are filtered in and bound; a reservation's pod is bound only for a
 // namespace of the reservation's tenant and inside the reservation's window (checked again at bind, in the database).
 // Every call is logged with its pod, node(s), outcome and time.
-import { judgeFromSummary, requestScalars, scoreNode, summarizeNode } from '../core/planner.ts';
-import type { DeviceClass, NodeSnap, NodeSummary } from '../core/types.ts';
+import { judgeFromSummary, overlapsChangeAt, requestScalars, scoreNode, summarizeNode } from '../core/planner.ts';
+import type { DeviceClass, NodeSnap, NodeSummary, PlacementRequest } from '../core/types.ts';
 import type { Clock } from '../db/clock.ts';
 import { toPlacementRequest, type Ledger, type PodBookingOutcome } from '../db/ledger.ts';
 import type { Db } from '../db/pool.ts';
@@ -134,6 +134,14 @@ export class ExtenderService {
    */
   private lastScores?: { uid: string; until: number; names: string[]; scores: Float64Array };
   private pools?: { at: number; map: Promise<Map<string, string | null>> };
+  /**
+   * scoreNode's last answer per node snapshot, for one request shape (devices, binding, topology, window length): a
+   * node whose bookings did not change is not judged again, call after call, until time reaches an instant from which
+   * the window overlaps other bookings (overlapsChangeAt). Snapshots are replaced on every change, never changed in
+   * place (ExtenderState, and this service's own loads), so a changed node is a new key. Booked nodes are what filter
+   * spends its time on: each is judged atom by atom.
+   */
+  private readonly nodeVerdicts = new WeakMap<NodeSnap, { shape: string; from: number; until: number; r: number | string }>();
 
   constructor(private readonly d: ExtenderDeps) {
     this.maxPriority = d.maxPriority ?? 10;
@@ -539,6 +547,7 @@ export class ExtenderService {
         const scalars = requestScalars(req);
         // Nodes that share a summary (the state keeps equal ones as one object) share a verdict the summary decides.
         const bySummary = scalars.length === 0 ? new Map<NodeSummary, number | string | null>() : undefined;
+        const shape = JSON.stringify([req.devices, req.binding, req.topology ?? null, req.window.end - req.window.start]);
         for (const i of members) {
           const n = names[i]!;
           const node = fromMemory ? entries![i]?.snap : c.byId.get(n);
@@ -555,12 +564,23 @@ export class ExtenderService {
               bySummary.set(sum, r);
             }
           }
-          r ??= scoreNode(node, req, scalars);
+          r ??= bySummary ? this.nodeVerdict(node, req, shape) : scoreNode(node, req, scalars);
           if (typeof r === 'number') v.scores[i] = (r / 110) * this.maxPriority;
           else v.failed[n] = r;
         }
       }),
     );
+  }
+
+  /** scoreNode for a request without scalars, remembered per node snapshot (see nodeVerdicts). */
+  private nodeVerdict(node: NodeSnap, req: PlacementRequest, shape: string): number | string {
+    const now = req.window.start;
+    const m = this.nodeVerdicts.get(node);
+    if (m && m.shape === shape && m.from <= now && now < m.until) return m.r;
+    const r = scoreNode(node, req, []);
+    const until = overlapsChangeAt(node, now, req.window.end - req.window.start);
+    this.nodeVerdicts.set(node, { shape, from: now, until, r });
+    return r;
   }
 
   // ---- bind ---------------------------------------------------------------------------------------------------

@@ -7,6 +7,7 @@ import { once } from 'node:events';
 import fc from 'fast-check';
 import pg from 'pg';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { advanceClock } from '../../src/db/clock.ts';
 import { Ledger } from '../../src/db/ledger.ts';
 import { setDeviceHealth, setNodeState, setQuota, upsertPool } from '../../src/db/inventory.ts';
 import type { ExtenderKube } from '../../src/extender/kube.ts';
@@ -250,6 +251,40 @@ describe('filter and prioritize from memory', () => {
     expect(f.NodeNames).toEqual([]);
     expect(f.FailedNodes[A]).toMatch(/without enough free gpu atoms/);
     await new Ledger(ctx.db).releasePod(first.metadata.uid);
+  });
+
+  it('a node judged once is judged again when the window stops overlapping one of its bookings, with nothing written', async () => {
+    const sync = startSync();
+    await sync.ready();
+    const { memory, database } = services(sync);
+    const ledger = new Ledger(ctx.db);
+    // One GPU of node A booked for a minute, the other for ten (two pods' bookings): a one-GPU pod fits there once the
+    // minute is over, while the node is still busy (so its summary does not decide, and its remembered verdict would).
+    const uids = ['st-judged-short', 'st-judged-long'];
+    for (const [i, durationSeconds] of [60, 600].entries()) {
+      const out = await ledger.bookPod({ tenantId: 'acme', poolId, podUid: uids[i]!, nodeId: A, devices: [{ class: 'gpu', count: 1 }], durationSeconds }, ctx.clock.now());
+      if (!out.ok) throw new Error(out.message);
+    }
+    try {
+      await ctx.clock.sync();
+      await sync.caughtUp();
+      const args = () => ({ Pod: pod({ 'bettercompute.io/gpu': '1' }), NodeNames: [A] }) as never;
+      const before = await memory.filter(args());
+      expect(before.NodeNames).toEqual([]);
+      expect(before.FailedNodes[A]).toMatch(/without enough free gpu atoms/);
+      expect((await memory.filter(args())).NodeNames).toEqual([]);
+      await advanceClock(ctx.db, 61_000);
+      await ctx.clock.sync();
+      const later = args();
+      expect((await memory.filter(later)).NodeNames).toEqual([A]);
+      expect(await memory.filter(later)).toEqual(await database.filter(later));
+      // Another request shape is judged on its own: two GPUs do not fit where one does.
+      const two = { Pod: pod({ 'bettercompute.io/gpu': '2' }), NodeNames: [A] } as never;
+      expect((await memory.filter(two)).NodeNames).toEqual([]);
+      expect((await memory.filter(later)).NodeNames).toEqual([A]);
+    } finally {
+      for (const uid of uids) await ledger.releasePod(uid);
+    }
   });
 
   it('the LISTEN connection lost: filter reads the database at once, and memory serves again after the reload', async () => {
