@@ -2,7 +2,8 @@
 // over HTTP the way kube-scheduler calls it (nodeCacheCapable: the Pod and the NodeNames of every node), beside empty
 // express handlers on the same server, called the same way in the same run. Filter and prioritize answer from the
 // extender's in-memory state (ADR 0010); one row measures filter while a writer books and releases in the background
-// (the state follows through its notifications), one the database reads it falls back to when the state is stale.
+// (the state follows through its notifications), one the database reads it falls back to when the state is stale, and
+// one with a pod's booking on every fourth node (those are judged atom by atom, not by a shared summary).
 // The ratio is calls/s of the row ÷ calls/s of the empty handler that parses the same body, called in turn with the
 // row (each call of the row follows one of the empty handler), so that a busy machine weighs on both alike.
 //   npm run bench:extender      (embedded PostgreSQL in a temporary directory; DATABASE_URL for another server)
@@ -83,6 +84,25 @@ function startWriter(db: Db, poolId: string, nodes: string[]): { stop(): Promise
       return writes;
     },
   };
+}
+
+/** One GPU booked open-ended for a pod on every fourth node (bc_place, 8 at a time); the allocations' ids. */
+async function bookQuarter(db: Db, poolId: string, nodes: string[]): Promise<string[]> {
+  const ids: string[] = [];
+  const todo = nodes.filter((_, i) => i % 4 === 0);
+  await Promise.all(
+    Array.from({ length: 8 }, async () => {
+      for (let node = todo.pop(); node; node = todo.pop()) {
+        const id = newAllocationId();
+        const { rows } = await db.query('SELECT bc_place($1::jsonb) AS r', [
+          JSON.stringify({ tenantId: 'bench', poolId, podUid: `bench-quarter-${node}`, durationSeconds: null, allocations: [{ id, nodeId: node, atoms: [`GPU-${node}-0`] }] }),
+        ]);
+        if (!(rows[0].r as { ok: boolean }).ok) throw new Error(`booking on ${node}: ${JSON.stringify(rows[0].r)}`);
+        ids.push(id);
+      }
+    }),
+  );
+  return ids;
 }
 
 function quantile(sorted: number[], q: number): number {
@@ -289,6 +309,13 @@ async function main() {
     const writesPerSecond = writes / ((performance.now() - writeStarted) / 1000);
     const fallback = await measure(UNCACHED_CALLS, call, '/database/filter', '/empty-json');
     await post('/database/filter', body, passAll);
+    // A quarter of the nodes with a pod's open-ended booking of one GPU: judged atom by atom, not by a shared summary.
+    const booked = await bookQuarter(db, poolId, names);
+    await sync.caughtUp(60_000);
+    await post('/memory/filter', body, passAll);
+    const partly = await measure(CALLS, call, '/memory/filter', '/empty-json');
+    await post('/memory/filter', body, passAll);
+    await db.query('SELECT bc_release_allocations($1)', [booked]);
     const ratioOf = (m: { row: Stats; base?: Stats }) => m.row.perSecond / m.base!.perSecond;
     row(n, 'empty handler (body not read)', CALLS, raw);
     row(n, 'empty handler (same JSON body parsed)', CALLS, parsed, 1);
@@ -296,6 +323,7 @@ async function main() {
     row(n, 'prioritize, in-memory state', CALLS, p.row, ratioOf(p));
     row(n, `filter, in-memory, writer ${writesPerSecond.toFixed(0)} writes/s behind`, CALLS, busy.row, ratioOf(busy));
     row(n, 'filter, database reads (the stale-state path)', UNCACHED_CALLS, fallback.row, ratioOf(fallback));
+    row(n, `filter, in-memory, ${booked.length} nodes with a booking`, CALLS, partly.row, ratioOf(partly));
     console.log(`       filter's own work from memory (judging, without parsing the body or encoding the answer): p50 ${quantile(own, 0.5).toFixed(2)} ms, p99 ${quantile(own, 0.99).toFixed(2)} ms`);
     console.log(
       `       (${(body.length / 1024).toFixed(0)} KiB request; ratio = calls/s ÷ calls/s of the empty handler with parsed body, called in turn with the row; database reads during the in-memory rows: ${reads})`,
