@@ -81,23 +81,30 @@ async function main() {
     profiler.connect();
     await profiler.post('Profiler.enable');
   }
-  process.on('message', (m: { type: string }) => {
+  process.on('message', async (m: { type: string }) => {
     if (m.type === 'calls') {
-      void nextProfile();
       const elu = performance.eventLoopUtilization(since);
       since = performance.eventLoopUtilization();
       const cpu = process.cpuUsage(cpuSince);
       cpuSince = process.cpuUsage();
       const reloads = { ...memory.reloads };
-      send({
+      const counted = [...calls];
+      calls.clear();
+      const answer: ExtenderProcessMessage = {
         type: 'calls',
-        calls: [...calls],
+        calls: counted,
         eventLoopUtilization: elu.utilization,
         cpuSeconds: (cpu.user + cpu.system) / 1e6,
         reloads: { nodes: reloads.nodes - reloadsSince.nodes, pods: reloads.pods - reloadsSince.pods, skipped: reloads.skipped - reloadsSince.skipped },
-      });
+      };
       reloadsSince = reloads;
-      calls.clear();
+      // The row's profile ends, and the next one starts, before the answer lets the bench start its next row.
+      try {
+        await nextProfile();
+      } catch (e) {
+        return send({ type: 'error', message: `CPU profile: ${e instanceof Error ? e.message : String(e)}` });
+      }
+      send(answer);
     } else if (m.type === 'stop') {
       server.close();
       server.closeAllConnections();

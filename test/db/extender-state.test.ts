@@ -1,8 +1,9 @@
 // The extender's in-memory state (ADR 0010): it follows every kind of ledger change through the notifications of
 // migrations/0006, filter and prioritize answer from it without a database read while it is fresh, a state it cannot
 // vouch for (LISTEN connection lost, staleness bound passed) sends them back to the database, the full resync repairs
-// a notification that never came, and a bind's writes are in it when the bind answers. Its quota peak is
-// bc_quota_peak's, on random charges and windows.
+// a notification that never came, a bind's writes are in it when the bind answers, and a booked node's remembered
+// verdict ends when time passes one of its bookings (ADR 0027). Its quota peak is bc_quota_peak's, on random charges and
+// windows.
 import { once } from 'node:events';
 import fc from 'fast-check';
 import pg from 'pg';
