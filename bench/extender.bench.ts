@@ -39,6 +39,15 @@ const TARGET_P99_MS = 2;
 const TARGET_RATIO = 0.5;
 
 
+/** GPU `gpu` of `node` booked open-ended for pod `podUid` with bc_place, the ledger's own function, in one statement. */
+async function bookGpu(db: Db, poolId: string, podUid: string, node: string, gpu: number): Promise<{ ok: boolean; id: string; answer: unknown }> {
+  const id = newAllocationId();
+  const { rows } = await db.query('SELECT bc_place($1::jsonb) AS r', [
+    JSON.stringify({ tenantId: 'bench', poolId, podUid, durationSeconds: null, allocations: [{ id, nodeId: node, atoms: [`GPU-${node}-${gpu}`] }] }),
+  ]);
+  return { ok: (rows[0].r as { ok: boolean }).ok, id, answer: rows[0].r };
+}
+
 /**
  * Books one GPU for a new pod on a random node, or releases the oldest booking, WRITER_RATE times a second, until
  * stopped: bc_place and bc_release_allocations straight (the ledger's own functions, one statement each), so that this
@@ -57,17 +66,8 @@ function startWriter(db: Db, poolId: string, nodes: string[]): { stop(): Promise
         await db.query('SELECT bc_release_allocations($1)', [[live.shift()!]]);
       } else {
         const node = nodes[Math.floor(Math.random() * nodes.length)]!;
-        const id = newAllocationId();
-        const { rows } = await db.query('SELECT bc_place($1::jsonb) AS r', [
-          JSON.stringify({
-            tenantId: 'bench',
-            poolId,
-            podUid: `bench-writer-${process.pid}-${seq}`,
-            durationSeconds: null,
-            allocations: [{ id, nodeId: node, atoms: [`GPU-${node}-${Math.floor(Math.random() * 8)}`] }],
-          }),
-        ]);
-        if ((rows[0].r as { ok: boolean }).ok) live.push(id);
+        const placed = await bookGpu(db, poolId, `bench-writer-${process.pid}-${seq}`, node, Math.floor(Math.random() * 8));
+        if (placed.ok) live.push(placed.id);
       }
       seq++;
       writes++;
@@ -86,19 +86,16 @@ function startWriter(db: Db, poolId: string, nodes: string[]): { stop(): Promise
   };
 }
 
-/** One GPU booked open-ended for a pod on every fourth node (bc_place, 8 at a time); the allocations' ids. */
+/** GPU 0 booked open-ended for a pod on every fourth node (bookGpu, 8 at a time); the allocations' ids. */
 async function bookQuarter(db: Db, poolId: string, nodes: string[]): Promise<string[]> {
   const ids: string[] = [];
   const todo = nodes.filter((_, i) => i % 4 === 0);
   await Promise.all(
     Array.from({ length: 8 }, async () => {
       for (let node = todo.pop(); node; node = todo.pop()) {
-        const id = newAllocationId();
-        const { rows } = await db.query('SELECT bc_place($1::jsonb) AS r', [
-          JSON.stringify({ tenantId: 'bench', poolId, podUid: `bench-quarter-${node}`, durationSeconds: null, allocations: [{ id, nodeId: node, atoms: [`GPU-${node}-0`] }] }),
-        ]);
-        if (!(rows[0].r as { ok: boolean }).ok) throw new Error(`booking on ${node}: ${JSON.stringify(rows[0].r)}`);
-        ids.push(id);
+        const placed = await bookGpu(db, poolId, `bench-quarter-${node}`, node, 0);
+        if (!placed.ok) throw new Error(`booking on ${node}: ${JSON.stringify(placed.answer)}`);
+        ids.push(placed.id);
       }
     }),
   );
