@@ -6,7 +6,7 @@
 # With KIND_NODE_IMAGE set (e.g. a released kindest/node:v1.34.x where a registry is reachable), that image is used and
 # nothing is built but kind itself; kubeadm then takes its control-plane images from registry.k8s.io as usual, so the
 # config's imageRepository patch is left out.
-# Prints the kubeconfig path on stdout. Idempotent: an existing cluster is kept.
+# Prints the kubeconfig path on stdout. Idempotent: an existing cluster is kept when it is healthy.
 set -euo pipefail
 # shellcheck source=lib.sh
 source "$(dirname "$0")/lib.sh"
@@ -32,15 +32,36 @@ fi
 [[ -x "$kind" ]] || { say "ERROR: $kind missing after e2e/kind/build.sh"; exit 1; }
 
 mkdir -p "$(dirname "$kubeconfig")"
+kubectl="$(bash "$root/e2e/cluster/build.sh")/kubectl"
+k() { "$kubectl" --kubeconfig "$kubeconfig" "$@"; }
+# An existing cluster is kept when its API server is ready within 2 minutes and so is every kube-system pod within 2
+# more. One left by a run that was killed, its nodes restarted with the engine, may be neither: its API server refuses
+# even the admin until RBAC has synced, and a component may crash-loop (kube-scheduler denied its own kubeconfig, seen
+# here). Such a cluster is deleted and created anew.
+healthy() {
+  local until=$((SECONDS + 120))
+  until k get --raw /readyz >/dev/null 2>&1; do
+    ((SECONDS < until)) || { say "its API server is not ready after 120s"; return 1; }
+    sleep 2
+  done
+  k -n kube-system wait --for=condition=Ready pods --all --timeout=120s >/dev/null 2>&1 ||
+    { say "kube-system pods not Ready after 120s: $(k -n kube-system get pods --no-headers 2>&1 | awk '{ split($2, r, "/") } $3 != "Running" || r[1] != r[2] { printf "%s %s; ", $1, $3 }')"; return 1; }
+}
 if "$kind" get clusters 2>/dev/null | grep -qx "$name"; then
-  say "cluster $name exists; kept"
-else
+  "$kind" get kubeconfig --name "$name" >"$kubeconfig"
+  if healthy; then
+    say "cluster $name exists and is healthy; kept"
+  else
+    say "cluster $name exists and is not healthy; deleting it"
+    "$kind" delete cluster --name "$name" >&2
+  fi
+fi
+if ! "$kind" get clusters 2>/dev/null | grep -qx "$name"; then
   say "kind create cluster $name on $image ..."
   "$kind" create cluster --config "$config" --kubeconfig "$kubeconfig" --wait 300s >&2
 fi
 "$kind" get kubeconfig --name "$name" >"$kubeconfig"
-kubectl="$(bash "$root/e2e/cluster/build.sh")/kubectl"
-"$kubectl" --kubeconfig "$kubeconfig" wait --for=condition=Ready nodes --all --timeout=300s >&2
-"$kubectl" --kubeconfig "$kubeconfig" get nodes -o wide >&2
+k wait --for=condition=Ready nodes --all --timeout=300s >&2
+k get nodes -o wide >&2
 say "ready; kubectl --kubeconfig $kubeconfig"
 echo "$kubeconfig"
