@@ -356,18 +356,40 @@ export async function runSoak(o: SoakOptions): Promise<SoakReport> {
   };
 
   // --- checkpoints -------------------------------------------------------------------------------------------------
+  /** For the report: an orphan's rows in the ledger, and what the replicas logged about it (the last 12 lines). */
+  const explainOrphan = async (uid: string): Promise<string[]> => {
+    const { rows } = await db.query<{ what: string }>(
+      `SELECT format('allocation %s kind %s created %s released %s during %s', id, kind, created_at, released_at, during) AS what
+         FROM allocations WHERE pod_uid = $1
+       UNION ALL
+       SELECT format('assignment to %s created %s released %s', reservation_id, created_at, released_at)
+         FROM reservation_pod_assignments WHERE pod_uid = $1`,
+      [uid],
+    );
+    const said = everyReplica.flatMap((r) =>
+      r.logs.filter((l) => JSON.stringify(l).includes(uid)).map((l) => `${r.name}${r.child.exitCode === null && r.child.signalCode === null ? '' : ' (gone)'}: ${JSON.stringify(l).slice(0, 300)}`),
+    );
+    const leaders = everyReplica.flatMap((r) =>
+      r.logs.filter((l) => l.msg === 'took the ledger fence' || l.msg === 'lost leadership').map((l) => `${String(l.time)} ${r.name} ${String(l.msg)}`),
+    );
+    return [
+      ...rows.map((r) => `  ${uid}: ${r.what}`),
+      ...said.slice(-12).map((l) => `  ${uid}: ${l}`),
+      `  leaderships: ${leaders.sort().slice(-6).join(' | ')}`,
+    ];
+  };
+
   const checkpoint = async (): Promise<Checkpoint> => {
     const violations: string[] = [];
     // Settle: every replica up, a leader, the releaser and a drift reconcile given time to run.
     for (const r of [...replicas.values()]) if (!isUp(r)) await restartReplica(r.name);
     await waitFor('a leader', async () => leader(), { timeoutMs: 60_000, intervalMs: 500 });
-    // Two complete drift runs after the pause: the second one's pod sweep is a grace period after the first's.
+    // Two complete drift runs of one leader after the pause: the second one's pod sweep is a grace period after the
+    // first's. Runs of a leader that has since gone do not count: a new leader's releaser starts its count of misses
+    // over (two runs, one by each, left a pod gone before the pause unreleased).
     const since = Date.now();
     const driftRuns = () =>
-      [...replicas.values()].reduce(
-        (n, r) => n + r.logs.filter((l) => l.msg === 'drift reconcile done' && l.complete === true && Date.parse(String(l.time)) > since).length,
-        0,
-      );
+      leader()?.logs.filter((l) => l.msg === 'drift reconcile done' && l.complete === true && Date.parse(String(l.time)) > since).length ?? 0;
     const driftDone = await waitFor('two drift reconciles after the pause', async () => driftRuns() >= 2, {
       timeoutMs: 90_000,
       intervalMs: 1000,
@@ -437,7 +459,10 @@ export async function runSoak(o: SoakOptions): Promise<SoakReport> {
     // are gone but still in a pool.
     const everyPod = new Set((await kubectlJson<List<Pod>>(['get', 'pods', '-A'])).items.map((p) => (p.metadata as { uid?: string }).uid));
     const orphanPods = [...byUid.values()].filter((h) => h.live && !everyPod.has(h.pod_uid));
-    if (orphanPods.length) violations.push(`live holdings of ${orphanPods.length} pods that are gone: ${orphanPods.map((h) => h.pod_uid).slice(0, 5).join(',')}`);
+    if (orphanPods.length) {
+      violations.push(`live holdings of ${orphanPods.length} pods that are gone: ${orphanPods.map((h) => h.pod_uid).slice(0, 5).join(',')}`);
+      for (const h of orphanPods.slice(0, 3)) violations.push(...(await explainOrphan(h.pod_uid)));
+    }
     const crs = (await kubectlJson<List<{ metadata: { uid: string } }>>(['get', 'reservations', '-A'])).items.map((r) => r.metadata.uid);
     const { rows: orphanRsv } = await db.query<{ id: string }>(
       `SELECT id FROM reservations WHERE state IN ('held', 'confirmed') AND ends_at > compute_now() AND NOT (idempotency_key = ANY($1))`,
