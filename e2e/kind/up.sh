@@ -39,9 +39,9 @@ k() { "$kubectl" --kubeconfig "$kubeconfig" "$@"; }
 # even the admin until RBAC has synced, and a component may crash-loop (kube-scheduler denied its own kubeconfig, seen
 # here). Such a cluster is deleted and created anew.
 healthy() {
-  local until=$((SECONDS + 120))
+  local deadline=$((SECONDS + 120))
   until k get --raw /readyz >/dev/null 2>&1; do
-    ((SECONDS < until)) || { say "its API server is not ready after 120s"; return 1; }
+    ((SECONDS < deadline)) || { say "its API server is not ready after 120s"; return 1; }
     sleep 2
   done
   k -n kube-system wait --for=condition=Ready pods --all --timeout=120s >/dev/null 2>&1 ||
