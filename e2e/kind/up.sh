@@ -59,8 +59,8 @@ fi
 if ! "$kind" get clusters 2>/dev/null | grep -qx "$name"; then
   say "kind create cluster $name on $image ..."
   "$kind" create cluster --config "$config" --kubeconfig "$kubeconfig" --wait 300s >&2
+  "$kind" get kubeconfig --name "$name" >"$kubeconfig"
 fi
-"$kind" get kubeconfig --name "$name" >"$kubeconfig"
 k wait --for=condition=Ready nodes --all --timeout=300s >&2
 k get nodes -o wide >&2
 say "ready; kubectl --kubeconfig $kubeconfig"

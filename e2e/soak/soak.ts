@@ -367,7 +367,7 @@ export async function runSoak(o: SoakOptions): Promise<SoakReport> {
       [uid],
     );
     const said = everyReplica.flatMap((r) =>
-      r.logs.filter((l) => JSON.stringify(l).includes(uid)).map((l) => `${r.name}${r.child.exitCode === null && r.child.signalCode === null ? '' : ' (gone)'}: ${JSON.stringify(l).slice(0, 300)}`),
+      r.logs.filter((l) => JSON.stringify(l).includes(uid)).map((l) => `${r.name}${isUp(r) ? '' : ' (gone)'}: ${JSON.stringify(l).slice(0, 300)}`),
     );
     const leaders = everyReplica.flatMap((r) =>
       r.logs.filter((l) => l.msg === 'took the ledger fence' || l.msg === 'lost leadership').map((l) => `${String(l.time)} ${r.name} ${String(l.msg)}`),
