@@ -128,7 +128,7 @@ export class ExtenderService {
    */
   private readonly filtered = new Map<string, { pod: Pod; until: number }>();
   /**
-   * The scores of filter's last answer: kube-scheduler prioritizes the nodes that passed, for the same pod, right after
+   * The names filter last passed, with their scores: kube-scheduler prioritizes those nodes, for the same pod, right after
    * (one pod at a time), and prioritize takes them from here instead of judging the same nodes again. Used once, and
    * within SCORES_REUSE_MS; the scores are preferences (bind is the arbiter), so they may be that much older.
    */
@@ -209,8 +209,10 @@ export class ExtenderService {
     this.rememberPod(args.Pod, started);
     try {
       const v = await this.judge(args.Pod, names);
-      this.lastScores = { uid: args.Pod.metadata.uid, until: performance.now() + SCORES_REUSE_MS, names, scores: v.scores };
-      const { passing, fit } = this.bestFits(args.Pod.metadata.uid, names, v);
+      const { best, fit } = this.bestFits(args.Pod.metadata.uid, names, v);
+      const passing = best.map((i) => names[i]!);
+      // Only what passed: prioritize is asked about no other node, and the call's names stay young and die with it.
+      this.lastScores = { uid: args.Pod.metadata.uid, until: performance.now() + SCORES_REUSE_MS, names: passing, scores: Float64Array.from(best, (i) => v.scores[i]!) };
       const result: ExtenderFilterResult = {
         Nodes: null,
         NodeNames: passing,
@@ -335,19 +337,24 @@ export class ExtenderService {
    * `filterNodes` of them (ADR 0022). Best: for an on-demand pod, a node not admitting another on-demand pod before one
    * that is (prioritize ranks those last, and a bind there waits); then the higher score; then the earlier name. The
    * nodes left out fit and are not failures: they are not listed in FailedNodes (kube-scheduler reads those only when
-   * no node passes, and then none is left out). `fit`: how many fit.
+   * no node passes, and then none is left out). `best`: their indexes, ascending; `fit`: how many fit.
    */
-  private bestFits(podUid: string, names: string[], v: Verdict): { passing: string[]; fit: number } {
-    const fits: number[] = [];
-    for (let i = 0; i < names.length; i++) if (!Number.isNaN(v.scores[i])) fits.push(i);
-    if (fits.length <= this.filterNodes) return { passing: fits.map((i) => names[i]!), fit: fits.length };
+  private bestFits(podUid: string, names: string[], v: Verdict): { best: number[]; fit: number } {
+    let fit = 0;
+    for (let i = 0; i < names.length; i++) if (!Number.isNaN(v.scores[i])) fit++;
+    if (fit <= this.filterNodes) {
+      const all: number[] = [];
+      for (let i = 0; i < names.length; i++) if (!Number.isNaN(v.scores[i])) all.push(i);
+      return { best: all, fit };
+    }
     const now = performance.now();
     // A node's rank: its score, less 1,000 when it is admitting another on-demand pod (scores lie in 0..maxPriority).
     const rank = (i: number) => v.scores[i]! - (v.onDemand && this.admittingOther(names[i]!, podUid, now) ? 1000 : 0);
     // The best `filterNodes`, kept sorted best first (an insertion into a short list; most nodes rank below its last).
     const best: number[] = [];
     const ranks: number[] = [];
-    for (const i of fits) {
+    for (let i = 0; i < names.length; i++) {
+      if (Number.isNaN(v.scores[i])) continue;
       const r = rank(i);
       if (best.length === this.filterNodes && r <= ranks[best.length - 1]!) continue;
       let k = Math.min(best.length, this.filterNodes - 1);
@@ -360,7 +367,7 @@ export class ExtenderService {
       }
     }
     best.sort((a, b) => a - b);
-    return { passing: best.map((i) => names[i]!), fit: fits.length };
+    return { best, fit };
   }
 
   /**
@@ -503,28 +510,25 @@ export class ExtenderService {
 
   private async judgeOnDemand(pod: Pod, devices: PodDemand['devices'], names: string[], v: Verdict, mem?: ExtenderState) {
     const [tenant, pools] = await Promise.all([this.tenantOf(pod.metadata.namespace), mem ? undefined : this.nodePools()]);
-    // Each name looked up once: its pool, and (from memory) its snapshot; the members of each pool by index.
-    const byPool = new Map<string, number[]>();
+    // Each name resolved once from memory (its pool and snapshot), or its pool from the node-to-pool map. Each pool
+    // then walks the names and takes its own: no list of members per pool (at thousands of names, lists grown by push
+    // were most of a call's garbage), and clusters have a pool or a few.
     const entries = mem ? mem.resolve(names) : undefined;
-    for (let i = 0; i < names.length; i++) {
-      const n = names[i]!;
-      const poolId = entries ? entries[i]?.poolId : pools!.get(n);
-      if (!poolId) {
-        v.unresolvable[n] = 'not a GPU node of any pool in the ledger';
-        continue;
-      }
-      const list = byPool.get(poolId);
-      if (list) list.push(i);
-      else byPool.set(poolId, [i]);
+    const poolOf = (i: number) => (entries ? entries[i]?.poolId : pools!.get(names[i]!));
+    const poolIds = new Set<string>();
+    for (let i = 0, last: string | undefined; i < names.length; i++) {
+      const poolId = poolOf(i);
+      if (!poolId) v.unresolvable[names[i]!] = 'not a GPU node of any pool in the ledger';
+      else if (poolId !== last) poolIds.add((last = poolId));
     }
     const now = this.d.clock.now();
     const deadline = pod.spec.activeDeadlineSeconds ?? null;
     await Promise.all(
-      [...byPool].map(async ([poolId, members]) => {
+      [...poolIds].map(async (poolId) => {
         const fromMemory = mem?.pool(poolId);
         const c = fromMemory ?? (await this.snapshot(poolId));
         const fail = (reason: string, unresolvable = false) => {
-          for (const i of members) (unresolvable ? v.unresolvable : v.failed)[names[i]!] = reason;
+          for (let i = 0; i < names.length; i++) if (poolOf(i) === poolId) (unresolvable ? v.unresolvable : v.failed)[names[i]!] = reason;
         };
         if (!isPoolVisible(c.info, tenant)) return fail(`pool ${c.info.name} is not offered to tenant ${tenant}`, true);
         if (c.info.archived) return fail(`pool ${c.info.name} is archived`, true);
@@ -548,7 +552,8 @@ export class ExtenderService {
         // Nodes that share a summary (the state keeps equal ones as one object) share a verdict the summary decides.
         const bySummary = scalars.length === 0 ? new Map<NodeSummary, number | string | null>() : undefined;
         const shape = JSON.stringify([req.devices, req.binding, req.topology ?? null, req.window.end - req.window.start]);
-        for (const i of members) {
+        for (let i = 0; i < names.length; i++) {
+          if (poolOf(i) !== poolId) continue;
           const n = names[i]!;
           const node = fromMemory ? entries![i]?.snap : c.byId.get(n);
           if (!node) {

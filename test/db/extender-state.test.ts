@@ -228,6 +228,39 @@ describe('filter and prioritize from memory', () => {
     await setQuota(ctx.db, 'acme', poolId, 'gpu', null);
   });
 
+  it('judges each pool of a call apart, its names interleaved with the others’: refusals name only its own nodes', async () => {
+    const sync = startSync();
+    await sync.ready();
+    const { db, memory, database } = services(sync);
+    const hidden = await makePool('st-hidden').owner('beta').create(ctx.db);
+    const archived = await makePool('st-archived').owner('acme').create(ctx.db);
+    const capped = await makePool('st-capped').owner('acme').create(ctx.db);
+    const open = await makePool('st-open').owner('acme').create(ctx.db);
+    const pools = [hidden, archived, capped, open];
+    // Two nodes per pool, in turn: st-mix-0 (hidden), st-mix-1 (archived), ..., st-mix-7 (open).
+    const names = Array.from({ length: 8 }, (_, i) => `st-mix-${i}`);
+    for (const [i, n] of names.entries()) await makeNode(n).gpus(1).create(ctx.db, pools[i % 4]!);
+    await makePool('st-archived').owner('acme').archived().create(ctx.db);
+    await setQuota(ctx.db, 'acme', capped, 'gpu', 0);
+    await sync.caughtUp();
+    const args = { Pod: pod({ 'bettercompute.io/gpu': '1' }), NodeNames: [...names, 'st-mix-none'] } as never;
+    const before = db.calls;
+    const f = await memory.filter(args);
+    expect(db.calls - before).toBe(0);
+    expect(f).toEqual(await database.filter(args));
+    expect(f.NodeNames).toEqual(['st-mix-3', 'st-mix-7']);
+    expect(f.FailedAndUnresolvableNodes).toEqual({
+      'st-mix-0': 'pool st-hidden is not offered to tenant acme',
+      'st-mix-4': 'pool st-hidden is not offered to tenant acme',
+      'st-mix-1': 'pool st-archived is archived',
+      'st-mix-5': 'pool st-archived is archived',
+      'st-mix-none': 'not a GPU node of any pool in the ledger',
+    });
+    expect(Object.keys(f.FailedNodes).sort()).toEqual(['st-mix-2', 'st-mix-6']);
+    expect(f.FailedNodes['st-mix-2']).toMatch(/^QuotaExceeded: tenant acme would exceed its gpu quota in pool st-capped \(0 of 0 in use/);
+    await setQuota(ctx.db, 'acme', capped, 'gpu', null);
+  });
+
   it('a bind’s booking is in the state when the bind answers: the next filter sees the node taken', async () => {
     const sync = startSync();
     await sync.ready();

@@ -11,7 +11,7 @@ import type { ExtenderKube } from '../../src/extender/kube.ts';
 import { reservationResourceName, TENANT_LABEL } from '../../src/extender/resources.ts';
 import { createExtenderListener, EXTENDER_MAX_BODY_BYTES } from '../../src/extender/listener.ts';
 import { ExtenderService } from '../../src/extender/service.ts';
-import { createLogger } from '../../src/log.ts';
+import { createLogger, silentLogger } from '../../src/log.ts';
 import { makeNode, makePool, reservation } from '../support/builders.ts';
 import { useTestDatabase } from '../support/db.ts';
 
@@ -257,6 +257,25 @@ describe('prioritize after filter', () => {
     await service.filter(args);
     await service.prioritize({ Pod: pod('acme-train', { 'bettercompute.io/gpu': '1' }), NodeNames: [NODE] } as never);
     expect(kube.nsReads).toBe(4);
+  });
+
+  it('takes them only for nodes filter passed: a node that fits but was left out is judged', async () => {
+    const pool = await makePool('reuse-pool').owner('acme').create(ctx.db);
+    for (const [n, g] of [['reuse-a', 1], ['reuse-b', 2], ['reuse-c', 8]] as const) await makeNode(n).gpus(g).create(ctx.db, pool);
+    const two = new ExtenderService({ db: ctx.db, ledger: new Ledger(ctx.db), clock: ctx.clock, kube, log: silentLogger, filterNodes: 2 });
+    const p = pod('acme-train', { 'bettercompute.io/gpu': '1' });
+    const names = ['reuse-a', 'reuse-b', 'reuse-c'];
+    const passed = await two.filter({ Pod: p, NodeNames: names } as never);
+    expect(passed.NodeNames).toEqual(['reuse-a', 'reuse-b']);
+    const reads = kube.nsReads;
+    const reused = await two.prioritize({ Pod: p, NodeNames: passed.NodeNames } as never);
+    expect(kube.nsReads).toBe(reads);
+    expect(reused.map((h) => h.Host)).toEqual(['reuse-a', 'reuse-b']);
+    await two.filter({ Pod: p, NodeNames: names } as never);
+    const judged = await two.prioritize({ Pod: p, NodeNames: ['reuse-a', 'reuse-c'] } as never);
+    expect(kube.nsReads).toBe(reads + 2);
+    expect(judged.find((h) => h.Host === 'reuse-a')!.Score).toBe(reused.find((h) => h.Host === 'reuse-a')!.Score);
+    expect(judged.find((h) => h.Host === 'reuse-c')!.Score).toBeGreaterThan(0);
   });
 });
 
