@@ -340,21 +340,20 @@ export class ExtenderService {
    * no node passes, and then none is left out). `best`: their indexes, ascending; `fit`: how many fit.
    */
   private bestFits(podUid: string, names: string[], v: Verdict): { best: number[]; fit: number } {
-    let fit = 0;
-    for (let i = 0; i < names.length; i++) if (!Number.isNaN(v.scores[i])) fit++;
-    if (fit <= this.filterNodes) {
-      const all: number[] = [];
-      for (let i = 0; i < names.length; i++) if (!Number.isNaN(v.scores[i])) all.push(i);
-      return { best: all, fit };
-    }
     const now = performance.now();
     // A node's rank: its score, less 1,000 when it is admitting another on-demand pod (scores lie in 0..maxPriority).
     const rank = (i: number) => v.scores[i]! - (v.onDemand && this.admittingOther(names[i]!, podUid, now) ? 1000 : 0);
     // The best `filterNodes`, kept sorted best first (an insertion into a short list; most nodes rank below its last).
+    // When no more than `filterNodes` fit, that is every one of them.
     const best: number[] = [];
     const ranks: number[] = [];
+    let fit = 0;
     for (let i = 0; i < names.length; i++) {
-      if (Number.isNaN(v.scores[i])) continue;
+      const score = v.scores[i]!;
+      if (Number.isNaN(score)) continue;
+      fit++;
+      // A node's rank is never above its score: one whose score does not beat the last rank kept is not asked about.
+      if (best.length === this.filterNodes && score <= ranks[best.length - 1]!) continue;
       const r = rank(i);
       if (best.length === this.filterNodes && r <= ranks[best.length - 1]!) continue;
       let k = Math.min(best.length, this.filterNodes - 1);
@@ -552,6 +551,9 @@ export class ExtenderService {
         // Nodes that share a summary (the state keeps equal ones as one object) share a verdict the summary decides.
         const bySummary = scalars.length === 0 ? new Map<NodeSummary, number | string | null>() : undefined;
         const shape = JSON.stringify([req.devices, req.binding, req.topology ?? null, req.window.end - req.window.start]);
+        // Runs of nodes share one summary (all those without bookings): the last one's verdict, without the map.
+        let lastSummary: NodeSummary | undefined;
+        let lastVerdict: number | string | null | undefined;
         for (let i = 0; i < names.length; i++) {
           if (poolOf(i) !== poolId) continue;
           const n = names[i]!;
@@ -563,11 +565,13 @@ export class ExtenderService {
           let r: number | string | null | undefined;
           const sum = node.summary;
           if (bySummary && sum && node.schedulable) {
-            r = bySummary.get(sum);
+            r = sum === lastSummary ? lastVerdict : bySummary.get(sum);
             if (r === undefined) {
               r = judgeFromSummary(sum, req) ?? null;
               bySummary.set(sum, r);
             }
+            lastSummary = sum;
+            lastVerdict = r;
           }
           r ??= bySummary ? this.nodeVerdict(node, req, shape) : scoreNode(node, req, scalars);
           if (typeof r === 'number') v.scores[i] = (r / 110) * this.maxPriority;
