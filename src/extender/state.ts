@@ -60,6 +60,23 @@ export interface FullLoad {
   readonly reservations: ReadonlyMap<string, ReservationView>;
   readonly holdings: ReadonlyMap<string, string>;
   readonly quotas: readonly (QuotaKey & { max: number | null; charges: readonly QuotaCharge[] })[];
+  /**
+   * When given, every loaded node carries its summary already, interned in this map (internSummary), and the state
+   * takes the map over: the loader summarizes a batch of nodes as it comes, not all of them in replaceAll's one stretch.
+   */
+  readonly summaries?: Map<string, NodeSummary>;
+}
+
+/** Sets the node's summary, one object for equal summaries (those in `summaries`, where a new one is added). */
+export function internSummary(n: NodeSnap, summaries: Map<string, NodeSummary>): void {
+  const s = summarizeNode(n);
+  const key = summaryKey(s);
+  const known = summaries.get(key);
+  if (known) n.summary = known;
+  else {
+    summaries.set(key, s);
+    n.summary = s;
+  }
 }
 
 export function quotaKeyOf(k: QuotaKey): string {
@@ -118,9 +135,9 @@ export class ExtenderState {
 
   /** Replaces everything (the initial load, a full resync). */
   replaceAll(load: FullLoad): void {
-    this.summaries = new Map();
+    this.summaries = load.summaries ?? new Map();
     const pools = new Map<string, PoolState>();
-    for (const p of load.pools) pools.set(p.info.id, { info: p.info, byId: this.indexNodes(p.nodes) });
+    for (const p of load.pools) pools.set(p.info.id, { info: p.info, byId: this.indexNodes(p.nodes, !load.summaries) });
     const quotas = new Map<string, QuotaState>();
     for (const q of load.quotas) if (q.max !== null) quotas.set(quotaKeyOf(q), { max: q.max, charges: q.charges });
     const nodes = new Map<string, MutableEntry>();
@@ -186,31 +203,20 @@ export class ExtenderState {
         this.entry(n.id, n.poolId);
         continue;
       }
-      this.summarize(n.snap);
+      internSummary(n.snap, this.summaries);
       pool.byId.set(n.id, n.snap);
       delete pool.snap;
       this.entry(n.id, n.poolId, n.snap);
     }
   }
 
-  private indexNodes(nodes: readonly NodeSnap[]): Map<string, NodeSnap> {
+  private indexNodes(nodes: readonly NodeSnap[], summarize = true): Map<string, NodeSnap> {
     const byId = new Map<string, NodeSnap>();
     for (const n of nodes) {
-      this.summarize(n);
+      if (summarize) internSummary(n, this.summaries);
       byId.set(n.id, n);
     }
     return byId;
-  }
-
-  private summarize(n: NodeSnap): void {
-    const s = summarizeNode(n);
-    const key = summaryKey(s);
-    const known = this.summaries.get(key);
-    if (known) n.summary = known;
-    else {
-      this.summaries.set(key, s);
-      n.summary = s;
-    }
   }
 
   private removeFromPool(nodeId: string): void {

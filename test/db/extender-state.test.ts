@@ -16,7 +16,7 @@ import { reservationResourceName, TENANT_LABEL } from '../../src/extender/resour
 import { StatePreviewer } from '../../src/extender/preview.ts';
 import { ExtenderService } from '../../src/extender/service.ts';
 import { ExtenderState, quotaPeak, type QuotaCharge } from '../../src/extender/state.ts';
-import { ExtenderStateSync, loadAll } from '../../src/extender/state-sync.ts';
+import { ExtenderStateSync, LOAD_NODES_BATCH, loadAll } from '../../src/extender/state-sync.ts';
 import { silentLogger } from '../../src/log.ts';
 import { makeNode, makePool, reservation } from '../support/builders.ts';
 import { useTestDatabase } from '../support/db.ts';
@@ -183,6 +183,35 @@ describe('the state follows the ledger through its notifications', () => {
     expect(sync.state.pool(poolId)!.byId.get(B)!.schedulable).toBe(false);
     await setNodeState(ctx.db, B, { cordoned: false });
     await expectMirrors(sync);
+  });
+});
+
+describe('the full load', () => {
+  it('reads a pool’s nodes a batch at a time: all of them, in order, equal summaries as one object', async () => {
+    const pool = await makePool('st-batched').owner('acme').create(ctx.db);
+    for (const [i, g] of [1, 2, 1, 2, 1].entries()) await makeNode(`st-batch-${i}`).gpus(g).create(ctx.db, pool);
+    const whole = await loadAll(ctx.db);
+    const counted = countingDb(ctx.db);
+    await loadAll(counted);
+    const oneStatement = counted.calls;
+    const small = await loadAll(counted, 2);
+    expect(small).toEqual(whole);
+    expect(small.pools.find((p) => p.info.id === pool)!.nodes.map((n) => n.id)).toEqual([0, 1, 2, 3, 4].map((i) => `st-batch-${i}`));
+    // One statement more per batch of two beyond the first: three for this pool's five nodes, one for each other pool's two.
+    const extra = whole.pools.reduce((sum, p) => sum + Math.ceil(p.nodes.length / 2) - Math.ceil(p.nodes.length / LOAD_NODES_BATCH), 0);
+    expect(extra).toBeGreaterThanOrEqual(2);
+    expect(counted.calls - 2 * oneStatement).toBe(extra);
+    const used = new Set(small.pools.flatMap((p) => p.nodes.map((n) => n.summary)));
+    expect([...used].every((x) => x !== undefined && [...small.summaries!.values()].includes(x))).toBe(true);
+    const batched = small.pools.find((p) => p.info.id === pool)!.nodes;
+    expect(batched[0]!.summary).toBe(batched[4]!.summary);
+    expect(batched[1]!.summary).toBe(batched[3]!.summary);
+    expect(batched[0]!.summary).not.toBe(batched[1]!.summary);
+    const state = new ExtenderState();
+    state.replaceAll(small);
+    const reference = new ExtenderState();
+    reference.replaceAll({ ...whole, summaries: undefined });
+    expect(state.describe()).toEqual(reference.describe());
   });
 });
 
