@@ -509,10 +509,9 @@ export class ExtenderStateSync extends EventEmitter {
 }
 
 /**
- * The most nodes a full load reads in one statement. The event loop parses a statement's rows and builds their
- * snapshots in one stretch: a whole pool of 5,000 nodes (45,000 rows) in one statement, then summarizing them all in
- * replaceAll, held it 44–77 ms at a time, and every filter call that came meanwhile waited, once per full resync. In
- * batches of 200 the longest stretch was 11–14 ms.
+ * The most nodes a full load reads in one statement. A whole pool of 5,000 nodes (45,000 rows) in one statement, its
+ * rows made into snapshots and then all summarized in replaceAll, held the event loop 38–72 ms at a stretch, and every
+ * filter call that came meanwhile waited, once per full resync; in batches of 200, 11–15 ms (ADR 0028).
  */
 export const LOAD_NODES_BATCH = 200;
 
