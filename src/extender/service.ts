@@ -16,7 +16,7 @@ import { getPool, isPoolVisible, loadNodes, type PoolInfo } from '../db/snapshot
 import { errorFields, type Logger } from '../log.ts';
 import type { ExtenderKube } from './kube.ts';
 import { nodePools, podHolding, quotaHeadroom, reservationAtoms } from './queries.ts';
-import type { ExtenderState, NodeEntry, PodBookingApplied } from './state.ts';
+import type { ExtenderState, PodBookingApplied } from './state.ts';
 import { ALLOCATION_ANNOTATION, ATOMS_ANNOTATION, podDemand, RESOURCE_OF_CLASS, TENANT_LABEL, type PodDemand } from './resources.ts';
 import {
   nodeNamesOf,
@@ -522,8 +522,60 @@ export class ExtenderService {
     // path); then one walk of the names. No list of each pool's members: at thousands of names, lists grown by push
     // (and walked with for…of) were most of a call's garbage.
     const now = this.d.clock.now();
+    // How the name at an index is judged, for the names of one pool.
+    const judgeOf = async (poolId: string): Promise<(i: number) => void> => {
+      const fromMemory = mem?.pool(poolId);
+      const c = fromMemory ?? (await this.snapshot(poolId));
+      const refuse = (reason: string, unresolvable = false) => (i: number) => void ((unresolvable ? v.unresolvable : v.failed)[names[i]!] = reason);
+      if (!isPoolVisible(c.info, tenant)) return refuse(`pool ${c.info.name} is not offered to tenant ${tenant}`, true);
+      if (c.info.archived) return refuse(`pool ${c.info.name} is archived`, true);
+      const deadline = pod.spec.activeDeadlineSeconds ?? null;
+      const classes = devices.map((d) => d.class);
+      const windowEnd = deadline ? now + deadline * 1000 : null;
+      const quota = mem ? mem.quotaHeadroom(tenant, poolId, classes, now, windowEnd) : await quotaHeadroom(this.d.db, tenant, poolId, classes, windowEnd);
+      for (const d of devices) {
+        const q = quota.get(d.class);
+        if (q && q.peak + d.count > q.max) {
+          return refuse(`QuotaExceeded: tenant ${tenant} would exceed its ${d.class} quota in pool ${c.info.name} (${q.peak} of ${q.max} in use, the pod asks ${d.count})`);
+        }
+      }
+      const req = toPlacementRequest(
+        { tenantId: tenant, poolId, devices, duration: deadline ?? 0, binding: 'hold', idempotencyKey: pod.metadata.uid },
+        now,
+        deadline === null,
+      );
+      const scalars = requestScalars(req);
+      // Nodes that share a summary (the state keeps equal ones as one object) share a verdict the summary decides.
+      const bySummary = scalars.length === 0 ? new Map<NodeSummary, number | string | null>() : undefined;
+      const shape = JSON.stringify([req.devices, req.binding, req.topology ?? null, req.window.end - req.window.start]);
+      // Runs of nodes share one summary (all those without bookings): the last one's verdict, without the map.
+      let lastSummary: NodeSummary | undefined;
+      let lastVerdict: number | string | null | undefined;
+      return (i) => {
+        const n = names[i]!;
+        const node = fromMemory ? entries![i]?.snap : c.byId.get(n);
+        if (!node) {
+          v.failed[n] = 'the node has reported no devices';
+          return;
+        }
+        let r: number | string | null | undefined;
+        const sum = node.summary;
+        if (bySummary && sum && node.schedulable) {
+          r = sum === lastSummary ? lastVerdict : bySummary.get(sum);
+          if (r === undefined) {
+            r = judgeFromSummary(sum, req) ?? null;
+            bySummary.set(sum, r);
+          }
+          lastSummary = sum;
+          lastVerdict = r;
+        }
+        r ??= bySummary ? this.nodeVerdict(node, req, shape) : scoreNode(node, req, scalars);
+        if (typeof r === 'number') v.scores[i] = (r / 110) * this.maxPriority;
+        else v.failed[n] = r;
+      };
+    };
     const judges = new Map<string, (i: number) => void>();
-    await Promise.all([...poolIds].map(async (poolId) => judges.set(poolId, await this.poolJudge(pod, devices, tenant, poolId, now, names, v, entries, mem))));
+    await Promise.all([...poolIds].map(async (poolId) => judges.set(poolId, await judgeOf(poolId))));
     for (let i = 0, last: string | undefined, judge: ((i: number) => void) | undefined; i < names.length; i++) {
       const poolId = poolOf(i);
       if (!poolId) {
@@ -536,69 +588,6 @@ export class ExtenderService {
       }
       judge!(i);
     }
-  }
-
-  /** How `judgeOnDemand` judges the name at an index, for the names of one pool. */
-  private async poolJudge(
-    pod: Pod,
-    devices: PodDemand['devices'],
-    tenant: string,
-    poolId: string,
-    now: number,
-    names: string[],
-    v: Verdict,
-    entries: readonly (NodeEntry | undefined)[] | undefined,
-    mem?: ExtenderState,
-  ): Promise<(i: number) => void> {
-    const fromMemory = mem?.pool(poolId);
-    const c = fromMemory ?? (await this.snapshot(poolId));
-    const refuse = (reason: string, unresolvable = false) => (i: number) => void ((unresolvable ? v.unresolvable : v.failed)[names[i]!] = reason);
-    if (!isPoolVisible(c.info, tenant)) return refuse(`pool ${c.info.name} is not offered to tenant ${tenant}`, true);
-    if (c.info.archived) return refuse(`pool ${c.info.name} is archived`, true);
-    const deadline = pod.spec.activeDeadlineSeconds ?? null;
-    const classes = devices.map((d) => d.class);
-    const windowEnd = deadline ? now + deadline * 1000 : null;
-    const quota = mem ? mem.quotaHeadroom(tenant, poolId, classes, now, windowEnd) : await quotaHeadroom(this.d.db, tenant, poolId, classes, windowEnd);
-    for (const d of devices) {
-      const q = quota.get(d.class);
-      if (q && q.peak + d.count > q.max) {
-        return refuse(`QuotaExceeded: tenant ${tenant} would exceed its ${d.class} quota in pool ${c.info.name} (${q.peak} of ${q.max} in use, the pod asks ${d.count})`);
-      }
-    }
-    const req = toPlacementRequest(
-      { tenantId: tenant, poolId, devices, duration: deadline ?? 0, binding: 'hold', idempotencyKey: pod.metadata.uid },
-      now,
-      deadline === null,
-    );
-    const scalars = requestScalars(req);
-    // Nodes that share a summary (the state keeps equal ones as one object) share a verdict the summary decides.
-    const bySummary = scalars.length === 0 ? new Map<NodeSummary, number | string | null>() : undefined;
-    const shape = JSON.stringify([req.devices, req.binding, req.topology ?? null, req.window.end - req.window.start]);
-    // Runs of nodes share one summary (all those without bookings): the last one's verdict, without the map.
-    let lastSummary: NodeSummary | undefined;
-    let lastVerdict: number | string | null | undefined;
-    return (i) => {
-      const n = names[i]!;
-      const node = fromMemory ? entries![i]?.snap : c.byId.get(n);
-      if (!node) {
-        v.failed[n] = 'the node has reported no devices';
-        return;
-      }
-      let r: number | string | null | undefined;
-      const sum = node.summary;
-      if (bySummary && sum && node.schedulable) {
-        r = sum === lastSummary ? lastVerdict : bySummary.get(sum);
-        if (r === undefined) {
-          r = judgeFromSummary(sum, req) ?? null;
-          bySummary.set(sum, r);
-        }
-        lastSummary = sum;
-        lastVerdict = r;
-      }
-      r ??= bySummary ? this.nodeVerdict(node, req, shape) : scoreNode(node, req, scalars);
-      if (typeof r === 'number') v.scores[i] = (r / 110) * this.maxPriority;
-      else v.failed[n] = r;
-    };
   }
 
   /** scoreNode for a request without scalars, remembered per node snapshot (see nodeVerdicts). */
