@@ -8,7 +8,7 @@ import type { z } from 'zod';
 import { toErrorResponse } from '../api/errors.ts';
 import { errorFields, silentLogger, type Logger } from '../log.ts';
 import { ExtenderService, type ExtenderDeps } from './service.ts';
-import { ExtenderArgsSchema, ExtenderBindingArgsSchema } from './wire.ts';
+import { ExtenderArgsSchema, ExtenderBindingArgsSchema, parseExtenderBody } from './wire.ts';
 
 export type { ExtenderDeps } from './service.ts';
 
@@ -148,7 +148,7 @@ export function createExtenderListener(deps: ExtenderDeps | { service: ExtenderS
     }
     let json: unknown;
     try {
-      json = JSON.parse(read.body.toString('utf8'));
+      json = parseExtenderBody(read.body);
     } catch (e) {
       const message = `invalid extender request: ${(e as Error).message}`;
       return refuse(req, res, 400, { Error: message }, message);

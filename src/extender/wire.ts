@@ -56,6 +56,46 @@ export function nodeNamesOf(args: ExtenderArgs): string[] {
   return (args.Nodes?.items ?? []).map((n) => n.metadata.name);
 }
 
+const NAMES_KEY = ',"NodeNames":[';
+/** A character that a node name's plain JSON string does not hold: an escape, a control character, a byte over 0x7f. */
+const NOT_PLAIN = /[\\\x00-\x1f\x80-\xff]/;
+
+/**
+ * The request body's JSON, as JSON.parse gives it. kube-scheduler's body ends in the list of node names
+ * (`...,"NodeNames":["a","b"]}`, Go's encoding of ExtenderArgs); its names are split out of the text, and JSON.parse
+ * reads only what comes before them, the Pod. That takes about half the time of JSON.parse on the whole body: at
+ * 5,000 names JSON.parse was half of filter's time in the server. Any other body, and any list with an escape, a
+ * space or a character beyond ASCII in it, is given to JSON.parse whole.
+ */
+export function parseExtenderBody(body: Buffer): unknown {
+  const text = body.toString('latin1');
+  const at = text.indexOf(NAMES_KEY);
+  if (at < 0 || !text.endsWith(']}')) return JSON.parse(body.toString('utf8'));
+  const list = text.slice(at + NAMES_KEY.length, text.length - 2);
+  const names = list === '' ? [] : splitNames(list);
+  if (!names) return JSON.parse(body.toString('utf8'));
+  // What comes before the names, closed, must be an object of its own with a key at least: else the whole body is not
+  // an object that ends in NodeNames (JSON.parse says why).
+  let head: unknown;
+  try {
+    head = JSON.parse(`${body.toString('utf8', 0, at)}}`);
+  } catch {
+    return JSON.parse(body.toString('utf8'));
+  }
+  if (typeof head !== 'object' || head === null || Array.isArray(head) || Object.keys(head).length === 0) return JSON.parse(body.toString('utf8'));
+  // The last key wins, as with JSON.parse.
+  (head as Record<string, unknown>).NodeNames = names;
+  return head;
+}
+
+/** `"a","b"` as ['a', 'b']; undefined unless it is a list of plain strings, nothing between them but one comma. */
+function splitNames(list: string): string[] | undefined {
+  if (list.length < 2 || list[0] !== '"' || list[list.length - 1] !== '"' || NOT_PLAIN.test(list)) return undefined;
+  const names = list.slice(1, -1).split('","');
+  for (const name of names) if (name.includes('"')) return undefined;
+  return names;
+}
+
 /** FailedNodes: node name → reason; the scheduler shows the reasons in the pod's FailedScheduling event. */
 export interface ExtenderFilterResult {
   Nodes: null;
