@@ -19,7 +19,9 @@ import { createPool } from '../src/db/pool.ts';
 import { ClientNodeExtenderKube } from '../src/extender/kube.ts';
 import { createExtenderListener } from '../src/extender/listener.ts';
 import { ExtenderService } from '../src/extender/service.ts';
+import { setScavenges } from '../src/extender/scavenge.ts';
 import { ExtenderStateSync } from '../src/extender/state-sync.ts';
+import { loadConfig } from '../src/config.ts';
 import { silentLogger } from '../src/log.ts';
 
 export interface CallCount {
@@ -36,6 +38,8 @@ async function main() {
   const [databaseUrl, kubeconfig] = process.argv.slice(2);
   if (!databaseUrl || !kubeconfig || !process.send) throw new Error('usage: fork(extender-process.ts, [DATABASE_URL, KUBECONFIG])');
   const send = (m: ExtenderProcessMessage) => process.send!(m);
+  // Young collections where the controller has them (BETTER_COMPUTE_SCAVENGES, ADR 0029).
+  setScavenges(loadConfig().scavenges);
   const db = createPool(databaseUrl, 8);
   const clock = await DbClock.create(db);
   const calls = new Map<string, CallCount>();

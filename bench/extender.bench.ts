@@ -8,10 +8,11 @@
 // row (each call of the row follows one of the empty handler), so that a busy machine weighs on both alike.
 //   npm run bench:extender      (embedded PostgreSQL in a temporary directory; DATABASE_URL for another server)
 // Env: BENCH_NODES (default 1000,5000), BENCH_CALLS (default 300), BENCH_UNCACHED_CALLS (default 40),
-//      BENCH_WRITER_RATE (bookings and releases per second in the background row, default 50).
+//      BENCH_WRITER_RATE (bookings and releases per second in the background row, default 50),
+//      BETTER_COMPUTE_SCAVENGES (main-thread or parallel: where young collections run, as in the controller; ADR 0029).
 // One call at a time: kube-scheduler calls the extender from its scheduling cycle, one pod after another.
 import fs from 'node:fs/promises';
-import { createServer, type RequestListener, type Server } from 'node:http';
+import { Agent as HttpAgent, createServer, request, type RequestListener, type Server } from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
 import express from 'express';
@@ -26,7 +27,9 @@ import { seedPool } from './seed.ts';
 import type { ExtenderKube } from '../src/extender/kube.ts';
 import { createExtenderListener } from '../src/extender/listener.ts';
 import { DEFAULT_FILTER_NODES, ExtenderService } from '../src/extender/service.ts';
+import { setScavenges } from '../src/extender/scavenge.ts';
 import { ExtenderStateSync } from '../src/extender/state-sync.ts';
+import { loadConfig } from '../src/config.ts';
 import type { Db } from '../src/db/pool.ts';
 import { silentLogger } from '../src/log.ts';
 import { countingDb } from '../test/support/counting-db.ts';
@@ -177,6 +180,9 @@ const pod = {
 };
 
 async function main() {
+  // Young collections where the controller has them (BETTER_COMPUTE_SCAVENGES, ADR 0029).
+  const scavenges = loadConfig().scavenges;
+  setScavenges(scavenges);
   let url = process.env.DATABASE_URL;
   let stop = async () => undefined as void;
   let dir: string | undefined;
@@ -244,22 +250,43 @@ async function main() {
   const server: Server = createServer(app);
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
   const addr = server.address();
-  const base = `http://127.0.0.1:${typeof addr === 'object' && addr ? addr.port : 0}`;
+  const port = typeof addr === 'object' && addr ? addr.port : 0;
 
-  // Timed calls read the answer's bytes without parsing them (kube-scheduler decodes them in its own process); the
-  // answers are checked, parsed, before and after each timed row.
-  const post = async (p: string, body: string, check?: (json: unknown) => void) => {
-    const res = await fetch(`${base}${p}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body });
-    if (!check && res.ok) {
-      await res.arrayBuffer();
-      return;
-    }
-    const json = (await res.json()) as unknown;
-    if (!res.ok) throw new Error(`${p}: HTTP ${res.status} ${JSON.stringify(json).slice(0, 200)}`);
-    check?.(json);
-  };
+  // The client: node:http on one kept-alive connection, as kube-scheduler's Go client calls its extender. Not fetch:
+  // undici's objects of every call (streams, weak references, finalization registrations, resource timings) outlive
+  // young collections and made each about three times as long, a pause that fell in the server's time since the client
+  // shares its heap here; kube-scheduler's garbage is never the extender's. Timed calls read the answer's bytes without
+  // parsing them (kube-scheduler decodes them in its own process); the answers are checked, parsed, before and after
+  // each timed row.
+  const agent = new HttpAgent({ keepAlive: true, maxSockets: 1 });
+  const post = (p: string, body: string, check?: (json: unknown) => void) =>
+    new Promise<void>((resolve, reject) => {
+      const req = request(
+        { host: '127.0.0.1', port, path: p, method: 'POST', agent, headers: { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) } },
+        (res) => {
+          const read = check !== undefined || res.statusCode !== 200;
+          const chunks: Buffer[] = [];
+          res.on('data', (c: Buffer) => void (read && chunks.push(c)));
+          res.on('error', reject);
+          res.on('end', () => {
+            if (!read) return resolve();
+            try {
+              const json = JSON.parse(Buffer.concat(chunks).toString('utf8')) as unknown;
+              if (res.statusCode !== 200) throw new Error(`${p}: HTTP ${res.statusCode} ${JSON.stringify(json).slice(0, 200)}`);
+              check?.(json);
+              resolve();
+            } catch (e) {
+              reject(e as Error);
+            }
+          });
+        },
+      );
+      req.setTimeout(60_000, () => req.destroy(new Error(`${p}: no answer in 60 s`)));
+      req.on('error', reject);
+      req.end(body);
+    });
 
-  console.log(`extender filter and prioritize over HTTP, ${os.cpus().length} CPUs, node ${process.version}; one call at a time`);
+  console.log(`extender filter and prioritize over HTTP, ${os.cpus().length} CPUs, node ${process.version}, young collections ${scavenges}; one call at a time`);
   console.log('                                                                           round trip          in the server');
   console.log('nodes  what                                              calls   calls/s     p50 ms     p99 ms     p50 ms     p99 ms   calls/s ratio');
   const ms = (x: number) => x.toFixed(2).padStart(9);
@@ -336,6 +363,7 @@ async function main() {
   for (const v of verdicts) console.log(v);
 
   await sync.stop();
+  agent.destroy();
   server.close();
   server.closeAllConnections();
   await db.end();

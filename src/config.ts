@@ -2,6 +2,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { z } from 'zod';
 import { DurationError, parseDuration } from './core/duration.ts';
+import { DEFAULT_SCAVENGES, ScavengesSchema } from './extender/scavenge.ts';
 
 // The one place that reads the environment. Parsed once at start into a frozen object that is passed explicitly.
 const ConfigSchema = z.object({
@@ -108,6 +109,8 @@ const ConfigSchema = z.object({
    * DEFAULT_FILTER_NODES (src/extender/service.ts).
    */
   extenderFilterNodes: z.coerce.number().int().min(1).max(100_000).optional(),
+  /** `controller`: where V8's young collections run, the event loop's thread alone or helper threads too (ADR 0029). */
+  scavenges: ScavengesSchema,
   /** `controller`: the longest a Kubernetes API call (not a watch) may take before it is aborted. */
   kubeCallTimeoutMs: durationMs('BETTER_COMPUTE_KUBE_CALL_TIMEOUT'),
   /** `agent`: this node's name (the downward API's spec.nodeName), and where its devices come from. */
@@ -222,6 +225,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       extenderResyncMs: env.BETTER_COMPUTE_EXTENDER_RESYNC || '30s',
       extenderMaxStalenessMs: env.BETTER_COMPUTE_EXTENDER_MAX_STALENESS || '5s',
       extenderFilterNodes: env.BETTER_COMPUTE_EXTENDER_FILTER_NODES || undefined,
+      scavenges: env.BETTER_COMPUTE_SCAVENGES || DEFAULT_SCAVENGES,
       kubeCallTimeoutMs: env.BETTER_COMPUTE_KUBE_CALL_TIMEOUT || '30s',
       nodeName: env.NODE_NAME || undefined,
       devicesFile: env.BETTER_COMPUTE_DEVICES_FILE || undefined,

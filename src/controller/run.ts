@@ -27,6 +27,7 @@ import { preemptionPass } from './preemption.ts';
 import { startPodReleaser } from '../extender/releaser.ts';
 import { createExtenderListener } from '../extender/listener.ts';
 import { StatePreviewer } from '../extender/preview.ts';
+import { setScavenges } from '../extender/scavenge.ts';
 import { ExtenderStateSync } from '../extender/state-sync.ts';
 import { errorFields, type Logger } from '../log.ts';
 import { registerCapacityGauges, registerDomainGauges } from '../metrics/capacity.ts';
@@ -432,6 +433,8 @@ export async function runController(config: Config, log: Logger, opts: RunContro
 
 /** The CLI command: runs until SIGTERM or SIGINT. */
 export async function controllerCommand(config: Config, log: Logger, opts: RunControllerOptions = {}): Promise<number> {
+  // The process serves the scheduler extender: its young collections on the event loop's thread by default (ADR 0029).
+  setScavenges(config.scavenges);
   const running = await runController(config, log, opts);
   return stopOnSignal(() => running.stop(), log);
 }
