@@ -5,7 +5,7 @@ import { loadConfig } from '../config.ts';
 /**
  * Runs a process that sets `mode` and then makes young collections with survivors (a ring of live objects, replaced as
  * it goes); V8's trace of the last 20 young collections: how long helper threads worked on each. (The first ones come
- * while tsx loads the module, before `mode` is set: about 15 of the 60 or so.)
+ * while tsx loads the module, before `mode` is set: about 15 of some 70.)
  */
 function helperTimes(mode: string): number[] {
   const code = `
