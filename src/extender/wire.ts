@@ -68,21 +68,22 @@ const NOT_PLAIN = /[\\\x00-\x1f\x80-\xff]/;
  * space or a character beyond ASCII in it, is given to JSON.parse whole.
  */
 export function parseExtenderBody(body: Buffer): unknown {
+  const whole = () => JSON.parse(body.toString('utf8')) as unknown;
   const text = body.toString('latin1');
   const at = text.indexOf(NAMES_KEY);
-  if (at < 0 || !text.endsWith(']}')) return JSON.parse(body.toString('utf8'));
+  if (at < 0 || !text.endsWith(']}')) return whole();
   const list = text.slice(at + NAMES_KEY.length, text.length - 2);
   const names = list === '' ? [] : splitNames(list);
-  if (!names) return JSON.parse(body.toString('utf8'));
+  if (!names) return whole();
   // What comes before the names, closed, must be an object of its own with a key at least: else the whole body is not
   // an object that ends in NodeNames (JSON.parse says why).
   let head: unknown;
   try {
     head = JSON.parse(`${body.toString('utf8', 0, at)}}`);
   } catch {
-    return JSON.parse(body.toString('utf8'));
+    return whole();
   }
-  if (typeof head !== 'object' || head === null || Array.isArray(head) || Object.keys(head).length === 0) return JSON.parse(body.toString('utf8'));
+  if (typeof head !== 'object' || head === null || Array.isArray(head) || Object.keys(head).length === 0) return whole();
   // The last key wins, as with JSON.parse.
   (head as Record<string, unknown>).NodeNames = names;
   return head;
