@@ -1,12 +1,14 @@
 // The scheduler extender in a process of its own, as the controller runs it (src/controller/run.ts): an unfenced ledger,
 // filter and prioritize from the ledger in memory (ADR 0010), the controller's extender listener app, on loopback.
-// bench/scheduler.bench.ts forks it, so that the bench's own client work (creating pods, watching them, dropping the
-// admissions as the agent would) does not run on the extender's event loop, as it never does in a cluster.
+// bench/scheduler.bench.ts forks it in a session of its own, so that the bench's own client work (creating pods,
+// watching them, dropping the admissions as the agent would) runs neither on the extender's event loop nor in its
+// scheduling group, as in a cluster.
 // IPC: sends {type: 'ready', url}; answers {type: 'calls'} with the calls counted since the last one (per verb and
 // outcome), the event loop's utilization, the process's CPU time (user + system) and the state's reloads (nodes and
 // pods reloaded after a notification, and those not, applied by a bind already: ADR 0023) over that time; exits on
-// {type: 'stop'}. With BENCH_EXTENDER_CPU_PROF (a directory), each 'calls' message ends the V8 CPU profile taken since
-// the one before and starts the next, so that a measured row (from one 'calls' to the next) has a profile of its own.
+// {type: 'stop'} or when the bench's IPC channel closes. With BENCH_EXTENDER_CPU_PROF (a directory), each 'calls'
+// message ends the V8 CPU profile taken since the one before and starts the next, so that a measured row (from one
+// 'calls' to the next) has a profile of its own.
 import fs from 'node:fs/promises';
 import { createServer } from 'node:http';
 import { Session } from 'node:inspector/promises';
@@ -85,6 +87,14 @@ async function main() {
     profiler.connect();
     await profiler.post('Profiler.enable');
   }
+  const stop = () => {
+    server.close();
+    server.closeAllConnections();
+    void memory
+      .stop()
+      .then(() => db.end())
+      .finally(() => process.exit(0));
+  };
   process.on('message', async (m: { type: string }) => {
     if (m.type === 'calls') {
       const elu = performance.eventLoopUtilization(since);
@@ -109,15 +119,11 @@ async function main() {
         return send({ type: 'error', message: `CPU profile: ${e instanceof Error ? e.message : String(e)}` });
       }
       send(answer);
-    } else if (m.type === 'stop') {
-      server.close();
-      server.closeAllConnections();
-      void memory
-        .stop()
-        .then(() => db.end())
-        .finally(() => process.exit(0));
-    }
+    } else if (m.type === 'stop') stop();
   });
+  // The bench gone (its IPC channel closed) is a stop too: the process runs in a session of its own, so a signal to
+  // the bench's terminal does not reach it.
+  process.on('disconnect', stop);
   send({ type: 'ready', url: `http://127.0.0.1:${typeof addr === 'object' && addr ? addr.port : 0}/scheduler` });
 }
 

@@ -4,19 +4,22 @@
 // same 1,000 pods requesting a plain extended resource (`example.com/gpu: 1`) that kube-scheduler places alone.
 // Each row first schedules BENCH_WARMUP (32) pods of its kind, not measured, so that both rows measure a running
 // system (the extender's first bind loads the pool into its ledger's cache once per process, as in the controller).
-// Prints pods per second (first create to last binding) and the p50/p99 of each pod's time from its create call
-// to its binding seen on a watch; the ratio is extender pods/s ÷ plain pods/s. The extender runs in a process of its own
-// (bench/extender-process.ts), as in the controller's pod: this process's client work is not on its event loop. Both
-// rows run kube-scheduler with its own API client unthrottled (unthrottled() below). Under each size: the CPU time per
-// pod of kube-scheduler, kube-apiserver, etcd and PostgreSQL in each row, and of the extender process in its row.
+// Prints pods per second (first create to last binding) and the p50/p99 of each pod's time from its create call to its
+// binding seen on a watch; the ratio is extender pods/s ÷ plain pods/s. The extender runs in a process of its own
+// (bench/extender-process.ts), as in the controller's pod: this process's client work is not on its event loop, nor in
+// its scheduling group (startExtenderProcess). Both rows run kube-scheduler with its own API client unthrottled
+// (unthrottled() below). Under each size: the CPU time per pod of kube-scheduler, kube-apiserver, etcd and PostgreSQL
+// in each row, and of the extender process in its row.
 //   npm run bench:scheduler   (root; brings the test cluster up, or takes its turn on it, like the cluster tests)
 // Env: BENCH_NODES (default 1000,5000), BENCH_PODS (default 1000), BENCH_CREATE_CONCURRENCY (default 16), BENCH_WARMUP,
 //      BENCH_EXTENDER_CPU_PROF (a directory: the extender process writes a V8 CPU profile of each row there),
-//      BENCH_FILTER_NODES (the most nodes the extender's filter passes; default the product's, ADR 0022).
+//      BENCH_FILTER_NODES (the most nodes the extender's filter passes; default the product's, ADR 0022),
+//      BENCH_PERF (a directory: `perf record -g` of the processes of CPU_OF over each measured row, <row>.perf.data).
 // Simulated nodes have no kubelet, so no agent completes an on-demand pod's admission: the bench does what the agent
 // does once the kubelet admitted the pod (it drops the node's admission lease when it sees the pod bound), so that the
 // next bind on that node is not held up waiting for an admission that no kubelet will ever make.
-import { fork } from 'node:child_process';
+import { fork, spawn } from 'node:child_process';
+import { once } from 'node:events';
 import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
@@ -93,6 +96,23 @@ function cpuPerPod(before: CpuReading, after: CpuReading, pods: number): string 
   const spent = new Map<string, number>(CPU_OF.map((c) => [c, 0]));
   for (const [pid, p] of after) spent.set(p.comm, spent.get(p.comm)! + p.seconds - (before.get(pid)?.seconds ?? 0));
   return CPU_OF.map((c) => `${c} ${((spent.get(c)! * 1000) / pods).toFixed(1)}`).join(', ');
+}
+
+/**
+ * With BENCH_PERF, starts `perf record -g` of the processes of CPU_OF (their call stacks, 499 samples a second) into
+ * BENCH_PERF/<run>.perf.data; the function returned stops it. Without, a function that does nothing.
+ */
+async function perfRecord(run: string): Promise<() => Promise<void>> {
+  const dir = process.env.BENCH_PERF;
+  if (!dir) return async () => undefined;
+  const pids = [...(await cpuSeconds()).keys()].join(',');
+  const perf = spawn('perf', ['record', '-F', '499', '-g', '-o', path.join(dir, `${run}.perf.data`), '-p', pids], { stdio: ['ignore', 'ignore', 'inherit'] });
+  const exited = once(perf, 'exit');
+  await new Promise((r) => setTimeout(r, 500)); // attached by then
+  return async () => {
+    perf.kill('SIGINT');
+    await exited;
+  };
 }
 
 function quantile(sorted: number[], q: number): number {
@@ -211,9 +231,17 @@ async function removeBenchNodes(kc: k8s.KubeConfig): Promise<void> {
   await kc.makeApiClient(k8s.CoreV1Api).deleteCollectionNode({ labelSelector: `${BENCH_LABEL}=true` });
 }
 
-/** Forks bench/extender-process.ts and waits for its listener. */
+/**
+ * Forks bench/extender-process.ts in a session of its own and waits for its listener. With the kernel's autogroup
+ * scheduling (on here), a session is a scheduling group: a busy machine shares its CPUs between groups first, then
+ * between the threads within each. The cluster's components each run in a session of their own (e2e/cluster/lib.sh
+ * starts them with setsid), and so does each PostgreSQL backend (postgres calls setsid in every child), as a cluster's
+ * pods run in cgroups of their own. The extender, forked without `detached`, ran in the bench's session: it shared one
+ * group's share with the bench's client, and waited for a CPU 2.6 times as long as it ran.
+ */
 async function startExtenderProcess(databaseUrl: string, kubeconfig: string) {
   const child = fork(path.join(import.meta.dirname, 'extender-process.ts'), [databaseUrl, kubeconfig], {
+    detached: true,
     stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
   });
   const next = (type: ExtenderProcessMessage['type']) =>
@@ -281,7 +309,9 @@ async function main() {
       await restartScheduler(unthrottled(defaultSchedulerConfig()));
       await schedulePods(kc, `warm-plain${n}`, PLAIN_RESOURCE, WARMUP);
       const plainCpu = await cpuSeconds();
+      const stopPlainPerf = await perfRecord(`plain${n}`);
       const plain = await schedulePods(kc, `plain${n}`, PLAIN_RESOURCE, PODS);
+      await stopPlainPerf();
       const plainCpuPerPod = cpuPerPod(plainCpu, await cpuSeconds(), PODS);
       await deletePods(kc);
 
@@ -293,7 +323,9 @@ async function main() {
       await new Promise((r) => setTimeout(r, 500));
       await extender.calls(); // counted from here
       const extCpu = await cpuSeconds();
+      const stopExtPerf = await perfRecord(`ext${n}`);
       const viaExtender = await schedulePods(kc, `ext${n}`, 'bettercompute.io/gpu', PODS, admitted);
+      await stopExtPerf();
       const extCpuPerPod = cpuPerPod(extCpu, await cpuSeconds(), PODS);
       const { calls, eventLoopUtilization, cpuSeconds: extenderCpu, reloads } = await extender.calls();
       await deletePods(kc);
