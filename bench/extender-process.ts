@@ -87,7 +87,10 @@ async function main() {
     profiler.connect();
     await profiler.post('Profiler.enable');
   }
+  let stopping = false;
   const stop = () => {
+    if (stopping) return; // 'stop', then the channel's close as the bench exits
+    stopping = true;
     server.close();
     server.closeAllConnections();
     void memory
