@@ -99,13 +99,14 @@ function cpuPerPod(before: CpuReading, after: CpuReading, pods: number): string 
 }
 
 /**
- * With BENCH_PERF, starts `perf record -g` of the processes of CPU_OF (their call stacks, 499 samples a second) into
- * BENCH_PERF/<run>.perf.data; the function returned stops it. Without, a function that does nothing.
+ * With BENCH_PERF, starts `perf record -g` of the processes of CPU_OF found by the row's first cpuSeconds() reading
+ * (their call stacks, 499 samples a second) into BENCH_PERF/<run>.perf.data; the function returned stops it. Without,
+ * a function that does nothing.
  */
-async function perfRecord(run: string): Promise<() => Promise<void>> {
+async function perfRecord(run: string, processes: CpuReading): Promise<() => Promise<void>> {
   const dir = process.env.BENCH_PERF;
   if (!dir) return async () => undefined;
-  const pids = [...(await cpuSeconds()).keys()].join(',');
+  const pids = [...processes.keys()].join(',');
   const perf = spawn('perf', ['record', '-F', '499', '-g', '-o', path.join(dir, `${run}.perf.data`), '-p', pids], { stdio: ['ignore', 'ignore', 'inherit'] });
   const exited = once(perf, 'exit');
   await new Promise((r) => setTimeout(r, 500)); // attached by then
@@ -309,7 +310,7 @@ async function main() {
       await restartScheduler(unthrottled(defaultSchedulerConfig()));
       await schedulePods(kc, `warm-plain${n}`, PLAIN_RESOURCE, WARMUP);
       const plainCpu = await cpuSeconds();
-      const stopPlainPerf = await perfRecord(`plain${n}`);
+      const stopPlainPerf = await perfRecord(`plain${n}`, plainCpu);
       const plain = await schedulePods(kc, `plain${n}`, PLAIN_RESOURCE, PODS);
       await stopPlainPerf();
       const plainCpuPerPod = cpuPerPod(plainCpu, await cpuSeconds(), PODS);
@@ -323,7 +324,7 @@ async function main() {
       await new Promise((r) => setTimeout(r, 500));
       await extender.calls(); // counted from here
       const extCpu = await cpuSeconds();
-      const stopExtPerf = await perfRecord(`ext${n}`);
+      const stopExtPerf = await perfRecord(`ext${n}`, extCpu);
       const viaExtender = await schedulePods(kc, `ext${n}`, 'bettercompute.io/gpu', PODS, admitted);
       await stopExtPerf();
       const extCpuPerPod = cpuPerPod(extCpu, await cpuSeconds(), PODS);
