@@ -1,6 +1,6 @@
 // The Binding over node:https (ADR 0024), against an HTTPS server with its own CA: the path, body and token the API
-// server gets, one kept-alive connection for many binds, a new one when the TLS material changes, the server's error
-// status and message, and the call timeout.
+// server gets, one kept-alive connection for many binds, credentials read again once they are old, a new connection
+// when the TLS material changes, the server's error status and message, and the call timeout.
 import https from 'node:https';
 import type net from 'node:net';
 import * as k8s from '@kubernetes/client-node';
@@ -71,9 +71,24 @@ describe('the Binding over node:https', () => {
     });
   });
 
-  it('takes credentials from the KubeConfig on every call, and a new connection pool when the TLS material changes', async () => {
+  it('reads credentials from the KubeConfig again once they are credentialsMs old, not on every call', async () => {
+    const body = { metadata: { name: 'p', namespace: 'ns' }, target: { kind: 'Node', name: 'n' } };
     const kc = kubeConfig('t-1');
-    const writer = KubeBindingWriter.for(kc)!;
+    const kept = KubeBindingWriter.for(kc, { credentialsMs: 60_000 })!;
+    const renewed = KubeBindingWriter.for(kc, { credentialsMs: 100 })!;
+    await kept.bind('ns', 'p', body);
+    await renewed.bind('ns', 'p', body);
+    Object.assign(kc.getCurrentUser()!, { token: 't-2' });
+    await kept.bind('ns', 'p', body);
+    expect(seen.at(-1)!.authorization).toBe('Bearer t-1');
+    await new Promise((r) => setTimeout(r, 150));
+    await renewed.bind('ns', 'p', body);
+    expect(seen.at(-1)!.authorization).toBe('Bearer t-2');
+  });
+
+  it('with credentialsMs 0, takes credentials on every call, and a new connection pool when the TLS material changes', async () => {
+    const kc = kubeConfig('t-1');
+    const writer = KubeBindingWriter.for(kc, { credentialsMs: 0 })!;
     const body = { metadata: { name: 'p', namespace: 'ns' }, target: { kind: 'Node', name: 'n' } };
     const before = connections;
     await writer.bind('ns', 'p', body);

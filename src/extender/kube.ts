@@ -50,31 +50,48 @@ function sameTls(a: TlsMaterial, b: TlsMaterial): boolean {
  * POSTs a pod's Binding over node:https on kept-alive connections (ADR 0024): the one API call of every bind, made as
  * often as pods are scheduled. client-node's generated client builds a new undici Agent per call and drops it (our
  * PooledKubeConfig hands it the shared one, ADR 0018), then goes through fetch and web streams; in bench:scheduler that
- * was a quarter of the extender's CPU time. Server, credentials and TLS material come from the KubeConfig on every call
- * (applyToHTTPSOptions: a token or a certificate renewed on disk is picked up), and the connections are kept while the
- * TLS material stays the same. Undefined for a cluster this does not speak to (plain HTTP, a proxy): the caller uses
- * client-node then.
+ * was a quarter of the extender's CPU time. Credentials and TLS material come from the KubeConfig (applyToHTTPSOptions:
+ * a token or a certificate renewed on disk is picked up), read again once they are `credentialsMs` old (default 1 s):
+ * reading them builds an Agent and decodes or reads the CA, certificate and key, which on every call was an eighth of
+ * the extender's CPU time per pod in bench:scheduler. The connections are kept while the TLS material stays the same.
+ * Undefined for a cluster this does not speak to (plain HTTP, a proxy): the caller uses client-node then.
  */
 export class KubeBindingWriter {
-  private pool: { tls: TlsMaterial; agent: https.Agent } | undefined;
+  /** `from`: the options it was last matched against (the same read matches without comparing the material again). */
+  private pool: { from: https.RequestOptions; tls: TlsMaterial; agent: https.Agent } | undefined;
+  private credentials: { at: number; opts: Promise<https.RequestOptions> } | undefined;
 
   private constructor(
     private readonly kc: k8s.KubeConfig,
     private readonly timeoutMs: number,
+    private readonly credentialsMs: number,
   ) {}
 
-  static for(kc: k8s.KubeConfig): KubeBindingWriter | undefined {
+  static for(kc: k8s.KubeConfig, o: { credentialsMs?: number } = {}): KubeBindingWriter | undefined {
     const cluster = kc.getCurrentCluster();
     if (!cluster?.server.startsWith('https:') || cluster.proxyUrl) return undefined;
-    return new KubeBindingWriter(kc, kc instanceof TimedKubeConfig ? kc.callTimeoutMs : DEFAULT_KUBE_CALL_TIMEOUT_MS);
+    return new KubeBindingWriter(kc, kc instanceof TimedKubeConfig ? kc.callTimeoutMs : DEFAULT_KUBE_CALL_TIMEOUT_MS, o.credentialsMs ?? 1000);
+  }
+
+  /** The KubeConfig's credentials and TLS material, read again once `credentialsMs` old or after a failed read. */
+  private options(): Promise<https.RequestOptions> {
+    const now = performance.now();
+    if (this.credentials && now - this.credentials.at < this.credentialsMs) return this.credentials.opts;
+    const opts: https.RequestOptions = {};
+    const read = this.kc.applyToHTTPSOptions(opts).then(() => opts);
+    const entry = { at: now, opts: read };
+    this.credentials = entry;
+    read.catch(() => {
+      if (this.credentials === entry) this.credentials = undefined;
+    });
+    return read;
   }
 
   async bind(namespace: string, name: string, body: k8s.V1Binding): Promise<void> {
     const cluster = this.kc.getCurrentCluster();
     if (!cluster) throw new Error('the kubeconfig has no current cluster');
     const url = new URL(`${cluster.server.replace(/\/+$/, '')}/api/v1/namespaces/${encodeURIComponent(namespace)}/pods/${encodeURIComponent(name)}/binding`);
-    const opts: https.RequestOptions = {};
-    await this.kc.applyToHTTPSOptions(opts);
+    const opts = await this.options();
     const data = Buffer.from(JSON.stringify(body));
     const headers = { ...(opts.headers as Record<string, string> | undefined), 'content-type': 'application/json', accept: 'application/json', 'content-length': String(data.length) };
     const { status, text } = await new Promise<{ status: number; text: string }>((resolve, reject) => {
@@ -104,11 +121,15 @@ export class KubeBindingWriter {
 
   /** The kept-alive Agent for this TLS material; a new one when it changed (the old one's idle connections close). */
   private agent(opts: https.RequestOptions): https.Agent {
+    if (this.pool?.from === opts) return this.pool.agent;
     const tls: TlsMaterial = {};
     for (const f of TLS_FIELDS) if (opts[f] !== undefined) Object.assign(tls, { [f]: opts[f] });
-    if (this.pool && sameTls(this.pool.tls, tls)) return this.pool.agent;
+    if (this.pool && sameTls(this.pool.tls, tls)) {
+      this.pool.from = opts;
+      return this.pool.agent;
+    }
     const old = this.pool?.agent;
-    this.pool = { tls, agent: new https.Agent({ ...tls, keepAlive: true, keepAliveMsecs: 30_000 }) };
+    this.pool = { from: opts, tls, agent: new https.Agent({ ...tls, keepAlive: true, keepAliveMsecs: 30_000 }) };
     // Requests in flight on the old one end within the call timeout.
     if (old) setTimeout(() => old.destroy(), this.timeoutMs).unref();
     return this.pool.agent;
