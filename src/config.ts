@@ -109,6 +109,11 @@ const ConfigSchema = z.object({
    * DEFAULT_FILTER_NODES (src/extender/service.ts).
    */
   extenderFilterNodes: z.coerce.number().int().min(1).max(100_000).optional(),
+  /**
+   * `controller` scheduler extender: whether filter passes a pod without scheduling preferences of its own its best node
+   * alone, so that kube-scheduler neither scores nor calls prioritize (ADR 0030); `false`: up to extenderFilterNodes.
+   */
+  extenderBestNodeOnly: z.enum(['true', 'false']).transform((v) => v === 'true'),
   /** `controller`: where V8's young collections run, the event loop's thread alone or helper threads too (ADR 0029). */
   scavenges: ScavengesSchema,
   /** `controller`: the longest a Kubernetes API call (not a watch) may take before it is aborted. */
@@ -225,6 +230,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       extenderResyncMs: env.BETTER_COMPUTE_EXTENDER_RESYNC || '30s',
       extenderMaxStalenessMs: env.BETTER_COMPUTE_EXTENDER_MAX_STALENESS || '5s',
       extenderFilterNodes: env.BETTER_COMPUTE_EXTENDER_FILTER_NODES || undefined,
+      extenderBestNodeOnly: env.BETTER_COMPUTE_EXTENDER_BEST_NODE_ONLY || 'true',
       scavenges: env.BETTER_COMPUTE_SCAVENGES || DEFAULT_SCAVENGES,
       kubeCallTimeoutMs: env.BETTER_COMPUTE_KUBE_CALL_TIMEOUT || '30s',
       nodeName: env.NODE_NAME || undefined,

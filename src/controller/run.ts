@@ -208,6 +208,7 @@ export async function runController(config: Config, log: Logger, opts: RunContro
       metrics: extenderMetrics(registry),
       memory,
       filterNodes: config.extenderFilterNodes,
+      bestNodeOnly: config.extenderBestNodeOnly,
     });
     const tokens = new TokenReviewer({ kubeConfig: kc });
     const access = new AccessReviewer({ kubeConfig: kc });

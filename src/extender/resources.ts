@@ -92,3 +92,28 @@ export function podDemand(spec: { containers: readonly ContainerLike[]; initCont
   if (demand.reservation && demand.devices.length) demand.invalid = 'a pod draws from a reservation or on demand, not both';
   return demand;
 }
+
+/** The owners whose pods kube-scheduler spreads by default (PodTopologySpread's system defaults, ScheduleAnyway). */
+const SPREAD_BY_DEFAULT = new Set(['ReplicaSet', 'StatefulSet', 'ReplicationController']);
+
+interface PodPreferencesLike {
+  metadata: { ownerReferences?: readonly { kind: string }[] | null | undefined };
+  spec: {
+    affinity?: Partial<Record<'nodeAffinity' | 'podAffinity' | 'podAntiAffinity', { preferredDuringSchedulingIgnoredDuringExecution?: readonly unknown[] | null | undefined } | null | undefined>> | null | undefined;
+    topologySpreadConstraints?: readonly { whenUnsatisfiable?: string | undefined }[] | null | undefined;
+  };
+}
+
+/**
+ * Whether kube-scheduler's scoring has a preference of the pod's to weigh (ADR 0030): a preferred node affinity, pod
+ * affinity or anti-affinity term, a topology spread constraint it may break (ScheduleAnyway), or an owner whose pods it
+ * spreads by default (a ReplicaSet's, a StatefulSet's, a ReplicationController's). A pod that declares none of these
+ * has none of its own for the scheduler to weigh. Required terms are not preferences: kube-scheduler applies them
+ * before it calls the extender.
+ */
+export function hasSchedulingPreferences(pod: PodPreferencesLike): boolean {
+  const a = pod.spec.affinity;
+  if (a && [a.nodeAffinity, a.podAffinity, a.podAntiAffinity].some((t) => (t?.preferredDuringSchedulingIgnoredDuringExecution?.length ?? 0) > 0)) return true;
+  if (pod.spec.topologySpreadConstraints?.some((c) => c.whenUnsatisfiable === 'ScheduleAnyway')) return true;
+  return pod.metadata.ownerReferences?.some((o) => SPREAD_BY_DEFAULT.has(o.kind)) ?? false;
+}

@@ -17,7 +17,7 @@ import { errorFields, type Logger } from '../log.ts';
 import type { ExtenderKube } from './kube.ts';
 import { nodePools, podHolding, quotaHeadroom, reservationAtoms } from './queries.ts';
 import type { ExtenderState, PodBookingApplied } from './state.ts';
-import { ALLOCATION_ANNOTATION, ATOMS_ANNOTATION, podDemand, RESOURCE_OF_CLASS, TENANT_LABEL, type PodDemand } from './resources.ts';
+import { ALLOCATION_ANNOTATION, ATOMS_ANNOTATION, hasSchedulingPreferences, podDemand, RESOURCE_OF_CLASS, TENANT_LABEL, type PodDemand } from './resources.ts';
 import {
   nodeNamesOf,
   PodSchema,
@@ -67,6 +67,12 @@ export interface ExtenderDeps {
    * this bounds its work per pod as its own percentageOfNodesToScore does. Default DEFAULT_FILTER_NODES.
    */
   filterNodes?: number;
+  /**
+   * Filter passes a pod without scheduling preferences of its own (hasSchedulingPreferences) its best node alone, and
+   * marks it as admitting an on-demand pod (ADR 0030): kube-scheduler then neither scores nodes nor calls prioritize.
+   * False: every pod is passed up to `filterNodes` (ADR 0022). Default true.
+   */
+  bestNodeOnly?: boolean;
 }
 
 export interface ExtenderMemory {
@@ -119,6 +125,7 @@ export class ExtenderService {
   private readonly undoRetryMs: number;
   private readonly admittingMs: number;
   private readonly filterNodes: number;
+  private readonly bestNodeOnly: boolean;
   /** node → on-demand pod uid → until (performance.now()): the nodes admitting, or about to admit, a pod. */
   private readonly admitting = new Map<string, Map<string, number>>();
   private readonly snaps = new Map<string, Promise<CachedSnap>>();
@@ -151,6 +158,7 @@ export class ExtenderService {
     this.undoRetryMs = d.undoRetryMs ?? 5000;
     this.admittingMs = d.admittingMs ?? 2000;
     this.filterNodes = d.filterNodes ?? DEFAULT_FILTER_NODES;
+    this.bestNodeOnly = d.bestNodeOnly ?? true;
   }
 
   private markAdmitting(node: string, podUid: string, until: number): void {
@@ -209,8 +217,11 @@ export class ExtenderService {
     this.rememberPod(args.Pod, started);
     try {
       const v = await this.judge(args.Pod, names);
-      const { best, fit } = this.bestFits(args.Pod.metadata.uid, names, v);
+      const alone = this.bestNodeOnly && !hasSchedulingPreferences(args.Pod);
+      const { best, fit } = this.bestFits(args.Pod.metadata.uid, names, v, alone ? 1 : this.filterNodes);
       const passing = best.map((i) => names[i]!);
+      // kube-scheduler binds the one node it is passed, without prioritize: the mark prioritize would have set, set here.
+      if (alone && v.onDemand && passing.length === 1) this.markAdmitting(passing[0]!, args.Pod.metadata.uid, performance.now() + this.admittingMs);
       // Only what passed: prioritize is asked about no other node, and the call's names stay young and die with it.
       this.lastScores = { uid: args.Pod.metadata.uid, until: performance.now() + SCORES_REUSE_MS, names: passing, scores: Float64Array.from(best, (i) => v.scores[i]!) };
       const result: ExtenderFilterResult = {
@@ -333,18 +344,18 @@ export class ExtenderService {
   // ---- filter / prioritize ------------------------------------------------------------------------------------
 
   /**
-   * The names filter passes, in the call's order: every node that fits, or, when more than `filterNodes` fit, the best
-   * `filterNodes` of them (ADR 0022). Best: for an on-demand pod, a node not admitting another on-demand pod before one
+   * The names filter passes, in the call's order: every node that fits, or, when more than `limit` fit, the best `limit`
+   * of them (`filterNodes`, ADR 0022; 1 for a pod without scheduling preferences, ADR 0030). Best: for an on-demand pod, a node not admitting another on-demand pod before one
    * that is (prioritize ranks those last, and a bind there waits); then the higher score; then the earlier name. The
    * nodes left out fit and are not failures: they are not listed in FailedNodes (kube-scheduler reads those only when
    * no node passes, and then none is left out). `best`: their indexes, ascending; `fit`: how many fit.
    */
-  private bestFits(podUid: string, names: string[], v: Verdict): { best: number[]; fit: number } {
+  private bestFits(podUid: string, names: string[], v: Verdict, limit: number): { best: number[]; fit: number } {
     const now = performance.now();
     // A node's rank: its score, less 1,000 when it is admitting another on-demand pod (scores lie in 0..maxPriority).
     const rank = (i: number) => v.scores[i]! - (v.onDemand && this.admittingOther(names[i]!, podUid, now) ? 1000 : 0);
-    // The best `filterNodes`, kept sorted best first (an insertion into a short list; most nodes rank below its last).
-    // When no more than `filterNodes` fit, that is every one of them.
+    // The best `limit`, kept sorted best first (an insertion into a short list; most nodes rank below its last).
+    // When no more than `limit` fit, that is every one of them.
     const best: number[] = [];
     const ranks: number[] = [];
     let fit = 0;
@@ -353,14 +364,14 @@ export class ExtenderService {
       if (Number.isNaN(score)) continue;
       fit++;
       // A node's rank is never above its score: one whose score does not beat the last rank kept is not asked about.
-      if (best.length === this.filterNodes && score <= ranks[best.length - 1]!) continue;
+      if (best.length === limit && score <= ranks[best.length - 1]!) continue;
       const r = rank(i);
-      if (best.length === this.filterNodes && r <= ranks[best.length - 1]!) continue;
-      let k = Math.min(best.length, this.filterNodes - 1);
+      if (best.length === limit && r <= ranks[best.length - 1]!) continue;
+      let k = Math.min(best.length, limit - 1);
       while (k > 0 && ranks[k - 1]! < r) k--;
       best.splice(k, 0, i);
       ranks.splice(k, 0, r);
-      if (best.length > this.filterNodes) {
+      if (best.length > limit) {
         best.pop();
         ranks.pop();
       }

@@ -10,6 +10,9 @@ const Container = z.looseObject({
   resources: z.looseObject({ requests: ResourceList.optional(), limits: ResourceList.optional() }).optional(),
 });
 
+/** A preferred scheduling term list (node, pod and pod anti-affinity): only whether it has any term is read. */
+const Preferred = z.looseObject({ preferredDuringSchedulingIgnoredDuringExecution: z.array(z.unknown()).nullish() }).nullish();
+
 export const PodSchema = z.looseObject({
   metadata: z.looseObject({
     name: z.string(),
@@ -17,12 +20,15 @@ export const PodSchema = z.looseObject({
     uid: z.string().min(1),
     labels: z.record(z.string(), z.string()).optional(),
     annotations: z.record(z.string(), z.string()).optional(),
+    ownerReferences: z.array(z.looseObject({ kind: z.string() })).nullish(),
   }),
   spec: z.looseObject({
     containers: z.array(Container).default([]),
     initContainers: z.array(Container).nullish(),
     activeDeadlineSeconds: z.number().int().positive().nullish(),
     nodeName: z.string().nullish(),
+    affinity: z.looseObject({ nodeAffinity: Preferred, podAffinity: Preferred, podAntiAffinity: Preferred }).nullish(),
+    topologySpreadConstraints: z.array(z.looseObject({ whenUnsatisfiable: z.string().optional() })).nullish(),
   }),
 });
 export type Pod = z.infer<typeof PodSchema>;

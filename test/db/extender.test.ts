@@ -210,7 +210,8 @@ describe('prioritize of on-demand pods', () => {
 });
 
 describe('filter with more fits than it passes', () => {
-  // ADR 0022: kube-scheduler scores and prioritizes every node filter passes; filter passes the best `filterNodes`.
+  // ADR 0022: kube-scheduler scores and prioritizes every node filter passes; filter passes the best `filterNodes` (every
+  // pod, as with bestNodeOnly false or a pod with scheduling preferences of its own: ADR 0030).
   it('passes the best-packing nodes, in the call’s order, a node admitting another on-demand pod after the rest', async () => {
     const pool = await makePool('best-pool').owner('acme').create(ctx.db);
     // A one-GPU pod packs best where the fewest GPUs are left over: best-c, then best-e, then best-b.
@@ -218,7 +219,7 @@ describe('filter with more fits than it passes', () => {
     for (const [n, g] of Object.entries(gpus)) await makeNode(n).gpus(g).create(ctx.db, pool);
     const names = Object.keys(gpus);
     const log = createLogger({ level: 'debug', write: (l) => logs.push(JSON.parse(l) as Record<string, unknown>) });
-    const two = new ExtenderService({ db: ctx.db, ledger: new Ledger(ctx.db), clock: ctx.clock, kube, log, filterNodes: 2 });
+    const two = new ExtenderService({ db: ctx.db, ledger: new Ledger(ctx.db), clock: ctx.clock, kube, log, filterNodes: 2, bestNodeOnly: false });
     const first = pod('acme-train', { 'bettercompute.io/gpu': '1' });
     const passed = await two.filter({ Pod: first, NodeNames: names } as never);
     expect(passed.NodeNames).toEqual(['best-c', 'best-e']);
@@ -242,6 +243,54 @@ describe('filter with more fits than it passes', () => {
   });
 });
 
+describe('filter and a pod without scheduling preferences of its own (ADR 0030)', () => {
+  const gpus: Record<string, number> = { 'one-a': 8, 'one-b': 4, 'one-c': 1, 'one-d': 8, 'one-e': 2 };
+  const names = Object.keys(gpus);
+  beforeAll(async () => {
+    const pool = await makePool('one-pool').owner('acme').create(ctx.db);
+    for (const [n, g] of Object.entries(gpus)) await makeNode(n).gpus(g).create(ctx.db, pool);
+  });
+  const withSpec = (extra: { metadata?: Record<string, unknown>; spec?: Record<string, unknown> }) => {
+    const p = pod('acme-train', { 'bettercompute.io/gpu': '1' });
+    return { metadata: { ...p.metadata, ...extra.metadata }, spec: { ...p.spec, ...extra.spec } };
+  };
+
+  it('passes its best node alone and marks it admitting; a pod with preferences is passed up to filterNodes', async () => {
+    const three = new ExtenderService({ db: ctx.db, ledger: new Ledger(ctx.db), clock: ctx.clock, kube, log: silentLogger, filterNodes: 3 });
+    // A one-GPU pod packs best where the fewest GPUs are left over: one-c, then one-e, one-b, one-a and one-d.
+    expect((await three.filter({ Pod: pod('acme-train', { 'bettercompute.io/gpu': '1' }), NodeNames: names } as never)).NodeNames).toEqual(['one-c']);
+    // kube-scheduler binds what it is passed without prioritize: the next on-demand pod is passed the next node.
+    expect((await three.filter({ Pod: pod('acme-train', { 'bettercompute.io/gpu': '1' }), NodeNames: names } as never)).NodeNames).toEqual(['one-e']);
+    // Preferences kube-scheduler weighs: the best three of those not admitting another pod, in the call's order.
+    const preferring = [
+      { spec: { affinity: { nodeAffinity: { preferredDuringSchedulingIgnoredDuringExecution: [{ weight: 1, preference: { matchExpressions: [] } }] } } } },
+      { spec: { affinity: { podAffinity: { preferredDuringSchedulingIgnoredDuringExecution: [{ weight: 1, podAffinityTerm: { topologyKey: 'zone' } }] } } } },
+      { spec: { affinity: { podAntiAffinity: { preferredDuringSchedulingIgnoredDuringExecution: [{ weight: 1, podAffinityTerm: { topologyKey: 'zone' } }] } } } },
+      { spec: { topologySpreadConstraints: [{ maxSkew: 1, topologyKey: 'zone', whenUnsatisfiable: 'ScheduleAnyway' }] } },
+      { metadata: { ownerReferences: [{ apiVersion: 'apps/v1', kind: 'ReplicaSet', name: 'infer-1', uid: 'rs-1' }] } },
+      { metadata: { ownerReferences: [{ apiVersion: 'apps/v1', kind: 'StatefulSet', name: 'infer', uid: 'ss-1' }] } },
+    ];
+    for (const extra of preferring) {
+      expect((await three.filter({ Pod: withSpec(extra), NodeNames: names } as never)).NodeNames, JSON.stringify(extra)).toEqual(['one-a', 'one-b', 'one-d']);
+    }
+    // Required terms are kube-scheduler's filters, not preferences; a Job's pods are not spread by default.
+    const notPreferring = [
+      { spec: { affinity: { nodeAffinity: { requiredDuringSchedulingIgnoredDuringExecution: { nodeSelectorTerms: [] } }, podAntiAffinity: { preferredDuringSchedulingIgnoredDuringExecution: [] } } } },
+      { spec: { topologySpreadConstraints: [{ maxSkew: 1, topologyKey: 'zone', whenUnsatisfiable: 'DoNotSchedule' }] } },
+      { metadata: { ownerReferences: [{ apiVersion: 'batch/v1', kind: 'Job', name: 'train', uid: 'job-1' }] } },
+    ];
+    const passed = [];
+    for (const extra of notPreferring) passed.push((await three.filter({ Pod: withSpec(extra), NodeNames: names } as never)).NodeNames);
+    // Each is passed one node and marks it: one-b, then one-a, then one-d (of equal nodes, the earlier name).
+    expect(passed).toEqual([['one-b'], ['one-a'], ['one-d']]);
+  });
+
+  it('with bestNodeOnly false, such a pod is passed up to filterNodes too', async () => {
+    const three = new ExtenderService({ db: ctx.db, ledger: new Ledger(ctx.db), clock: ctx.clock, kube, log: silentLogger, filterNodes: 3, bestNodeOnly: false });
+    expect((await three.filter({ Pod: pod('acme-train', { 'bettercompute.io/gpu': '1' }), NodeNames: names } as never)).NodeNames).toEqual(['one-b', 'one-c', 'one-e']);
+  });
+});
+
 describe('prioritize after filter', () => {
   it('takes filter’s scores for the pod filter just judged, once; another pod, or the same pod again, is judged', async () => {
     const p = pod('acme-train', { 'bettercompute.io/gpu': '1' });
@@ -262,7 +311,7 @@ describe('prioritize after filter', () => {
   it('takes them only for nodes filter passed: a node that fits but was left out is judged', async () => {
     const pool = await makePool('reuse-pool').owner('acme').create(ctx.db);
     for (const [n, g] of [['reuse-a', 1], ['reuse-b', 2], ['reuse-c', 8]] as const) await makeNode(n).gpus(g).create(ctx.db, pool);
-    const two = new ExtenderService({ db: ctx.db, ledger: new Ledger(ctx.db), clock: ctx.clock, kube, log: silentLogger, filterNodes: 2 });
+    const two = new ExtenderService({ db: ctx.db, ledger: new Ledger(ctx.db), clock: ctx.clock, kube, log: silentLogger, filterNodes: 2, bestNodeOnly: false });
     const p = pod('acme-train', { 'bettercompute.io/gpu': '1' });
     const names = ['reuse-a', 'reuse-b', 'reuse-c'];
     const passed = await two.filter({ Pod: p, NodeNames: names } as never);
