@@ -110,8 +110,9 @@ const ConfigSchema = z.object({
    */
   extenderFilterNodes: z.coerce.number().int().min(1).max(100_000).optional(),
   /**
-   * `controller` scheduler extender: whether filter passes a pod without scheduling preferences of its own its best node
-   * alone, so that kube-scheduler neither scores nor calls prioritize (ADR 0030); `false`: up to extenderFilterNodes.
+   * `controller` scheduler extender: whether filter passes an on-demand pod without scheduling preferences of its own
+   * its best node alone, so that kube-scheduler neither scores nor calls prioritize (ADR 0030); `false`: up to
+   * extenderFilterNodes.
    */
   extenderBestNodeOnly: z.enum(['true', 'false']).transform((v) => v === 'true'),
   /** `controller`: where V8's young collections run, the event loop's thread alone or helper threads too (ADR 0029). */

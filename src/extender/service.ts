@@ -68,9 +68,9 @@ export interface ExtenderDeps {
    */
   filterNodes?: number;
   /**
-   * Filter passes a pod without scheduling preferences of its own (hasSchedulingPreferences) its best node alone, and
-   * marks it as admitting an on-demand pod (ADR 0030): kube-scheduler then neither scores nodes nor calls prioritize.
-   * False: every pod is passed up to `filterNodes` (ADR 0022). Default true.
+   * Filter passes an on-demand pod without scheduling preferences of its own (hasSchedulingPreferences) its best node
+   * alone, and marks it as admitting that pod (ADR 0030): kube-scheduler then neither scores nodes nor calls prioritize.
+   * False, and for every other pod: up to `filterNodes` (ADR 0022). Default true.
    */
   bestNodeOnly?: boolean;
 }
@@ -217,11 +217,13 @@ export class ExtenderService {
     this.rememberPod(args.Pod, started);
     try {
       const v = await this.judge(args.Pod, names);
-      const alone = this.bestNodeOnly && !hasSchedulingPreferences(args.Pod);
+      // An on-demand pod only: its mark keeps the next pods off the node (one admission per node); nothing would keep a
+      // reservation's next pods off a node whose atoms this one is about to take.
+      const alone = this.bestNodeOnly && v.onDemand && !hasSchedulingPreferences(args.Pod);
       const { best, fit } = this.bestFits(args.Pod.metadata.uid, names, v, alone ? 1 : this.filterNodes);
       const passing = best.map((i) => names[i]!);
       // kube-scheduler binds the one node it is passed, without prioritize: the mark prioritize would have set, set here.
-      if (alone && v.onDemand && passing.length === 1) this.markAdmitting(passing[0]!, args.Pod.metadata.uid, performance.now() + this.admittingMs);
+      if (alone && passing.length === 1) this.markAdmitting(passing[0]!, args.Pod.metadata.uid, performance.now() + this.admittingMs);
       // Only what passed: prioritize is asked about no other node, and the call's names stay young and die with it.
       this.lastScores = { uid: args.Pod.metadata.uid, until: performance.now() + SCORES_REUSE_MS, names: passing, scores: Float64Array.from(best, (i) => v.scores[i]!) };
       const result: ExtenderFilterResult = {
@@ -345,8 +347,9 @@ export class ExtenderService {
 
   /**
    * The names filter passes, in the call's order: every node that fits, or, when more than `limit` fit, the best `limit`
-   * of them (`filterNodes`, ADR 0022; 1 for a pod without scheduling preferences, ADR 0030). Best: for an on-demand pod, a node not admitting another on-demand pod before one
-   * that is (prioritize ranks those last, and a bind there waits); then the higher score; then the earlier name. The
+   * of them (`filterNodes`, ADR 0022; 1 for an on-demand pod without scheduling preferences, ADR 0030). Best: for an
+   * on-demand pod, a node not admitting another on-demand pod before one that is (prioritize ranks those last, and a
+   * bind there waits); then the higher score; then the earlier name. The
    * nodes left out fit and are not failures: they are not listed in FailedNodes (kube-scheduler reads those only when
    * no node passes, and then none is left out). `best`: their indexes, ascending; `fit`: how many fit.
    */

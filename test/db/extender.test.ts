@@ -248,7 +248,8 @@ describe('filter and a pod without scheduling preferences of its own (ADR 0030)'
   const names = Object.keys(gpus);
   beforeAll(async () => {
     const pool = await makePool('one-pool').owner('acme').create(ctx.db);
-    for (const [n, g] of Object.entries(gpus)) await makeNode(n).gpus(g).create(ctx.db, pool);
+    // One zone: a reservation's gang below takes two of these nodes.
+    for (const [n, g] of Object.entries(gpus)) await makeNode(n).gpus(g).domain('one-zone').create(ctx.db, pool);
   });
   const withSpec = (extra: { metadata?: Record<string, unknown>; spec?: Record<string, unknown> }) => {
     const p = pod('acme-train', { 'bettercompute.io/gpu': '1' });
@@ -288,6 +289,21 @@ describe('filter and a pod without scheduling preferences of its own (ADR 0030)'
   it('with bestNodeOnly false, such a pod is passed up to filterNodes too', async () => {
     const three = new ExtenderService({ db: ctx.db, ledger: new Ledger(ctx.db), clock: ctx.clock, kube, log: silentLogger, filterNodes: 3, bestNodeOnly: false });
     expect((await three.filter({ Pod: pod('acme-train', { 'bettercompute.io/gpu': '1' }), NodeNames: names } as never)).NodeNames).toEqual(['one-b', 'one-c', 'one-e']);
+  });
+
+  it('a reservation’s pod is passed every node of its reservation up to filterNodes: nothing keeps its next pods off the node it is sent to', async () => {
+    const now = ctx.clock.now();
+    const pool = (await ctx.db.query<{ id: string }>(`SELECT pool_id AS id FROM nodes WHERE id = 'one-a'`)).rows[0]!.id;
+    const out = await new Ledger(ctx.db).reserve(reservation(pool, { tenantId: 'acme', devices: [{ class: 'gpu', count: 2 }], gang: { size: 2 }, duration: 3600 }), now);
+    if (!out.ok) throw new Error(`${out.code}: ${out.message}`);
+    await ctx.clock.sync();
+    const resource = reservationResourceName(out.reservation.id);
+    kube.allocatable = { [resource]: '2', 'bettercompute.io/gpu': '8' };
+    const held = (await ctx.db.query<{ node_id: string }>(`SELECT DISTINCT node_id FROM allocations WHERE reservation_id = $1 ORDER BY node_id`, [out.reservation.id])).rows.map((r) => r.node_id);
+    expect(held.length).toBeGreaterThan(1);
+    const three = new ExtenderService({ db: ctx.db, ledger: new Ledger(ctx.db), clock: ctx.clock, kube, log: silentLogger, filterNodes: 3 });
+    const passed = (await three.filter({ Pod: pod('acme-train', { [resource]: '1' }), NodeNames: names } as never)).NodeNames!;
+    expect([...passed].sort()).toEqual(held);
   });
 });
 
