@@ -58,9 +58,9 @@ function sameTls(a: TlsMaterial, b: TlsMaterial): boolean {
  * Undefined for a cluster this does not speak to (plain HTTP, a proxy): the caller uses client-node then.
  */
 export class KubeBindingWriter {
-  /** `from`: the options it was last matched against (the same read matches without comparing the material again). */
-  private pool: { from: https.RequestOptions; tls: TlsMaterial; agent: https.Agent } | undefined;
-  private credentials: { at: number; opts: Promise<https.RequestOptions> } | undefined;
+  private pool: { tls: TlsMaterial; agent: https.Agent } | undefined;
+  /** The last read of the credentials, with the Agent for its TLS material. */
+  private credentials: { at: number; read: Promise<{ opts: https.RequestOptions; agent: https.Agent }> } | undefined;
 
   private constructor(
     private readonly kc: k8s.KubeConfig,
@@ -74,13 +74,16 @@ export class KubeBindingWriter {
     return new KubeBindingWriter(kc, kc instanceof TimedKubeConfig ? kc.callTimeoutMs : DEFAULT_KUBE_CALL_TIMEOUT_MS, o.credentialsMs ?? 1000);
   }
 
-  /** The KubeConfig's credentials and TLS material, read again once `credentialsMs` old or after a failed read. */
-  private options(): Promise<https.RequestOptions> {
+  /**
+   * The KubeConfig's credentials and TLS material with the Agent for that material, read again once `credentialsMs` old
+   * or after a failed read.
+   */
+  private options(): Promise<{ opts: https.RequestOptions; agent: https.Agent }> {
     const now = performance.now();
-    if (this.credentials && now - this.credentials.at < this.credentialsMs) return this.credentials.opts;
+    if (this.credentials && now - this.credentials.at < this.credentialsMs) return this.credentials.read;
     const opts: https.RequestOptions = {};
-    const read = this.kc.applyToHTTPSOptions(opts).then(() => opts);
-    const entry = { at: now, opts: read };
+    const read = this.kc.applyToHTTPSOptions(opts).then(() => ({ opts, agent: this.agent(opts) }));
+    const entry = { at: now, read };
     this.credentials = entry;
     read.catch(() => {
       if (this.credentials === entry) this.credentials = undefined;
@@ -92,13 +95,13 @@ export class KubeBindingWriter {
     const cluster = this.kc.getCurrentCluster();
     if (!cluster) throw new Error('the kubeconfig has no current cluster');
     const url = new URL(`${cluster.server.replace(/\/+$/, '')}/api/v1/namespaces/${encodeURIComponent(namespace)}/pods/${encodeURIComponent(name)}/binding`);
-    const opts = await this.options();
+    const { opts, agent } = await this.options();
     const data = Buffer.from(JSON.stringify(body));
     const headers = { ...(opts.headers as Record<string, string> | undefined), 'content-type': 'application/json', accept: 'application/json', 'content-length': String(data.length) };
     const { status, text } = await new Promise<{ status: number; text: string }>((resolve, reject) => {
       const req = https.request(
         url,
-        { method: 'POST', headers, agent: this.agent(opts), ...(opts.auth ? { auth: opts.auth } : {}), signal: AbortSignal.timeout(this.timeoutMs) },
+        { method: 'POST', headers, agent, ...(opts.auth ? { auth: opts.auth } : {}), signal: AbortSignal.timeout(this.timeoutMs) },
         (res) => {
           const chunks: Buffer[] = [];
           res.on('data', (c: Buffer) => chunks.push(c));
@@ -122,15 +125,11 @@ export class KubeBindingWriter {
 
   /** The kept-alive Agent for this TLS material; a new one when it changed (the old one's idle connections close). */
   private agent(opts: https.RequestOptions): https.Agent {
-    if (this.pool?.from === opts) return this.pool.agent;
     const tls: TlsMaterial = {};
     for (const f of TLS_FIELDS) if (opts[f] !== undefined) Object.assign(tls, { [f]: opts[f] });
-    if (this.pool && sameTls(this.pool.tls, tls)) {
-      this.pool.from = opts;
-      return this.pool.agent;
-    }
+    if (this.pool && sameTls(this.pool.tls, tls)) return this.pool.agent;
     const old = this.pool?.agent;
-    this.pool = { from: opts, tls, agent: new https.Agent({ ...tls, keepAlive: true, keepAliveMsecs: 30_000 }) };
+    this.pool = { tls, agent: new https.Agent({ ...tls, keepAlive: true, keepAliveMsecs: 30_000 }) };
     // Requests in flight on the old one end within the call timeout.
     if (old) setTimeout(() => old.destroy(), this.timeoutMs).unref();
     return this.pool.agent;
