@@ -172,11 +172,18 @@ const kube: ExtenderKube = {
   annotatePod: async () => undefined,
   bindPod: async () => undefined,
   evictPod: async () => undefined,
+  deletePod: async () => undefined,
 };
 
+// Two shapes of on-demand pod: one without scheduling preferences, which filter passes its best node alone (ADR 0030),
+// and one of a ReplicaSet (spread by default, so it has preferences), which filter passes the best DEFAULT_FILTER_NODES.
 const pod = {
   metadata: { name: 'bench-pod', namespace: 'bench', uid: '00000000-0000-0000-0000-000000000001' },
   spec: { containers: [{ name: 'main', image: 'x', resources: { limits: { 'bettercompute.io/gpu': '1' } } }] },
+};
+const replicaPod = {
+  ...pod,
+  metadata: { ...pod.metadata, uid: '00000000-0000-0000-0000-000000000002', ownerReferences: [{ apiVersion: 'apps/v1', kind: 'ReplicaSet', name: 'bench', uid: 'rs-1', controller: true }] },
 };
 
 async function main() {
@@ -299,20 +306,25 @@ async function main() {
     const { poolId, nodeIds: names } = await seedPool(db, n, 'x');
     await sync.caughtUp(60_000);
     if (!sync.fresh()) throw new Error('the extender state is not fresh after seeding');
-    const body = JSON.stringify({ Pod: pod, NodeNames: names });
-    // Every node fits; filter passes the best DEFAULT_FILTER_NODES of them (ADR 0022).
-    const passAll = (json: unknown) => {
+    // The pod with preferences: every node fits and filter passes the best DEFAULT_FILTER_NODES (ADR 0022); the rows
+    // after the first two are of this shape (prioritize is called only for it). The pod without: its best node alone.
+    const body = JSON.stringify({ Pod: replicaPod, NodeNames: names });
+    const aloneBody = JSON.stringify({ Pod: pod, NodeNames: names });
+    const passing = (want: number) => (json: unknown) => {
       const r = json as { NodeNames?: string[]; Error?: string };
-      const want = Math.min(n, DEFAULT_FILTER_NODES);
       if (r.Error || r.NodeNames?.length !== want) throw new Error(`filter: ${r.Error || `${r.NodeNames?.length} of ${n} nodes pass, not ${want}`}`);
     };
+    const passAll = passing(Math.min(n, DEFAULT_FILTER_NODES));
+    const passOne = passing(1);
     const scored = (json: unknown) => {
       const r = json as { Host: string; Score: number }[];
       if (!Array.isArray(r) || r.length !== n) throw new Error(`prioritize: ${JSON.stringify(json).slice(0, 200)}`);
     };
     await post('/memory/filter', body, passAll); // correctness
     await post('/database/filter', body, passAll);
+    await post('/memory/filter', aloneBody, passOne);
     const call = (p: string) => post(p, body);
+    const callAlone = (p: string) => post(p, aloneBody);
     const raw = (await measure(CALLS, call, '/empty-raw')).row;
     const parsed = (await measure(CALLS, call, '/empty-json')).row;
     const readsBefore = memoryDb.calls;
@@ -320,6 +332,8 @@ async function main() {
     const filter = f.row;
     const own = [...serviceTimes].sort((a, b) => a - b);
     await post('/memory/filter', body, passAll);
+    const fAlone = await measure(CALLS, callAlone, '/memory/filter', '/empty-json');
+    await post('/memory/filter', aloneBody, passOne);
     await post('/memory/prioritize', body, scored);
     const p = await measure(CALLS, call, '/memory/prioritize', '/empty-json');
     await post('/memory/prioritize', body, scored);
@@ -343,7 +357,8 @@ async function main() {
     const ratioOf = (m: { row: Stats; base?: Stats }) => m.row.perSecond / m.base!.perSecond;
     row(n, 'empty handler (body not read)', CALLS, raw);
     row(n, 'empty handler (same JSON body parsed)', CALLS, parsed, 1);
-    row(n, 'filter, in-memory state', CALLS, filter, ratioOf(f));
+    row(n, `filter, in-memory state (best ${Math.min(n, DEFAULT_FILTER_NODES)} pass)`, CALLS, filter, ratioOf(f));
+    row(n, 'filter, in-memory state (best node alone)', CALLS, fAlone.row, ratioOf(fAlone));
     row(n, 'prioritize, in-memory state', CALLS, p.row, ratioOf(p));
     row(n, `filter, in-memory, writer ${writesPerSecond.toFixed(0)} writes/s behind`, CALLS, busy.row, ratioOf(busy));
     row(n, 'filter, database reads (the stale-state path)', UNCACHED_CALLS, fallback.row, ratioOf(fallback));

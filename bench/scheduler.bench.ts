@@ -13,6 +13,7 @@
 //   npm run bench:scheduler   (root; brings the test cluster up, or takes its turn on it, like the cluster tests)
 // Env: BENCH_NODES (default 1000,5000), BENCH_PODS (default 1000), BENCH_CREATE_CONCURRENCY (default 16), BENCH_WARMUP,
 //      BENCH_EXTENDER_CPU_PROF (a directory: the extender process writes a V8 CPU profile of each row there),
+//      BENCH_CLUSTER_HELD=1 (the calling test run holds the cluster: take no turn on it),
 //      BENCH_FILTER_NODES (the most nodes the extender's filter passes; default the product's, ADR 0022),
 //      BENCH_PERF (a directory: `perf record -g` of the processes of CPU_OF over each measured row, <row>.perf.data).
 // Simulated nodes have no kubelet, so no agent completes an on-demand pod's admission: the bench does what the agent
@@ -275,8 +276,12 @@ async function startExtenderProcess(databaseUrl: string, kubeconfig: string) {
   };
 }
 
+// Inside a cluster test run (the benchmarks' smoke run, e2e/cluster/bench-smoke.test.ts) the run holds the cluster:
+// taking a turn on it would wait for that run forever.
+const CLUSTER_HELD = process.env.BENCH_CLUSTER_HELD === '1';
+
 async function main() {
-  await acquireCluster();
+  if (!CLUSTER_HELD) await acquireCluster();
   const c = clusterInfo();
   const kc = kubeConfigFrom(c.kubeconfig);
   const dir = await fs.mkdtemp(path.join(os.tmpdir(), 'bc-bench-sched-'));
@@ -351,7 +356,7 @@ async function main() {
     await db.end();
     await pgServer.stop();
     await fs.rm(dir, { recursive: true, force: true });
-    await releaseCluster();
+    if (!CLUSTER_HELD) await releaseCluster();
   }
 }
 

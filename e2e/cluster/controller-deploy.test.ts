@@ -8,7 +8,7 @@ import { parseAllDocuments } from 'yaml';
 import { createTestDatabase, type TestDatabase } from '../../test/support/db.ts';
 import { request as httpsGet } from '../../test/support/http.ts';
 import { installCrds, metricsToken, startReplica, type Replica } from './controller-support.ts';
-import { clusterInfo, kubectl, kubectlResult, uniqueName } from './harness.ts';
+import { clusterInfo, kubectl, kubectlResult, uniqueName, waitCondition } from './harness.ts';
 
 // deploy/: the kustomize overlays render, the API server accepts what they render (server-side dry run), RBAC has no
 // wildcards, and the Grafana dashboard and alert rules name only metrics that a running controller's /metrics has.
@@ -119,7 +119,7 @@ describe('deploy/', () => {
     const dir = stdout.trim();
     for (const crd of ['servicemonitors', 'prometheusrules']) {
       await kubectl(['apply', '--server-side', '-f', path.join(dir, `monitoring.coreos.com_${crd}.yaml`)]);
-      await kubectl(['wait', '--for=condition=Established', `crd/${crd}.monitoring.coreos.com`, '--timeout=60s']);
+      await waitCondition([`crd/${crd}.monitoring.coreos.com`], 'Established');
     }
     const text = await kubectl(['kustomize', path.join(ROOT, 'deploy', 'monitoring')]);
     const objects = parseAllDocuments(text).map((d) => d.toJSON() as Obj);

@@ -7,7 +7,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import YAML from 'yaml';
 import { issueBundle } from '../../src/controller/certs.ts';
-import { apply, clusterInfo, defaultSchedulerConfig, kubectl, waitFor } from './harness.ts';
+import { apply, clusterInfo, defaultSchedulerConfig, kubectl, waitCondition, waitFor } from './harness.ts';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
 
@@ -160,7 +160,7 @@ export async function startReplica(o: ReplicaOptions): Promise<Replica> {
 /** The CRDs of crds/, applied and Established. */
 export async function installCrds(): Promise<void> {
   await kubectl(['apply', '-k', path.join(ROOT, 'crds')]);
-  await kubectl(['wait', '--for=condition=Established', '--timeout=60s', 'crd/pools.bettercompute.io', 'crd/reservations.bettercompute.io', 'crd/nodedevices.bettercompute.io']);
+  await waitCondition(['crd/pools.bettercompute.io', 'crd/reservations.bettercompute.io', 'crd/nodedevices.bettercompute.io'], 'Established');
 }
 
 /** n GPUs for a NodeDevices spec: GPU-<node>-<i>, H100 80 GiB, NUMA by half. */

@@ -233,6 +233,29 @@ export async function waitFor<T>(
 }
 
 /** Waits until the pod reaches one of the phases; resolves with the pod object. */
+/**
+ * Waits until each object (`kind/name`, e.g. `crd/pools.bettercompute.io`) has the condition `type` True, polling with
+ * a deadline. Not `kubectl wait`: on an object made a moment ago with no status yet, that exits 1 (".status.conditions
+ * accessor error: <nil> is of the type <nil>") instead of waiting.
+ */
+export async function waitCondition(
+  objects: string[],
+  type: string,
+  opts: { namespace?: string; timeoutMs?: number } = {},
+): Promise<void> {
+  const ns = opts.namespace ? ['-n', opts.namespace] : [];
+  for (const o of objects) {
+    await waitFor(
+      `${o} ${type}`,
+      async () => {
+        const got = await kubectlJson<{ status?: { conditions?: Condition[] | null } | null }>([...ns, 'get', o]);
+        return (got.status?.conditions ?? []).some((c) => c.type === type && c.status === 'True');
+      },
+      { timeoutMs: opts.timeoutMs ?? 60_000, intervalMs: 200 },
+    );
+  }
+}
+
 export async function waitForPodPhase(namespace: string, name: string, phases: string[], timeoutMs = 90_000): Promise<Pod> {
   return waitFor(
     `pod ${namespace}/${name} in ${phases.join('|')}`,

@@ -221,13 +221,14 @@ export async function applyNodePool(
   pool: string,
   offerings: { tenant: string; quota?: Record<string, number> }[],
   node = clusterInfo().nodeName,
+  extra: { stopGraceSeconds?: number } = {},
 ): Promise<void> {
   await kubectl(['label', 'node', node, `${NODE_POOL_LABEL}=${pool}`, '--overwrite']);
   await apply({
     apiVersion: 'bettercompute.io/v1alpha1',
     kind: 'Pool',
     metadata: { name: pool },
-    spec: { nodeSelector: { [NODE_POOL_LABEL]: pool }, ownerTenant: 'platform', gpuModel: 'H100', sharing: 'exclusive', offerings },
+    spec: { nodeSelector: { [NODE_POOL_LABEL]: pool }, ownerTenant: 'platform', gpuModel: 'H100', sharing: 'exclusive', offerings, ...extra },
   });
 }
 

@@ -18,6 +18,7 @@ import {
   restartKubelet,
   restartScheduler,
   uniqueName,
+  waitCondition,
   waitFor,
   waitForPodPhase,
 } from './harness.ts';
@@ -84,7 +85,7 @@ describe('test cluster', () => {
         ],
       },
     });
-    await kubectl(['wait', '--for=condition=Established', `crd/widgets.${group}`, '--timeout=60s']);
+    await waitCondition([`crd/widgets.${group}`], 'Established');
     const cr = `apiVersion: ${group}/v1\nkind: Widget\nmetadata:\n  name: w1\n  namespace: ${ns}\nspec:\n  gpus: 3\n`;
     await waitFor('widget applied', () => apply(cr), { timeoutMs: 30_000 });
     const got = await kubectlJson<{ spec: { gpus: number } }>(['-n', ns, 'get', `widgets.${group}`, 'w1']);

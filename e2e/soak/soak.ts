@@ -6,7 +6,8 @@
 // system given time to settle) and at the end, it checks what must never happen:
 // - two live bookings of one atom overlap, or a quota counter differs from a rebuild (test/support/invariants.ts);
 // - a pod that is bound and not ended has lost its booking (released without evidence);
-// - a running GPU container's atoms differ from its booking;
+// - a running GPU container's atoms differ from its booking, or it holds an atom outside a live booking of its own
+//   (its on-demand booking, or its Reservation's bookings at this instant: docs/booking-end.md);
 // - after a drift reconcile, the ledger still holds an orphan: a live booking of a pod that is gone, a live
 //   reservation whose Reservation is gone, or a node that is gone still in its pool or schedulable.
 import fs from 'node:fs';
@@ -443,6 +444,13 @@ export async function runSoak(o: SoakOptions): Promise<SoakReport> {
       const h = byUid.get(p.metadata.uid);
       if (h && !h.live && !h.reservation_over) violations.push(`pod ${p.metadata.name} (${p.status?.phase} on ${p.spec.nodeName}) lost its booking`);
     }
+    // What each reservation pod's Reservation has booked at this instant (its live bookings), by the pod's assignment.
+    const { rows: reservationAtoms } = await db.query<{ pod_uid: string; atoms: string[] | null }>(`
+      SELECT p.pod_uid, array_agg(DISTINCT b.device_id) FILTER (WHERE b.during @> compute_now()) AS atoms
+        FROM reservation_pod_assignments p JOIN allocations a ON a.reservation_id = p.reservation_id
+        LEFT JOIN device_bookings b ON b.allocation_id = a.id
+       WHERE p.released_at IS NULL GROUP BY p.pod_uid`);
+    const bookedNow = new Map(reservationAtoms.map((r) => [r.pod_uid, new Set(r.atoms ?? [])]));
     let runningChecked = 0;
     for (const p of alive.filter((x) => x.status?.phase === 'Running' && x.spec.nodeName === c.nodeName)) {
       const log = await kubectlResult(['-n', tenant, 'logs', p.metadata.name]);
@@ -453,6 +461,10 @@ export async function runSoak(o: SoakOptions): Promise<SoakReport> {
         violations.push(`pod ${p.metadata.name} runs on ${atoms.join(',')} but is booked ${(h?.atoms ?? []).join(',')}`);
       }
       if (!onDemand && atoms.length !== 1) violations.push(`pod ${p.metadata.name} of a reservation runs on ${atoms.length} atoms, not 1`);
+      // No container holds an atom outside a live booking of its own.
+      const own = onDemand ? new Set(h?.atoms ?? []) : (bookedNow.get(p.metadata.uid) ?? new Set<string>());
+      const outside = atoms.filter((a) => !own.has(a));
+      if (outside.length) violations.push(`pod ${p.metadata.name} holds ${outside.join(',')} outside a live booking of its own`);
       runningChecked++;
     }
     // Orphans after the reconcile: holdings of pods that are gone, reservations whose Reservation is gone, nodes that

@@ -281,7 +281,8 @@ export async function runController(config: Config, log: Logger, opts: RunContro
         }
         await controllers.wakeHeldNoMore();
       });
-      // Spot preemption: notices delivered to the victims' pods, their pods evicted at the deadline (ADR 0017).
+      // Spot preemption: notices delivered to the victims' pods, the victims ended at the deadline (ADR 0017); their pods
+      // were stopped ahead of it by the releaser's stopper.
       const preemptionKube = new ClientNodeExtenderKube(kc);
       every(config.expireEveryMs, 'spot-preemption', async () => {
         const pass = await preemptionPass({ ledger, kube: preemptionKube, log, wake: (ids) => controllers.wakeReservations(ids) });

@@ -146,6 +146,7 @@ export interface PoolSpecCR {
   offerings?: ({ tenant: string; quota?: Partial<Record<'gpu' | 'gpu.mig' | 'gpu.slot', number>> } & OfferingBudgetSpec)[];
   overcommit?: Partial<Record<'vcpu' | 'memoryGiB' | 'hugepages1Gi', number>>;
   archived?: boolean;
+  stopGraceSeconds?: number;
 }
 
 export interface PoolCR extends KubeObject {

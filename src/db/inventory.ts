@@ -3,6 +3,7 @@
 // change window (guard 2, the atom rule).
 import type { InventoryReport } from '../core/inventory.ts';
 import type { QuotaOverride, QuotaPeriod } from '../core/quota.ts';
+import { DEFAULT_STOP_GRACE_SECONDS } from '../core/stop.ts';
 import type { ScalarResource, Sharing } from '../core/types.ts';
 import { newAllocationId, newPoolId } from '../ids.ts';
 import { withTransaction, type Db } from './pool.ts';
@@ -18,6 +19,8 @@ export interface PoolSpec {
   nodeSelector?: Record<string, string>;
   overcommit?: Partial<Record<ScalarResource, number>>;
   archived?: boolean;
+  /** The longest grace period a pod gets when its booking ends (docs/booking-end.md; default 30). */
+  stopGraceSeconds?: number;
   offerings?: {
     tenantId: string;
     quota?: Partial<Record<string, number | null>>;
@@ -36,12 +39,13 @@ export interface PoolSpec {
 export async function upsertPool(db: Db, spec: PoolSpec): Promise<string> {
   return withTransaction(db, async (c) => {
     const { rows } = await c.query<{ id: string; was_archived: boolean | null }>(
-      `INSERT INTO pools (id, name, owner_tenant, gpu_model, sharing, slots_per_gpu, topology_key, node_selector, overcommit, archived)
-       VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+      `INSERT INTO pools (id, name, owner_tenant, gpu_model, sharing, slots_per_gpu, topology_key, node_selector, overcommit, archived,
+                          stop_grace_seconds)
+       VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
        ON CONFLICT (name) DO UPDATE SET owner_tenant = EXCLUDED.owner_tenant, gpu_model = EXCLUDED.gpu_model,
          sharing = EXCLUDED.sharing, slots_per_gpu = EXCLUDED.slots_per_gpu, topology_key = EXCLUDED.topology_key,
          node_selector = EXCLUDED.node_selector, overcommit = EXCLUDED.overcommit, archived = EXCLUDED.archived,
-         updated_at = compute_now()
+         stop_grace_seconds = EXCLUDED.stop_grace_seconds, updated_at = compute_now()
        RETURNING id, (SELECT archived FROM pools WHERE name = $2) AS was_archived`,
       [
         spec.id ?? newPoolId(),
@@ -54,6 +58,7 @@ export async function upsertPool(db: Db, spec: PoolSpec): Promise<string> {
         spec.nodeSelector ?? {},
         spec.overcommit ?? {},
         spec.archived ?? false,
+        spec.stopGraceSeconds ?? DEFAULT_STOP_GRACE_SECONDS,
       ],
     );
     const poolId = rows[0]!.id;

@@ -13,8 +13,10 @@ export interface ExtenderKube {
   annotatePod(namespace: string, name: string, annotations: Record<string, string>): Promise<void>;
   /** Creates the pods/binding subresource (the scheduler's Bind, done by us); `annotations` land on the pod in the same write. */
   bindPod(namespace: string, name: string, uid: string, node: string, annotations?: Record<string, string>): Promise<void>;
-  /** Evicts a pod (policy/v1 Eviction) with a grace period. */
-  evictPod(namespace: string, name: string, graceSeconds: number): Promise<void>;
+  /** Evicts a pod (policy/v1 Eviction) with a grace period; with `uid`, only that pod (not a successor of its name). */
+  evictPod(namespace: string, name: string, graceSeconds: number, uid?: string): Promise<void>;
+  /** Deletes a pod with a grace period (what stops a pod whose eviction was refused: a booking outranks a PDB). */
+  deletePod(namespace: string, name: string, graceSeconds: number, uid: string): Promise<void>;
 }
 
 export function httpStatus(e: unknown): number | undefined {
@@ -194,11 +196,16 @@ export class ClientNodeExtenderKube implements ExtenderKube {
     else await this.core.createNamespacedPodBinding({ name, namespace, body });
   }
 
-  async evictPod(namespace: string, name: string, graceSeconds: number): Promise<void> {
+  async evictPod(namespace: string, name: string, graceSeconds: number, uid?: string): Promise<void> {
+    const deleteOptions = { gracePeriodSeconds: graceSeconds, ...(uid ? { preconditions: { uid } } : {}) };
     await this.core.createNamespacedPodEviction({
       name,
       namespace,
-      body: { apiVersion: 'policy/v1', kind: 'Eviction', metadata: { name, namespace }, deleteOptions: { gracePeriodSeconds: graceSeconds } },
+      body: { apiVersion: 'policy/v1', kind: 'Eviction', metadata: { name, namespace }, deleteOptions },
     });
+  }
+
+  async deletePod(namespace: string, name: string, graceSeconds: number, uid: string): Promise<void> {
+    await this.core.deleteNamespacedPod({ name, namespace, body: { gracePeriodSeconds: graceSeconds, preconditions: { uid } } });
   }
 }

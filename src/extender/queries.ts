@@ -54,17 +54,46 @@ export async function podsHolding(c: Queryable): Promise<string[]> {
   return rows.map((r) => r.uid);
 }
 
+export interface PodToStop {
+  podUid: string;
+  namespace: string;
+  podName: string;
+  reservationId: string;
+  /** When its booking ends (a spot notice's deadline, else the window's end); null when it has ended already. */
+  deadlineMs: number | null;
+  /** The ledger's now (compute_now()), on the same clock as the deadline. */
+  nowMs: number;
+  /** The pool's cap on the grace period (pools.stop_grace_seconds). */
+  stopGraceSeconds: number;
+}
+
 /**
- * Live assignments of reservations that ended (released, expired, or past their window): their pods are evicted. Not a
- * preempted spot reservation's: the preemption loop evicts those with their own grace periods (ADR 0017).
+ * Live pod assignments of reservations whose booking ends within their pool's stop grace plus `slackSeconds` (the
+ * window's end, or a spot notice's deadline), or that ended already (released, expired): their pods are stopped
+ * ahead of the end (core/stop.ts; docs/booking-end.md).
  */
-export async function assignmentsOfEndedReservations(c: Queryable): Promise<{ podUid: string; namespace: string; podName: string }[]> {
+export async function podsToStop(c: Queryable, slackSeconds: number): Promise<PodToStop[]> {
   const { rows } = await c.query(
-    `SELECT a.pod_uid, a.namespace, a.pod_name FROM reservation_pod_assignments a JOIN reservations r ON r.id = a.reservation_id
-     WHERE a.released_at IS NULL AND (r.state IN ('released', 'expired') OR r.ends_at <= compute_now())
-       AND r.preempt_at IS NULL`,
+    `SELECT a.pod_uid, a.namespace, a.pod_name, r.id AS reservation_id, p.stop_grace_seconds,
+            CASE WHEN r.state IN ('released', 'expired') THEN NULL
+                 ELSE (extract(epoch FROM least(r.ends_at, r.preempt_at)) * 1000)::float8 END AS deadline_ms,
+            (extract(epoch FROM compute_now()) * 1000)::float8 AS now_ms
+     FROM reservation_pod_assignments a JOIN reservations r ON r.id = a.reservation_id JOIN pools p ON p.id = r.pool_id
+     WHERE a.released_at IS NULL
+       AND (r.state IN ('released', 'expired')
+            OR least(r.ends_at, r.preempt_at) <= compute_now() + make_interval(secs => p.stop_grace_seconds + $1))
+     ORDER BY a.namespace, a.pod_name`,
+    [slackSeconds],
   );
-  return rows.map((r) => ({ podUid: r.pod_uid, namespace: r.namespace, podName: r.pod_name }));
+  return rows.map((r) => ({
+    podUid: r.pod_uid,
+    namespace: r.namespace,
+    podName: r.pod_name,
+    reservationId: r.reservation_id,
+    deadlineMs: r.deadline_ms,
+    nowMs: r.now_ms,
+    stopGraceSeconds: r.stop_grace_seconds,
+  }));
 }
 
 /** The node's live admission, if any. */

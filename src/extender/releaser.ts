@@ -1,6 +1,6 @@
 // Release: a pod that ends gives its atoms back — its reservation assignment freed, its on-demand booking truncated,
-// its admission lease dropped, in one transaction (Ledger.releasePod) — and pods of a reservation that has ended are
-// evicted with a grace period. Started by the leader (each step is idempotent, so a second replica doing it is harmless).
+// its admission lease dropped, in one transaction (Ledger.releasePod) — and pods whose booking ends are stopped ahead
+// of its end (controller/stopper.ts). Started by the leader (each step is idempotent, so a second replica doing it is harmless).
 //
 // Only on evidence that the pod is gone (docs: DESIGN.md "Faults"):
 // - a watch event: the pod terminated (Succeeded, Failed) or was deleted; a pod the cache held and that a complete,
@@ -12,11 +12,12 @@
 // A release that fails (database down) is retried with backoff until it commits; only the pending retries are kept.
 import * as k8s from '@kubernetes/client-node';
 import { Informer } from '../controller/informer.ts';
+import { createStopper, type StoppedPod } from '../controller/stopper.ts';
 import { FencedError, type Ledger } from '../db/ledger.ts';
 import type { Db } from '../db/pool.ts';
 import { errorFields, type Logger } from '../log.ts';
-import { httpStatus, type ExtenderKube } from './kube.ts';
-import { assignmentsOfEndedReservations, podsHolding } from './queries.ts';
+import type { ExtenderKube } from './kube.ts';
+import { podsHolding } from './queries.ts';
 
 export interface ReleaserDeps {
   db: Db;
@@ -24,9 +25,7 @@ export interface ReleaserDeps {
   kube: ExtenderKube;
   kubeConfig: k8s.KubeConfig;
   log: Logger;
-  /** Grace period of the eviction of a pod whose reservation ended. */
-  evictionGraceSeconds?: number;
-  /** How often ended reservations are looked for (ms). */
+  /** How often bookings that end are looked for (ms); the stop's slack covers one such period (core/stop.ts). */
   sweepEveryMs?: number;
   /**
    * How long a pod that holds atoms must stay missing from successful pod lists before it is released (default 30 s):
@@ -50,8 +49,8 @@ export interface Releaser {
    * failed and a retry is scheduled (or the write was fenced: another replica leads and releases it).
    */
   release(podUid: string): Promise<boolean>;
-  /** One pass over ended reservations: evicts their pods. Returns the pods evicted. */
-  sweep(): Promise<string[]>;
+  /** One pass over bookings that end: stops their pods (controller/stopper.ts). Returns the pods acted on. */
+  sweep(): Promise<StoppedPod[]>;
   /**
    * One orphan pass: lists every pod (all pages) and releases the holdings of pods missing from this list and from one
    * at least `orphanGraceMs` before it. Rejects, releasing nothing, when the list fails. For the drift reconcile too.
@@ -70,7 +69,6 @@ interface PodLite {
 }
 
 export async function startPodReleaser(deps: ReleaserDeps): Promise<Releaser> {
-  const grace = deps.evictionGraceSeconds ?? 30;
   const orphanGraceMs = deps.orphanGraceMs ?? 30_000;
   const retryMinMs = deps.retryMinMs ?? 500;
   const retryMaxMs = deps.retryMaxMs ?? 30_000;
@@ -210,37 +208,20 @@ export async function startPodReleaser(deps: ReleaserDeps): Promise<Releaser> {
     sweepOrphans().catch((e: unknown) => log.warn('orphan sweep failed; nothing released', errorFields(e)));
   };
 
-  // ---- pods of ended reservations ------------------------------------------------------------------------------
-  // uid → evicted; only pods whose assignment is still live are kept (a released one leaves the query).
-  const evicted = new Set<string>();
-  const sweep = async (): Promise<string[]> => {
-    const rows = await assignmentsOfEndedReservations(deps.db);
-    const current = new Set(rows.map((r) => r.podUid));
-    for (const uid of evicted) if (!current.has(uid)) evicted.delete(uid);
-    const out: string[] = [];
-    for (const r of rows) {
-      if (evicted.has(r.podUid)) continue;
-      const pod = `${r.namespace}/${r.podName}`;
-      try {
-        await deps.kube.evictPod(r.namespace, r.podName, grace);
-        log.info('evicted pod of an ended reservation', { pod, graceSeconds: grace });
-      } catch (e) {
-        if (httpStatus(e) !== 404) {
-          log.warn('eviction failed', { pod, ...errorFields(e) });
-          continue;
-        }
-      }
-      evicted.add(r.podUid);
-      out.push(pod);
-    }
-    return out;
+  // ---- pods whose booking ends ---------------------------------------------------------------------------------
+  const stopPass = createStopper({ db: deps.db, kube: deps.kube, log });
+  let stopChain: Promise<unknown> = Promise.resolve();
+  const sweep = (): Promise<StoppedPod[]> => {
+    const p = stopChain.then(stopPass, stopPass);
+    stopChain = p.catch(() => undefined);
+    return p;
   };
 
   orphansQuietly();
   const timers = [
     setInterval(orphansQuietly, deps.orphanSweepEveryMs ?? 60_000),
     setInterval(() => {
-      void sweep().catch((e: unknown) => log.warn('reservation sweep failed', errorFields(e)));
+      void sweep().catch((e: unknown) => log.warn('stop sweep failed', errorFields(e)));
     }, deps.sweepEveryMs ?? 5000),
   ];
   for (const t of timers) t.unref();

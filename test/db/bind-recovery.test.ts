@@ -65,6 +65,7 @@ class FakeKube implements ExtenderKube {
     this.bound.push({ name, node });
   }
   async evictPod() {}
+  async deletePod() {}
 }
 
 const A = 'rec-node-a';

@@ -43,6 +43,7 @@ class FakeKube implements ExtenderKube {
     this.bound.push({ name, node });
   }
   async evictPod() {}
+  async deletePod() {}
 }
 
 

@@ -49,6 +49,7 @@ class FakeKube implements ExtenderKube {
     this.bound.push({ namespace, name, node });
   }
   async evictPod() {}
+  async deletePod() {}
 }
 
 let seq = 0;

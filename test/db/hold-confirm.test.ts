@@ -39,6 +39,7 @@ class FakeKube implements ExtenderKube {
     this.bound.push({ namespace, name, node });
   }
   async evictPod() {}
+  async deletePod() {}
 }
 
 let f: FakeController;

@@ -24,6 +24,7 @@ const kube = {
   annotatePod: async () => undefined,
   bindPod: async () => undefined,
   evictPod: async () => undefined,
+  deletePod: async () => undefined,
 } as unknown as ExtenderKube;
 
 let f: FakeController;

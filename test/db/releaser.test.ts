@@ -134,6 +134,7 @@ const kube: ExtenderKube = {
   annotatePod: async () => undefined,
   bindPod: async () => undefined,
   evictPod: async () => undefined,
+  deletePod: async () => undefined,
 };
 
 const NODE = 'rel-node';

@@ -1,10 +1,11 @@
 // Spot preemption (ADR 0017) at the database level: a regular Reservation that fits only by displacing two spot ones
 // gets their atoms from one deadline (now + the notice), booked in the transaction that truncates theirs there; the
-// leader's pass annotates their pods with the deadline and, at the deadline (the test clock), evicts them with their
-// own grace periods; their Reservations show the PreemptionNotice condition, its Event, and then Released (Preempted).
+// leader's pass annotates their pods with the deadline; the stopper evicts them ahead of it, their grace capped by the
+// pool (docs/booking-end.md), and at the deadline (the test clock) the pass ends them; their Reservations show the PreemptionNotice condition, its Event, and then Released (Preempted).
 // Spot never displaces regular work; regular never displaces regular; spot never displaces spot. Invariants after.
 import { beforeAll, describe, expect, it } from 'vitest';
 import { preemptionPass } from '../../src/controller/preemption.ts';
+import { createStopper } from '../../src/controller/stopper.ts';
 import { PREEMPTION_NOTICE, ReservationReconciler } from '../../src/controller/reservation/reconciler.ts';
 import { PREEMPT_AT_ANNOTATION, RESERVATION_FINALIZER, TENANT_LABEL, type Reservation } from '../../src/controller/types.ts';
 import { advanceClock } from '../../src/db/clock.ts';
@@ -46,6 +47,9 @@ class FakeKube implements ExtenderKube {
   async bindPod() {}
   async evictPod(namespace: string, name: string, graceSeconds: number) {
     this.evicted.push({ pod: `${namespace}/${name}`, graceSeconds });
+  }
+  async deletePod() {
+    throw new Error('not expected: no eviction is refused here');
   }
 }
 
@@ -106,7 +110,7 @@ async function bookingEnds(reservationId: string): Promise<number[]> {
 }
 
 describe('a regular reservation displacing two spot ones', () => {
-  it('notices with one deadline, bookings cut there, the freed atoms booked from there, pods evicted at the deadline', async () => {
+  it('notices with one deadline, bookings cut there, the freed atoms booked from there, pods stopped ahead of the deadline', async () => {
     // A regular one takes a whole node; two spot ones (2 GPUs each) fill the other. The pool is full.
     cr('steady', { devices: [{ class: 'gpu', count: 4 }] });
     await reconciler.reconcile('team-a/steady');
@@ -154,12 +158,12 @@ describe('a regular reservation displacing two spot ones', () => {
     // The leader's pass delivers the notices: each victim's pod annotated with the deadline; nothing evicted yet.
     const deadlineIso = new Date(deadline).toISOString();
     const first = await pass();
-    expect(first).toEqual({ notified: [idA, idB].sort(), evicted: [], ended: [] });
+    expect(first).toEqual({ notified: [idA, idB].sort(), ended: [] });
     expect(kube.annotated.sort((x, y) => (x.pod < y.pod ? -1 : 1))).toEqual([
       { pod: 'team-a/spot-a-0', annotations: { [PREEMPT_AT_ANNOTATION]: deadlineIso } },
       { pod: 'team-a/spot-b-0', annotations: { [PREEMPT_AT_ANNOTATION]: deadlineIso } },
     ]);
-    expect(await pass()).toEqual({ notified: [], evicted: [], ended: [] });
+    expect(await pass()).toEqual({ notified: [], ended: [] });
 
     // Their Reservations: the PreemptionNotice condition with the deadline, the deadline in status, a Warning Event.
     for (const n of ['spot-a', 'spot-b']) {
@@ -170,17 +174,25 @@ describe('a regular reservation displacing two spot ones', () => {
       expect(f.events.find((e) => e.key === `team-a/${n}` && e.reason === PREEMPTION_NOTICE)).toMatchObject({ type: 'Warning' });
     }
 
-    // At the deadline: their pods evicted with their own grace periods (45 s; the default 30 s), the victims ended.
-    await advanceClock(t.db, NOTICE_MS + 1000);
+    // The pool's stop grace (30 s) plus the slack (10 s) before the deadline, and not earlier: the stopper evicts their
+    // pods, the one that names 45 s capped at 30 (docs/booking-end.md), once each. The victims live on to the deadline.
+    const stop = createStopper({ db: t.db, kube, log: silentLogger });
+    await advanceClock(t.db, NOTICE_MS - 50_000);
+    expect(await stop()).toEqual([]);
+    await advanceClock(t.db, 10_000);
+    const stopped = await stop();
+    expect(stopped.map((p) => `${p.pod} ${p.how} ${p.graceSeconds}`).sort()).toEqual(['team-a/spot-a-0 evicted 30', 'team-a/spot-b-0 evicted 30']);
+    expect(kube.evicted.map((e) => e.graceSeconds)).toEqual([30, 30]);
+    expect(await stop()).toEqual([]);
+    await t.clock.sync();
+    expect(await pass()).toEqual({ notified: [], ended: [] });
+
+    // At the deadline the victims end.
+    await advanceClock(t.db, 41_000);
     await t.clock.sync();
     const due = await pass();
-    expect(due.evicted.sort((x, y) => (x.pod < y.pod ? -1 : 1))).toEqual([
-      { reservationId: idA, pod: 'team-a/spot-a-0', graceSeconds: 45 },
-      { reservationId: idB, pod: 'team-a/spot-b-0', graceSeconds: 30 },
-    ]);
-    expect(kube.evicted.map((e) => e.graceSeconds).sort()).toEqual([30, 45]);
     expect(due.ended.sort()).toEqual([idA, idB].sort());
-    expect(await pass()).toEqual({ notified: [], evicted: [], ended: [] });
+    expect(await pass()).toEqual({ notified: [], ended: [] });
     for (const n of ['spot-a', 'spot-b']) {
       await reconciler.reconcile(`team-a/${n}`);
       expect(status(n)).toMatchObject({ phase: 'Released', state: 'released', preemptAt: deadlineIso });

@@ -1,6 +1,7 @@
 // Pool → the ledger's pools row (upsertPool, id kept per name), status.poolId, and status.capacity (from the rollup)
 // and status.quota (bc_quota_status) refreshed every capacityRefreshMs. A deleted Pool is archived in the ledger (its
 // bookings and history stay).
+import { DEFAULT_STOP_GRACE_SECONDS } from '../../core/stop.ts';
 import { parseOfferingBudget } from '../../core/quota.ts';
 import { poolCapacity } from '../../db/capacity.ts';
 import { upsertPool, type PoolSpec } from '../../db/inventory.ts';
@@ -41,6 +42,7 @@ export function toPoolSpec(p: PoolCR): PoolSpec {
     nodeSelector: s.nodeSelector ?? {},
     overcommit: s.overcommit ?? {},
     archived: s.archived ?? false,
+    stopGraceSeconds: s.stopGraceSeconds ?? DEFAULT_STOP_GRACE_SECONDS,
     offerings,
   };
 }
