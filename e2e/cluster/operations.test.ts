@@ -31,7 +31,9 @@ const pools: string[] = [];
 let hostDb: HostDatabase;
 let nodePool: string | undefined;
 
-const SPOT_NOTICE_S = 20;
+const SPOT_NOTICE_S = 40;
+// The real node's pool stops pods this long (plus the 10 s slack) before their booking ends (docs/booking-end.md).
+const STOP_GRACE_S = 5;
 const REPAIR_GRACE_S = 5;
 
 interface Condition {
@@ -307,6 +309,68 @@ describe('BookingRepair on simulated nodes', () => {
   }, 300_000);
 });
 
+describe('one owner per device', () => {
+  it("node A's NodeDevices listing a GPU of node B: refused with a condition and an Event naming B; B's atoms and Reservation unchanged; taken once B drops it", async () => {
+    const pool = await makePool(100);
+    const [a, b] = await addNodes(pool, 2, 2, uniqueName('own'));
+    await poolIdOf(pool, 4);
+    await apply(reservation('owned', pool, 2, { duration: '1h' }));
+    const onB = await waitReserved('owned');
+    const bNode = onB.status!.allocations![0]!.node;
+    const aNode = bNode === a ? b! : a!;
+    const taken = `GPU-${bNode}-0`;
+    expect(onB.status!.allocations![0]!.atoms).toContain(taken);
+
+    // A's report lists its own GPUs and one of B's.
+    await apply({
+      apiVersion: 'bettercompute.io/v1alpha1',
+      kind: 'NodeDevices',
+      metadata: { name: aNode },
+      spec: { gpus: [...gpus(aNode, 2), { ...gpus(bNode, 1)[0]! }], scalars: { vcpu: 64, memoryGiB: 512 } },
+    });
+    const refused = await waitFor(`NodeDevices ${aNode} DevicesAccepted False`, async () => {
+      const nd = await kubectlJson<{ status?: { conditions?: Condition[] } }>(['get', 'nodedevices', aNode]);
+      const c = nd.status?.conditions?.find((x) => x.type === 'DevicesAccepted');
+      return c?.status === 'False' && c;
+    });
+    expect(refused).toMatchObject({ reason: 'DeviceOwnedByOtherNode', message: expect.stringContaining(taken) });
+    expect(refused.message).toContain(bNode);
+    await waitFor('a Warning Event naming the owner', async () => {
+      const list = await kubectlJson<List<KubeEvent & { involvedObject: { name: string }; type: string; message: string }>>([
+        'get', 'events', '-A', '--field-selector', `involvedObject.name=${aNode}`,
+      ]);
+      return list.items.some((e) => e.type === 'Warning' && e.message.includes(bNode));
+    });
+    // The ledger: the GPU is still B's, healthy, and its booking B's Reservation's; A's own GPUs are there.
+    const { rows } = await hostDb.db.query<{ id: string; node_id: string; healthy: boolean }>(
+      `SELECT id, node_id, healthy FROM devices WHERE id = $1 OR node_id = $2 AND present ORDER BY id`,
+      [taken, aNode],
+    );
+    expect(rows).toEqual([
+      { id: `GPU-${aNode}-0`, node_id: aNode, healthy: true },
+      { id: `GPU-${aNode}-1`, node_id: aNode, healthy: true },
+      { id: taken, node_id: bNode, healthy: true },
+    ].sort((x, y) => (x.id < y.id ? -1 : 1)));
+    expect(await bookedNodes(onB.metadata.uid)).toEqual([bNode, bNode]);
+    const after = await getRsv('owned');
+    expect(after.status!.allocations).toEqual(onB.status!.allocations);
+    expect(condition(after, 'Degraded')?.status ?? 'False').toBe('False');
+
+    // B's report drops the GPU: A's next report takes it.
+    await apply({
+      apiVersion: 'bettercompute.io/v1alpha1',
+      kind: 'NodeDevices',
+      metadata: { name: bNode },
+      spec: { gpus: gpus(bNode, 2).slice(1), scalars: { vcpu: 64, memoryGiB: 512 } },
+    });
+    await waitFor(`${taken} on ${aNode}`, async () => {
+      const { rows: r } = await hostDb.db.query<{ node_id: string }>(`SELECT node_id FROM devices WHERE id = $1 AND present`, [taken]);
+      return r[0]?.node_id === aNode;
+    }, { timeoutMs: 90_000 });
+    await kubectl(['-n', tenantNs, 'delete', 'reservation', 'owned', '--wait=true', '--timeout=60s']);
+  }, 300_000);
+});
+
 /** A pod of reservation `rsv` asking for `count` GPUs that prints the atoms it was handed and then sleeps. */
 function reservationPod(name: string, rsv: string, count: number, graceSeconds = 2) {
   return {
@@ -339,7 +403,7 @@ async function atomsOfPod(name: string): Promise<string[]> {
 describe('real pods on the real node', () => {
   beforeAll(async () => {
     nodePool = uniqueName('real');
-    await applyNodePool(nodePool, [{ tenant: tenantNs, quota: { gpu: 8 } }]);
+    await applyNodePool(nodePool, [{ tenant: tenantNs, quota: { gpu: 8 } }], undefined, { stopGraceSeconds: STOP_GRACE_S });
     await poolIdOf(nodePool, 8);
   });
 
@@ -375,7 +439,7 @@ describe('real pods on the real node', () => {
     await kubectl(['-n', tenantNs, 'delete', 'reservation', 'hold-used', 'hold-idle', 'after-idle', '--wait=true', '--timeout=60s']);
   }, 300_000);
 
-  it('a regular reservation displaces two spot ones: notices with one deadline, their pods evicted at it, its own pods on exactly the freed atoms', async () => {
+  it('a regular reservation displaces two spot ones: notices with one deadline, their pods stopped ahead of it and gone by it, its own pods on exactly the freed atoms within 15 s of it', async () => {
     const pool = nodePool!;
     await poolIdOf(pool, 8);
     await apply([reservation('spot-a', pool, 4, { duration: '1h', spot: true }), reservation('spot-b', pool, 4, { duration: '1h', spot: true })]);
@@ -411,39 +475,55 @@ describe('real pods on the real node', () => {
       expect(pod.metadata.deletionTimestamp).toBeUndefined();
     }
 
-    // At the deadline: each victim's pod evicted with its own grace period (2 s), not before.
+    // The regular reservation's pods, made now: Pending until the deadline (its resource appears on the node then).
+    await apply([reservationPod('regular-0', 'regular', 4), reservationPod('regular-1', 'regular', 4)]);
+
+    // The pool's stop grace plus the 10 s slack before the deadline, and not before: each victim's pod evicted, with
+    // its own grace (2 s) under the pool's cap; both gone by the deadline.
+    const leadMs = (STOP_GRACE_S + 10) * 1000;
     const evictedAt = new Map<string, number>();
-    await waitFor('both spot pods evicted', async () => {
+    const goneAt = new Map<string, number>();
+    await waitFor('both spot pods gone', async () => {
       for (const name of ['spot-a-pod', 'spot-b-pod']) {
-        if (evictedAt.has(name)) continue;
+        if (goneAt.has(name)) continue;
         const r = await kubectlResult(['-n', tenantNs, 'get', 'pod', name, '-o', 'json']);
         if (r.code !== 0) {
-          evictedAt.set(name, Date.now()); // gone between two looks
+          goneAt.set(name, Date.now());
+          if (!evictedAt.has(name)) evictedAt.set(name, Date.now()); // evicted and gone between two looks
           continue;
         }
         const p = JSON.parse(r.stdout) as Pod;
-        if (p.metadata.deletionTimestamp) evictedAt.set(name, Date.parse(p.metadata.deletionTimestamp) - 2000);
+        if (p.metadata.deletionTimestamp && !evictedAt.has(name)) evictedAt.set(name, Date.parse(p.metadata.deletionTimestamp) - 2000);
       }
-      return evictedAt.size === 2;
+      return goneAt.size === 2;
     }, { timeoutMs: (SPOT_NOTICE_S + 60) * 1000, intervalMs: 200 });
-    // deletionTimestamp has whole seconds: the eviction was at or after the deadline (less that rounding).
-    for (const t of evictedAt.values()) expect(t).toBeGreaterThanOrEqual(deadlineMs - 1000);
+    // deletionTimestamp has whole seconds: the eviction was at or after the stop's start (less that rounding).
+    for (const t of evictedAt.values()) expect(t).toBeGreaterThanOrEqual(deadlineMs - leadMs - 1000);
+    for (const t of goneAt.values()) expect(t).toBeLessThanOrEqual(deadlineMs);
+    const rel = (t: number) => `${t >= deadlineMs ? '+' : ''}${((t - deadlineMs) / 1000).toFixed(1)}s`;
     process.stderr.write(
       `[operations] spot: deadline ${((deadlineMs - asked) / 1000).toFixed(1)}s after the regular one was applied; pods evicted at deadline ${[...evictedAt.values()]
-        .map((t) => `${t >= deadlineMs ? '+' : ''}${((t - deadlineMs) / 1000).toFixed(1)}s`)
-        .join(', ')}\n`,
+        .map(rel)
+        .join(', ')}, gone at ${[...goneAt.values()].map(rel).join(', ')}\n`,
     );
+
+    // The regular reservation's pods run on exactly the freed atoms, within 15 s of the deadline.
+    const runningAt = new Map<string, number>();
+    await waitFor('both regular pods Running', async () => {
+      for (const name of ['regular-0', 'regular-1']) {
+        if (runningAt.has(name)) continue;
+        const p = await kubectlJson<Pod>(['-n', tenantNs, 'get', 'pod', name]);
+        if (p.status?.phase === 'Running') runningAt.set(name, Date.now());
+        if (p.status?.phase === 'Failed') throw new Error(`${name} failed: ${JSON.stringify(p.status)}`);
+      }
+      return runningAt.size === 2;
+    }, { timeoutMs: 60_000, intervalMs: 250 });
+    process.stderr.write(`[operations] spot: the regular pods Running at deadline ${[...runningAt.values()].map(rel).join(', ')}\n`);
+    for (const t of runningAt.values()) expect(t).toBeLessThanOrEqual(deadlineMs + 15_000);
     for (const name of ['spot-a', 'spot-b']) {
       const v = await waitRsv(name, `Released, Preempted`, (r) => r.status?.phase === 'Released', 60_000);
       expect(condition(v, 'Reserved')).toMatchObject({ status: 'False', reason: 'Preempted' });
     }
-    for (const name of ['spot-a-pod', 'spot-b-pod']) {
-      await waitFor(`${name} gone`, async () => (await kubectlResult(['-n', tenantNs, 'get', 'pod', name])).code !== 0, { timeoutMs: 60_000 });
-    }
-
-    // The regular reservation's pods run on exactly the freed atoms.
-    await apply([reservationPod('regular-0', 'regular', 4), reservationPod('regular-1', 'regular', 4)]);
-    for (const p of ['regular-0', 'regular-1']) await waitForPodPhase(tenantNs, p, ['Running'], 120_000);
     const got = [...(await atomsOfPod('regular-0')), ...(await atomsOfPod('regular-1'))].sort();
     expect(got).toEqual(freed);
     // The deadline passed by itself: the victims' bookings ended and the regular one started then. Only a rollup

@@ -48,6 +48,29 @@ describe('nvidia-smi parsers', () => {
     expect(gpus.map((g) => g.model)).toEqual(['A100', 'A100']);
   });
 
+  it('says MIG mode on: a GPU in MIG mode without instances is migEnabled with no MIG instance, not a whole GPU', () => {
+    const parts = {
+      // GPU 1 of the fixture switched to MIG mode, no instance created yet (-L lists none for it).
+      queryGpu: fixture('a100-mig.query-gpu.csv').replace(/, Disabled$/m, ', Enabled'),
+      list: fixture('a100-mig.L.txt'),
+      smi: fixture('a100-mig.smi.txt'),
+      topo: fixture('a100-mig.topo-m.txt'),
+    };
+    const gpus = mergeDiscovery('n1', parts);
+    expect(gpus.map((g) => [g.migEnabled, g.mig?.length])).toEqual([
+      [true, 3],
+      [true, 0],
+    ]);
+    // MIG mode off: no migEnabled at all (the published spec stays as before).
+    const off = mergeDiscovery('n1', { ...parts, queryGpu: fixture('a100-mig.query-gpu.csv') });
+    expect(off[1]).not.toHaveProperty('migEnabled');
+    expect(off[1]!.mig).toBeUndefined();
+    // Its mode unreadable next time: the last good layout stands, MIG mode included (unhealthy).
+    const unreadable = parts.queryGpu.replace(/^1, (GPU-\S+), .*$/m, '1, $1, [GPU requires reset], [GPU requires reset], 00000000:0F:00.0, [GPU requires reset]');
+    const after = mergeDiscovery('n1', { ...parts, queryGpu: unreadable }, gpus);
+    expect(after[1]).toMatchObject({ migEnabled: true, mig: [], healthy: false });
+  });
+
   it('reads legacy MIG UUIDs that carry GI/CI', () => {
     const l = parseList('GPU 0: A100 (UUID: GPU-aaaa)\n  MIG 1g.5gb Device 0: (UUID: MIG-GPU-aaaa/7/0)\n');
     expect(l[0]!.mig[0]).toMatchObject({ gi: 7, ci: 0 });

@@ -229,6 +229,8 @@ export function mergeDiscovery(
     const l = listed.find((x) => x.uuid === g.uuid)!;
     if (l.index !== idx) throw new DiscoveryError(`GPU ${g.uuid} is index ${l.index} in nvidia-smi -L, ${idx} in --query-gpu`);
     const out: GpuDevice = { ...g };
+    // MIG mode on with no instance is no whole GPU: migEnabled tells the ledger (an unbookable parent, no atoms).
+    if (migMode === 'enabled') out.migEnabled = true;
     if (migMode === 'enabled' || l.mig.length) {
       out.mig = l.mig.map((m) => {
         const row = table?.find((t) => t.gpu === idx && t.device === m.device);
@@ -250,8 +252,9 @@ export function mergeDiscovery(
       if (new Set(ids).size !== ids.length) throw new DiscoveryError(`GPU ${g.uuid}: nvidia-smi reports one GI/CI twice (${ids.join(', ')})`);
     } else if (migMode === undefined) {
       // Unknown mode: the last good layout stands; the GPU is unhealthy anyway (nvidia-smi printed an error for it).
-      const before = previous?.find((p) => p.uuid === g.uuid)?.mig;
-      if (before) out.mig = before.map((m) => ({ ...m, healthy: false }));
+      const before = previous?.find((p) => p.uuid === g.uuid);
+      if (before?.migEnabled) out.migEnabled = true;
+      if (before?.mig) out.mig = before.mig.map((m) => ({ ...m, healthy: false }));
     }
     const numa = topo.numa.get(idx);
     if (numa !== undefined) out.numaNode = numa;

@@ -1,7 +1,15 @@
 // Pools, nodes and their devices in the ledger. A node's reported devices replace its previous set atomically; a change
 // of a GPU's layout (whole ↔ MIG ↔ slots, or another MIG set) books every atom of that GPU, parent included, for the
-// change window (guard 2, the atom rule).
-import type { InventoryReport } from '../core/inventory.ts';
+// change window (guard 2, the atom rule). A device has one owner node: another node's report of it is refused.
+import {
+  devicesFromReport,
+  keptLayoutHealth,
+  layoutAtoms,
+  layoutChanges,
+  ownedByOtherNode,
+  type InventoryReport,
+  type OtherNodesDevice,
+} from '../core/inventory.ts';
 import type { QuotaOverride, QuotaPeriod } from '../core/quota.ts';
 import { DEFAULT_STOP_GRACE_SECONDS } from '../core/stop.ts';
 import type { ScalarResource, Sharing } from '../core/types.ts';
@@ -220,8 +228,14 @@ export async function setDeviceHealth(db: Db, deviceId: string, healthy: boolean
   await db.query('UPDATE devices SET healthy = $2 WHERE id = $1', [deviceId, healthy]);
 }
 
-export type { GpuReport, InventoryReport, MigInstanceReport } from '../core/inventory.ts';
+export type { DeviceRow, GpuReport, InventoryReport, MigInstanceReport } from '../core/inventory.ts';
+/** The device rows a report stands for (pure: src/core/inventory.ts). */
+export { devicesFromReport };
 
+/**
+ * A layout change found busy only while writing it: a booking landed on one of its atoms after the check (which the
+ * node row lock should rule out). The whole report is rolled back and tried again.
+ */
 export class LayoutBusyError extends Error {
   readonly code = 'LAYOUT_BUSY';
   constructor(readonly gpu: string) {
@@ -229,78 +243,41 @@ export class LayoutBusyError extends Error {
   }
 }
 
-interface DeviceRow {
-  id: string;
-  class: string;
-  parentId: string | null;
-  attributes: Record<string, unknown>;
-  healthy: boolean;
-  bookable: boolean;
+/** A reported GPU another node owns (present in its inventory): left out of this node's. */
+export interface RefusedDevice {
+  gpu: string;
+  /** The node that owns it. */
+  owner: string;
 }
 
-/** The device rows a report stands for, given the pool's sharing mode. Exported for unit tests. */
-export function devicesFromReport(report: InventoryReport, sharing: Sharing, slotsPerGpu: number): DeviceRow[] {
-  const rows: DeviceRow[] = [];
-  for (const g of report.gpus) {
-    const attrs: Record<string, unknown> = {
-      gpuProduct: g.product ?? null,
-      gpuModel: g.model ?? null,
-      vramGiB: g.vramGiB ?? null,
-      numaNode: g.numaNode ?? null,
-      nvlinkDomain: g.nvlinkDomain ?? null,
-    };
-    const healthy = g.healthy ?? true;
-    const mig = g.mig ?? [];
-    const slots = mig.length === 0 && (sharing === 'timeslice' || sharing === 'mps');
-    rows.push({ id: g.uuid, class: 'gpu', parentId: null, attributes: attrs, healthy, bookable: !mig.length && !slots });
-    for (const m of mig) {
-      rows.push({
-        id: `${g.uuid}/gi${m.gi}/ci${m.ci}`,
-        class: 'gpu.mig',
-        parentId: g.uuid,
-        attributes: { ...attrs, migProfile: m.profile ?? null, vramGiB: m.memoryGiB ?? null },
-        healthy: healthy && (m.healthy ?? true),
-        bookable: true,
-      });
-    }
-    if (slots) {
-      for (let k = 0; k < slotsPerGpu; k++) {
-        rows.push({
-          id: `${g.uuid}/s${k}`,
-          class: 'gpu.slot',
-          parentId: g.uuid,
-          attributes: { ...attrs, sharing },
-          healthy,
-          bookable: true,
-        });
-      }
-    }
-  }
-  return rows;
-}
-
-function layoutOf(rows: { id: string; parentId: string | null; bookable: boolean }[], gpu: string): string {
-  const parent = rows.find((r) => r.id === gpu);
-  const children = rows
-    .filter((r) => r.parentId === gpu)
-    .map((r) => r.id)
-    .sort();
-  return `${parent?.bookable ?? 'absent'}|${children.join(',')}`;
+export interface InventoryResult {
+  /** GPUs whose layout changed: a layout booking holds all their atoms for the change window. */
+  layoutChanged: string[];
+  /**
+   * GPUs whose reported layout differs but an atom is booked in the change window: they keep their previous rows
+   * (health updated) until a later report finds them free.
+   */
+  layoutPending: string[];
+  /** Reported GPUs that another node owns, left out with all their MIG instances and slots. */
+  refused: RefusedDevice[];
 }
 
 /**
  * Replaces a node's devices with the reported set in one transaction. Devices no longer reported stay as rows
- * (history), no longer present nor bookable. A GPU whose layout changed gets a layout booking of every atom, old and
- * new, parent included, for `layoutWindowSeconds`; if any of them is booked then, nothing changes (LayoutBusyError).
- * Marks the node converged. Returns the ids of the GPUs whose layout changed.
+ * (history), no longer present nor bookable. A GPU another node owns (ownedByOtherNode: present there, that node not
+ * gone) is refused, not moved: left out, with its children, and returned in `refused`. A GPU whose layout changed gets
+ * a layout booking of every atom, old and new, parent included, for `layoutWindowSeconds`; if any of them is booked
+ * then, that GPU alone keeps its previous layout (its health follows the report) and is returned in `layoutPending`.
+ * The rest of the report is applied either way. Marks the node converged.
  */
 export async function applyInventory(
   db: Db,
   nodeId: string,
   report: InventoryReport,
   layoutWindowSeconds = 300,
-): Promise<string[]> {
+): Promise<InventoryResult> {
   return withTransaction(db, async (c) => {
+    // The node row first: placements on the node lock it FOR SHARE (bc_place), so none is in flight from here on.
     const { rows: nodeRows } = await c.query(
       `SELECT n.id, p.sharing, p.slots_per_gpu, p.overcommit FROM nodes n LEFT JOIN pools p ON p.id = n.pool_id
        WHERE n.id = $1 FOR UPDATE OF n`,
@@ -308,17 +285,39 @@ export async function applyInventory(
     );
     const node = nodeRows[0];
     if (!node) throw new Error(`node ${nodeId} is not known`);
-    const desired = devicesFromReport(report, node.sharing ?? 'exclusive', node.slots_per_gpu ?? 1);
+
+    // Whose the reported GPUs are: rows of other nodes, locked so that their owner's report cannot drop or take them
+    // meanwhile.
+    const { rows: others } = await c.query<OtherNodesDevice>(
+      `SELECT d.id, d.node_id AS "nodeId", d.present, n.pool_id AS "nodePoolId", n.connectivity AS "nodeConnectivity"
+       FROM devices d JOIN nodes n ON n.id = d.node_id
+       WHERE d.id = ANY ($1) AND d.node_id <> $2 ORDER BY d.id FOR UPDATE OF d`,
+      [report.gpus.map((g) => g.uuid), nodeId],
+    );
+    const refused = others.filter(ownedByOtherNode).map((d) => ({ gpu: d.id, owner: d.nodeId }));
+    const refusedIds = new Set(refused.map((r) => r.gpu));
+    const gpus = report.gpus.filter((g) => !refusedIds.has(g.uuid));
+
+    const reported = devicesFromReport({ gpus }, node.sharing ?? 'exclusive', node.slots_per_gpu ?? 1);
     const { rows: current } = await c.query<{ id: string; parentId: string | null; bookable: boolean }>(
-      `SELECT id, parent_id AS "parentId", bookable FROM devices WHERE node_id = $1 AND present FOR UPDATE`,
+      `SELECT id, parent_id AS "parentId", bookable FROM devices WHERE node_id = $1 AND present ORDER BY id FOR UPDATE`,
       [nodeId],
     );
-    const changed: string[] = [];
-    for (const g of report.gpus) {
-      const before = layoutOf(current, g.uuid);
-      if (before.startsWith('absent')) continue; // a new GPU: nothing was bookable before
-      if (before !== layoutOf(desired, g.uuid)) changed.push(g.uuid);
-    }
+    const atomsOf = new Map(layoutChanges(current, reported, gpus.map((g) => g.uuid)).map((gpu) => [gpu, layoutAtoms(gpu, current, reported)]));
+
+    // A layout change whose atoms are booked in its window waits; the other GPUs go ahead.
+    const { rows: busyRows } = await c.query<{ device_id: string }>(
+      `SELECT DISTINCT device_id FROM device_bookings
+       WHERE device_id = ANY ($1) AND during && tstzrange(compute_now(), compute_now() + make_interval(secs => $2))`,
+      [[...atomsOf.values()].flat(), layoutWindowSeconds],
+    );
+    const booked = new Set(busyRows.map((r) => r.device_id));
+    const layoutPending = [...atomsOf.keys()].filter((gpu) => atomsOf.get(gpu)!.some((a) => booked.has(a)));
+    const layoutChanged = [...atomsOf.keys()].filter((gpu) => !layoutPending.includes(gpu));
+    const waiting = new Set(layoutPending);
+    const gpuOf = (r: { id: string; parentId: string | null }) => r.parentId ?? r.id;
+    const desired = reported.filter((d) => !waiting.has(gpuOf(d)));
+    const kept = layoutPending.flatMap((gpu) => keptLayoutHealth(gpu, current, reported));
 
     await c.query(
       `INSERT INTO devices (id, node_id, class, parent_id, attributes, healthy, bookable, present)
@@ -341,15 +340,22 @@ export async function applyInventory(
         ),
       ],
     );
+    if (kept.length) {
+      await c.query(
+        `UPDATE devices d SET healthy = x.healthy FROM jsonb_to_recordset($2) AS x(id text, healthy boolean)
+         WHERE d.id = x.id AND d.node_id = $1 AND d.healthy IS DISTINCT FROM x.healthy`,
+        [nodeId, JSON.stringify(kept)],
+      );
+    }
+    // No longer reported: this node's rows, and children of a GPU taken from a gone node that the report lacks.
     await c.query(
-      `UPDATE devices SET present = false, bookable = false WHERE node_id = $1 AND present AND NOT (id = ANY ($2))`,
-      [nodeId, desired.map((d) => d.id)],
+      `UPDATE devices SET present = false, bookable = false
+       WHERE present AND NOT (id = ANY ($2)) AND (node_id = $1 OR parent_id = ANY ($3))`,
+      [nodeId, [...desired.map((d) => d.id), ...kept.map((k) => k.id)], gpus.filter((g) => !waiting.has(g.uuid)).map((g) => g.uuid)],
     );
 
-    for (const gpu of changed) {
-      const atoms = [
-        ...new Set([gpu, ...current.filter((r) => r.parentId === gpu).map((r) => r.id), ...desired.filter((r) => r.parentId === gpu).map((r) => r.id)]),
-      ].sort();
+    for (const gpu of layoutChanged) {
+      const atoms = atomsOf.get(gpu)!;
       const allocationId = newAllocationId();
       await c.query(
         `INSERT INTO allocations (id, kind, node_id, during)
@@ -373,6 +379,6 @@ export async function applyInventory(
       );
     }
     await c.query('UPDATE nodes SET converged = true, updated_at = compute_now() WHERE id = $1', [nodeId]);
-    return changed;
+    return { layoutChanged, layoutPending, refused };
   });
 }

@@ -1,7 +1,7 @@
 // One test per guard of the capacity guide, each attacking it directly: behind the placer's back, or in the middle of
 // a placement.
 import { describe, expect, it } from 'vitest';
-import { applyInventory, LayoutBusyError, setNodeState, upsertNode } from '../../src/db/inventory.ts';
+import { applyInventory, setNodeState, upsertNode } from '../../src/db/inventory.ts';
 import { Ledger } from '../../src/db/ledger.ts';
 import { createPool } from '../../src/db/pool.ts';
 import { makeNode, makePool, reservation } from '../support/builders.ts';
@@ -70,7 +70,7 @@ describe('guard 2: the atom rule', () => {
     const changed = await applyInventory(ctx.db, 'g2-n', {
       gpus: [{ uuid: gpu, model: 'H100', mig: [1, 2, 3].map((gi) => ({ gi, ci: 0, profile: '2g.20gb', memoryGiB: 20 })) }],
     });
-    expect(changed).toEqual([gpu]);
+    expect(changed).toEqual({ layoutChanged: [gpu], layoutPending: [], refused: [] });
     const { rows: held } = await ctx.db.query(
       `SELECT b.device_id FROM device_bookings b JOIN allocations a ON a.id = b.allocation_id
        WHERE a.kind = 'layout' AND b.during @> compute_now() ORDER BY 1`);
@@ -93,15 +93,17 @@ describe('guard 2: the atom rule', () => {
     expect(parent).toMatchObject({ code: '23514', constraint: 'check$device_bookings$bookable' });
   });
 
-  it('refuses a layout change while an atom of the GPU is booked in the window, and changes nothing', async () => {
+  it('holds back a layout change while an atom of the GPU is booked in the window: the GPU keeps its layout', async () => {
     const poolId = await makePool('g2b').sharing('mig').create(ctx.db);
     const node = makeNode('g2b-n').gpus(1).mig(2);
     await node.create(ctx.db, poolId);
     const r = await new Ledger(ctx.db).reserve(reservation(poolId, { devices: [{ class: 'gpu.mig', count: 1 }] }), ctx.clock.now());
     expect(r.ok).toBe(true);
-    await expect(applyInventory(ctx.db, 'g2b-n', { gpus: [{ uuid: node.gpuUuid(0) }] })).rejects.toBeInstanceOf(LayoutBusyError);
+    expect(await applyInventory(ctx.db, 'g2b-n', { gpus: [{ uuid: node.gpuUuid(0) }] })).toEqual({ layoutChanged: [], layoutPending: [node.gpuUuid(0)], refused: [] });
     const { rows } = await ctx.db.query(`SELECT id, bookable, present FROM devices WHERE node_id = 'g2b-n' ORDER BY id`);
     expect(rows.map((d) => [d.bookable, d.present])).toEqual([[false, true], [true, true], [true, true]]);
+    const { rows: layout } = await ctx.db.query(`SELECT count(*)::int AS n FROM allocations WHERE kind = 'layout' AND node_id = 'g2b-n'`);
+    expect(layout[0].n).toBe(0);
   });
 });
 

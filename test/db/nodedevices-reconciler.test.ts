@@ -1,6 +1,7 @@
 // The NodeDevices reconciler against the real ledger: a spec the ledger cannot take (a MIG GI/CI twice, a fractional
 // scalar) is refused before any SQL, with the reason in status (Accepted=False) and one Warning Event, and is not
-// retried; the ledger keeps the last accepted inventory.
+// retried; the ledger keeps the last accepted inventory. A report applied in part (a GPU another node owns, a layout
+// change waiting for bookings) says so in status and an Event, and is tried again.
 import { beforeAll, describe, expect, it } from 'vitest';
 import { NodeReconciler } from '../../src/controller/node/reconciler.ts';
 import { NodeDevicesReconciler } from '../../src/controller/nodedevices/reconciler.ts';
@@ -102,5 +103,90 @@ describe('NodeDevices reconciler: inputs refused with a reason', () => {
     f.informers.nodeDevices.cache.delete(NODE);
     await reconciler.reconcile(NODE);
     expect(await devices()).toEqual([]);
+  });
+});
+
+describe('NodeDevices reconciler: a report applied in part', () => {
+  const A = 'nd-own-a';
+  const B = 'nd-own-b';
+  const X = 'GPU-7a7a0000-0000-4000-8000-00000000000a';
+  const Y = 'GPU-7b7b0000-0000-4000-8000-00000000000b';
+  let f: FakeController;
+  let reconciler: NodeDevicesReconciler;
+  const generations = new Map<string, number>();
+  const put = (name: string, spec: InventoryReport) => {
+    const cur = f.informers.nodeDevices.get(name);
+    const generation = (generations.get(name) ?? 0) + 1;
+    generations.set(name, generation);
+    f.informers.nodeDevices.put({
+      apiVersion: 'bettercompute.io/v1alpha1',
+      kind: 'NodeDevices',
+      metadata: { name, uid: `${name}-uid`, generation },
+      spec,
+      ...(cur?.status ? { status: cur.status } : {}),
+    } as NodeDevicesCR);
+  };
+  const condition = (name: string, type: string) => findCondition(f.informers.nodeDevices.get(name)!.status?.conditions, type);
+  const row = async (id: string) => (await t.db.query('SELECT node_id, present, bookable, healthy FROM devices WHERE id = $1', [id])).rows[0];
+
+  beforeAll(async () => {
+    f = await fakeController(t);
+    const poolId = await makePool('nd-own').create(t.db);
+    f.ctx.poolIds.set('nd-own', poolId);
+    f.informers.pools.put({ metadata: { name: 'nd-own' }, spec: { nodeSelector: { pool: 'nd-own' }, ownerTenant: 'acme' }, status: { poolId } });
+    for (const n of [A, B]) f.informers.nodes.put({ metadata: { name: n, labels: { pool: 'nd-own' } }, status: { conditions: [{ type: 'Ready', status: 'True' }] } });
+    const nodes = new NodeReconciler(f.ctx);
+    reconciler = new NodeDevicesReconciler(f.ctx, (n) => nodes.reconcile(n));
+    put(B, { gpus: [{ uuid: X }], scalars: {} });
+    expect(await reconciler.reconcile(B)).toBeUndefined();
+    expect(condition(B, 'DevicesAccepted')).toMatchObject({ status: 'True' });
+  });
+
+  it("another node's GPU: DevicesAccepted=False naming it and its node, one Warning Event, retried until the owner drops it", async () => {
+    put(A, { gpus: [{ uuid: X }, { uuid: Y }], scalars: {} });
+    const events = f.events.length;
+    expect(await reconciler.reconcile(A)).toEqual({ requeueAfterMs: 30_000 });
+    const message = expect.stringMatching(new RegExp(`GPU ${X} is node ${B}'s`));
+    expect(condition(A, 'DevicesAccepted')).toMatchObject({ status: 'False', reason: 'DeviceOwnedByOtherNode', message });
+    expect(condition(A, 'Applied')).toMatchObject({ status: 'True', message: expect.stringContaining(`refused (another node's): ${X}`) });
+    expect(f.informers.nodeDevices.get(A)!.status).toMatchObject({ gpus: 1 });
+    expect(f.events.slice(events)).toEqual([expect.objectContaining({ key: A, type: 'Warning', reason: 'DeviceOwnedByOtherNode', message })]);
+    expect(await row(X)).toEqual({ node_id: B, present: true, bookable: true, healthy: true });
+    expect(await row(Y)).toMatchObject({ node_id: A, present: true });
+
+    // The retry finds the same: no second Event, no status write.
+    const writes = f.statusWrites.length;
+    expect(await reconciler.reconcile(A)).toEqual({ requeueAfterMs: 30_000 });
+    expect(f.events.length).toBe(events + 1);
+    expect(f.statusWrites.length).toBe(writes);
+
+    // B no longer reports X: A's next try takes it, and is done.
+    put(B, { gpus: [], scalars: {} });
+    expect(await reconciler.reconcile(B)).toBeUndefined();
+    expect(await reconciler.reconcile(A)).toBeUndefined();
+    expect(condition(A, 'DevicesAccepted')).toMatchObject({ status: 'True', reason: 'OwnDevices' });
+    expect(f.informers.nodeDevices.get(A)!.status).toMatchObject({ gpus: 2 });
+    expect(await row(X)).toMatchObject({ node_id: A, present: true, bookable: true });
+  });
+
+  it('a layout change of a booked GPU (MIG mode on, no instance yet) waits: LayoutBusy=True, WaitingForBookings, retried; then applied', async () => {
+    const poolId = f.ctx.poolIds.get('nd-own')!;
+    const booked = await f.ctx.ledger.reserve(reservation(poolId, { devices: [{ class: 'gpu', count: 2 }] }), t.clock.now());
+    if (!booked.ok) throw new Error(booked.message);
+    // X in MIG mode (no instance yet), Y unhealthy.
+    put(A, { gpus: [{ uuid: X, migEnabled: true }, { uuid: Y, healthy: false }], scalars: {} });
+    const events = f.events.length;
+    expect(await reconciler.reconcile(A)).toEqual({ requeueAfterMs: 30_000 });
+    expect(condition(A, 'LayoutBusy')).toMatchObject({ status: 'True', reason: 'WaitingForBookings', message: expect.stringContaining(`GPU ${X} waits for the bookings`) });
+    expect(condition(A, 'Applied')).toMatchObject({ status: 'True', message: expect.stringContaining(`layout change waiting: ${X}`) });
+    expect(f.events.slice(events)).toEqual([expect.objectContaining({ type: 'Warning', reason: 'LayoutBusy' })]);
+    expect(await row(X)).toMatchObject({ bookable: true, healthy: true });
+    expect(await row(Y)).toMatchObject({ bookable: true, healthy: false });
+
+    expect(await f.ctx.ledger.release(booked.reservation.id)).toBe(true);
+    expect(await reconciler.reconcile(A)).toBeUndefined();
+    expect(condition(A, 'LayoutBusy')).toMatchObject({ status: 'False' });
+    expect(await row(X)).toMatchObject({ present: true, bookable: false });
+    expect((await t.db.query('SELECT count(*)::int AS n FROM devices WHERE parent_id = $1', [X])).rows[0].n).toBe(0);
   });
 });

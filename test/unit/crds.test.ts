@@ -5,6 +5,7 @@ import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import YAML from 'yaml';
 import { MAX_RECURRENCE_COUNT } from '../../src/controller/reservation/recurring.ts';
+import { InventoryReportSchema } from '../../src/core/inventory.ts';
 import { MAX_OCCURRENCE_SECONDS, parseClock, WEEKDAYS } from '../../src/core/recurrence.ts';
 
 const DIR = path.join(import.meta.dirname, '../../crds');
@@ -33,6 +34,14 @@ describe('crds/nodedevices.yaml', () => {
         expect(['string', 'integer']).toContain(list.items.properties[k].type);
       }
     }
+  });
+
+  it('has every GPU and MIG field the controller reads (the API server prunes fields the schema lacks), migEnabled too', () => {
+    const gpuShape = InventoryReportSchema.shape.gpus.element.shape;
+    const migShape = gpuShape.mig.unwrap().element.shape;
+    expect(Object.keys(gpu.items.properties).sort()).toEqual(Object.keys(gpuShape).sort());
+    expect(Object.keys(mig.items.properties).sort()).toEqual(Object.keys(migShape).sort());
+    expect(gpu.items.properties.migEnabled).toEqual({ type: 'boolean' });
   });
 
   it('scalars are whole numbers within the ledger integer counters', () => {
