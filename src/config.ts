@@ -1,6 +1,7 @@
 import os from 'node:os';
 import path from 'node:path';
 import { z } from 'zod';
+import { cdiAnnotationPrefixSchema, cdiKindSchema, deviceListStrategiesSchema } from './agent/device-list.ts';
 import { DurationError, parseDuration } from './core/duration.ts';
 import { DEFAULT_SCAVENGES, ScavengesSchema } from './extender/scavenge.ts';
 
@@ -135,6 +136,17 @@ const ConfigSchema = z.object({
   agentTokenFile: z.string().min(1),
   /** `agent`: touched each time the controller answers, removed when it does not (the readiness probe reads it). */
   agentReadyFile: z.string().min(1).optional(),
+  /**
+   * `agent`: how Allocate hands the atoms to the container runtime (docs/node-isolation.md): NVIDIA's device-list
+   * strategies, comma separated (envvar, volume-mounts, cdi-annotations, cdi-cri); the CDI kind of the devices'
+   * names (`<kind>=<GPU or MIG UUID>`) and the prefix of the CDI annotation keys.
+   */
+  deviceListStrategies: deviceListStrategiesSchema('DEVICE_LIST_STRATEGY'),
+  cdiDeviceKind: cdiKindSchema('BETTER_COMPUTE_CDI_DEVICE_KIND'),
+  cdiAnnotationPrefix: cdiAnnotationPrefixSchema('CDI_ANNOTATION_PREFIX'),
+  /** `agent`: the host's /dev as the agent sees it, and a procfs showing the NVIDIA driver (GPU minors, MIG capabilities). */
+  hostDevDir: z.string().min(1),
+  hostProcDir: z.string().min(1),
 }).refine((c) => (c.tlsCertFile === undefined) === (c.tlsKeyFile === undefined), {
   message: 'TLS_CERT_FILE and TLS_KEY_FILE go together',
   path: ['tlsCertFile'],
@@ -244,6 +256,11 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
         env.BETTER_COMPUTE_CONTROLLER_SERVER_NAME || `better-compute-controller.${env.BETTER_COMPUTE_NAMESPACE || env.POD_NAMESPACE || 'better-compute-system'}.svc`,
       agentTokenFile: env.BETTER_COMPUTE_AGENT_TOKEN_FILE || '/var/run/secrets/kubernetes.io/serviceaccount/token',
       agentReadyFile: env.BETTER_COMPUTE_AGENT_READY_FILE || undefined,
+      deviceListStrategies: env.DEVICE_LIST_STRATEGY || 'envvar',
+      cdiDeviceKind: env.BETTER_COMPUTE_CDI_DEVICE_KIND || 'nvidia.com/gpu',
+      cdiAnnotationPrefix: env.CDI_ANNOTATION_PREFIX || 'cdi.k8s.io/',
+      hostDevDir: env.BETTER_COMPUTE_HOST_DEV_DIR || '/dev',
+      hostProcDir: env.BETTER_COMPUTE_HOST_PROC_DIR || '/proc',
     }),
   );
 }

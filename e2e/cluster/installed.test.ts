@@ -10,6 +10,7 @@ import {
   kubectlJson,
   kubectlResult,
   uniqueName,
+  waitCondition,
   waitFor,
   waitForPodPhase,
   type Pod,
@@ -160,6 +161,29 @@ describe('installed from the image with deploy/', () => {
     expect(other.stderr).toMatch(/better-compute-scheduler/);
   });
 
+  it('refuses a pod that sets NVIDIA_VISIBLE_DEVICES itself, in any namespace but the exempt ones (docs/node-isolation.md)', async () => {
+    const sneaky = (name: string, namespace: string, value: string) => ({
+      apiVersion: 'v1',
+      kind: 'Pod',
+      metadata: { name, namespace },
+      spec: { containers: [{ name: 'main', image: c().busyboxImage, command: ['sleep', '1'], env: [{ name: 'NVIDIA_VISIBLE_DEVICES', value }] }] },
+    });
+    const refused = await kubectlResult(['apply', '--dry-run=server', '-f', '-'], { input: JSON.stringify(sneaky(uniqueName('all-gpus'), NS, 'all')) });
+    expect(refused.code).not.toBe(0);
+    expect(refused.stderr).toMatch(/sets NVIDIA_VISIBLE_DEVICES in container main/);
+    // void grants nothing; a namespace labelled for it (the NVIDIA operator's) is exempt.
+    const none = await kubectlResult(['apply', '--dry-run=server', '-f', '-'], { input: JSON.stringify(sneaky(uniqueName('void'), NS, 'void')) });
+    expect(none.code, none.stderr).toBe(0);
+    const exempt = uniqueName('gpu-operator');
+    await apply({ apiVersion: 'v1', kind: 'Namespace', metadata: { name: exempt, labels: { 'bettercompute.io/allow-visible-devices': 'true' } } });
+    try {
+      const allowed = await kubectlResult(['apply', '--dry-run=server', '-f', '-'], { input: JSON.stringify(sneaky(uniqueName('operator'), exempt, 'all')) });
+      expect(allowed.code, allowed.stderr).toBe(0);
+    } finally {
+      await kubectlResult(['delete', 'namespace', exempt, '--wait=false']);
+    }
+  });
+
   it("an agent's identity may write only its own node's NodeDevices", async () => {
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'bc-agent-'));
     const asNodeA = ['--kubeconfig', agentKubeconfig(dir, 'node-a')];
@@ -244,7 +268,7 @@ describe('installed from the image with deploy/', () => {
         },
       },
     });
-    await kubectl(['-n', NS, 'wait', '--for=condition=Complete', `job/${job}`, '--timeout=180s'], { timeoutMs: 190_000 });
+    await waitCondition([`job/${job}`], 'Complete', { namespace: NS, timeoutMs: 190_000 });
     const pods = await kubectlJson<{ items: Pod[] }>(['-n', NS, 'get', 'pods', '-l', `job-name=${job}`]);
     expect(pods.items).toHaveLength(2);
     const seen: string[] = [];

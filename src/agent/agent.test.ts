@@ -7,7 +7,7 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import type { AgentBackend, NodeState } from '../agentapi/wire.ts';
 import { reservationResourceName } from '../extender/resources.ts';
 import { silentLogger } from '../log.ts';
-import { activeReservations, Agent } from './agent.ts';
+import { activeReservations, Agent, atomsFromSpec } from './agent.ts';
 import { startFakeKubeApi, type FakeKubeApi } from '../../test/support/fake-kube-api.ts';
 import { DISCOVERY_STALE_ANNOTATION, simulatedSpec, type DeviceSource, type NodeDevicesSpec } from './discovery.ts';
 import { bindUnix, devicePluginClient, grpc, podResourcesService, unary } from './grpc.ts';
@@ -46,6 +46,19 @@ class FakeBackend implements AgentBackend {
   }
 }
 
+describe('atomsFromSpec (no ledger rows yet)', () => {
+  it('a GPU in MIG mode is no atom itself, even with no instances', () => {
+    const atoms = atomsFromSpec({
+      gpus: [{ uuid: 'GPU-a' }, { uuid: 'GPU-b', migEnabled: true, mig: [] }, { uuid: 'GPU-c', migEnabled: true, mig: [{ gi: 1, ci: 0 }] }],
+      scalars: {},
+    });
+    expect(atoms.map((a) => [a.id, a.class])).toEqual([
+      ['GPU-a', 'gpu'],
+      ['GPU-c/gi1/ci0', 'gpu.mig'],
+    ]);
+  });
+});
+
 describe('activeReservations', () => {
   it('only windows that hold now, with a resource name that is the reservation’s own', () => {
     const b = new FakeBackend();
@@ -62,6 +75,8 @@ describe('Agent with a backend', () => {
   let podResources: grpc.Server;
   /** What the fake PodResources API says live containers hold. */
   let held: { namespace: string; name: string; resource: string; ids: string[] }[] = [];
+  /** Pods it lists with nothing allocated yet (`namespace/name`): the pod the kubelet admits is among them. */
+  let admitting: string[] = [];
   let backend: FakeBackend;
   let agent: Agent;
   const socketOf = (resource: string) => path.join(dir, `bettercompute-${resource.replace(/^.*\//, '')}.sock`);
@@ -80,11 +95,14 @@ describe('Agent with a backend', () => {
     podResources.addService(podResourcesService(), {
       List: (_c: unknown, cb: grpc.sendUnaryData<unknown>) =>
         cb(null, {
-          pod_resources: held.map((h) => ({
-            name: h.name,
-            namespace: h.namespace,
-            containers: [{ name: 'main', devices: [{ resource_name: h.resource, device_ids: h.ids }] }],
-          })),
+          pod_resources: [
+            ...held.map((h) => ({
+              name: h.name,
+              namespace: h.namespace,
+              containers: [{ name: 'main', devices: [{ resource_name: h.resource, device_ids: h.ids }] }],
+            })),
+            ...admitting.map((p) => ({ namespace: p.split('/')[0], name: p.split('/')[1], containers: [{ name: 'main', devices: [] }] })),
+          ],
         }),
     });
     await bindUnix(podResources, path.join(dir, 'pod-resources.sock'));
@@ -95,6 +113,8 @@ describe('Agent with a backend', () => {
   });
   beforeEach(async () => {
     held = [];
+    // The pods the tests admit on demand: the kubelet lists a pod while it admits it.
+    admitting = ['ns/p', 'ns/q'];
     backend = new FakeBackend();
     const source: DeviceSource = { kind: 'file', discover: async () => spec };
     agent = new Agent({
@@ -158,6 +178,35 @@ describe('Agent with a backend', () => {
     backend.now += HOUR + 1;
     await agent.reconcile();
     expect(Object.keys(agent.status()).sort()).toEqual(['bettercompute.io/gpu', reservationResourceName(RSV_LATER)]);
+  });
+
+  it('an admission belongs to one pod: a late Allocate while the kubelet does not list the admission’s pod is refused, then that pod gets its own atoms', async () => {
+    // A pod whose admission ran out (its kubelet came back late) is admitted while the node's admission is another's.
+    backend.admission = { podUid: 'uid-next', namespace: 'ns', podName: 'next', atoms: [G0] };
+    admitting = ['ns/late'];
+    const preferred = async (available: string[]) => {
+      const client = devicePluginClient(socketOf('bettercompute.io/gpu'));
+      try {
+        const r = await unary<object, { container_responses: { deviceIDs: string[] }[] }>(client, 'GetPreferredAllocation', {
+          container_requests: [{ available_deviceIDs: available, must_include_deviceIDs: [], allocation_size: 1 }],
+        });
+        return r.container_responses[0]!.deviceIDs;
+      } finally {
+        client.close();
+      }
+    };
+    // No preference for the next pod's atoms, and its atoms refused to the late pod.
+    expect(await preferred([G0, G1])).toEqual([]);
+    const e = await allocate('bettercompute.io/gpu', [G0]).catch((x: unknown) => x as grpc.ServiceError);
+    expect(e).toMatchObject({ code: grpc.status.FAILED_PRECONDITION });
+    expect((e as grpc.ServiceError).details).toContain('is for pod ns/next, which the kubelet is not admitting');
+    expect(backend.done).toEqual([]);
+    // The kubelet admits the next pod: it is preferred and handed exactly its atoms.
+    admitting = ['ns/next'];
+    expect(await preferred([G0, G1])).toEqual([G0]);
+    const r = await allocate('bettercompute.io/gpu', [G0]);
+    expect(r.container_responses[0]!.envs).toMatchObject({ BETTERCOMPUTE_ATOMS: G0 });
+    expect(backend.done).toEqual(['uid-next']);
   });
 
   describe('guard 6: an atom, its GPU, or a part of it that a live container holds is refused, with the holder named', () => {

@@ -2,7 +2,8 @@
 // resource: the generic bettercompute.io/gpu (.mig, .slot) for on-demand pods, and one per reservation holding atoms on
 // this node during its window. Reservation endpoints hand out only that reservation's atoms, so the kubelet itself
 // keeps reservations apart; the generic endpoints hand out the atoms booked for the pod that holds this node's
-// on-demand admission lease. Every Allocate refuses an atom another live container holds (guard 6, PodResources).
+// on-demand admission lease. Every Allocate refuses an atom another live container holds (guard 6, PodResources),
+// and hands the rest over the way the node's runtime enforces (device-list.ts, docs/node-isolation.md).
 // What the ledger says (atoms, reservations, the admission) comes from a backend — the controller's agent API in a
 // cluster (the agent holds no database credentials) — never from Reservation status.
 import fs from 'node:fs';
@@ -12,9 +13,11 @@ import type { AgentBackend, NodeAtom, NodeState } from '../agentapi/wire.ts';
 import type { DeviceClass } from '../core/types.ts';
 import { GENERIC_RESOURCES, RESERVATION_GROUP, RESOURCE_OF_CLASS, reservationIdOfResource } from '../extender/resources.ts';
 import { errorFields, type Logger } from '../log.ts';
+import { containerAllocateResponse, DEFAULT_DEVICE_LIST_SETTINGS, HandoffError, type ContainerAllocateResponse, type DeviceListSettings } from './device-list.ts';
+import { readHostDeviceNodes, type HostDirs } from './device-nodes.ts';
 import { DISCOVERY_STALE_ANNOTATION, DiscoveryHistory, type DeviceSource, type NodeDevicesSpec } from './discovery.ts';
 import { DevicePluginEndpoint, RefusedError, type EndpointHandler, type PluginDevice } from './plugin.ts';
-import { podResourcesReader, type PodResourcesReader } from './podresources.ts';
+import { podResourcesReader, type PodResourcesReader, type PodResourcesSnapshot } from './podresources.ts';
 
 export const API_GROUP = 'bettercompute.io';
 export const API_VERSION = 'v1alpha1';
@@ -24,7 +27,7 @@ export interface AtomInfo {
   class: DeviceClass;
   /** The GPU the atom is (or is part of). */
   gpu: string;
-  /** What NVIDIA_VISIBLE_DEVICES names for it: the GPU UUID, the MIG UUID, or for a slot its GPU's UUID. */
+  /** What the toolkit and CDI name it by: the GPU UUID, the MIG UUID, or for a slot its GPU's UUID. */
   visible: string;
   healthy: boolean;
   numaNode?: number;
@@ -52,6 +55,10 @@ export interface AgentOptions {
   readyFile?: string;
   /** Failed discoveries in a row after which the last good report's GPUs are reported unhealthy (default 3). */
   unhealthyAfterFailures?: number;
+  /** How Allocate hands atoms to the runtime (default: envvar, as NVIDIA's plugin; docs/node-isolation.md). */
+  deviceList?: DeviceListSettings;
+  /** Where the host's device nodes and the driver's procfs are seen (default /dev and /proc). */
+  hostDirs?: HostDirs;
 }
 
 interface Served {
@@ -97,7 +104,8 @@ export function atomsFromSpec(spec: NodeDevicesSpec, ledgerRows?: readonly NodeA
   }
   const out: AtomInfo[] = [];
   for (const g of spec.gpus) {
-    if (g.mig && g.mig.length) for (const m of g.mig) out.push(info(`${g.uuid}/gi${m.gi}/ci${m.ci}`, 'gpu.mig', g.uuid));
+    // A GPU in MIG mode is no atom itself, even with no instances.
+    if (g.migEnabled || (g.mig && g.mig.length)) for (const m of g.mig ?? []) out.push(info(`${g.uuid}/gi${m.gi}/ci${m.ci}`, 'gpu.mig', g.uuid));
     else out.push(info(g.uuid, 'gpu', g.uuid));
   }
   return out;
@@ -386,8 +394,10 @@ export class Agent {
       devices: () => this.devicesOf(resource, s),
       preferred: async (available, mustInclude, size) => {
         if (!generic) return [...mustInclude, ...available.filter((a) => !mustInclude.includes(a))].slice(0, size);
-        // A preference only: without an answer from the controller the kubelet chooses (and Allocate decides).
+        // A preference only: without an answer from the controller the kubelet chooses (and Allocate decides). Nor for
+        // an admission whose pod the kubelet does not have: the call is for another pod (Allocate refuses it).
         const adm = await this.admission().catch(() => null);
+        if (adm && !(await this.listPods().catch(() => undefined))?.pods.has(`${adm.namespace}/${adm.podName}`)) return mustInclude.slice(0, size);
         const done = adm ? (this.allocatedFor.get(adm.podUid) ?? new Set<string>()) : new Set<string>();
         const booked = (adm?.atoms ?? []).filter((a) => this.classOf(a) === generic && !done.has(a) && available.includes(a));
         return [...new Set([...mustInclude, ...booked])].slice(0, size);
@@ -396,9 +406,10 @@ export class Agent {
         if (s.reservationId) {
           const outside = ids.filter((id) => !(s.atoms ?? []).includes(id));
           if (outside.length) throw new RefusedError(`${outside.join(',')} are not atoms of reservation ${s.reservationId} on this node`);
-          await this.guard6(ids);
+          this.guard6(ids, await this.listPods());
+          const response = await this.containerResponse(resource, ids, s.reservationId);
           this.o.log.info('allocated reservation atoms', { resource, atoms: ids });
-          return { ...this.envs(ids), BETTERCOMPUTE_RESERVATION: s.reservationId };
+          return response;
         }
         const adm = await this.admission();
         if (!adm || adm.atoms.length === 0) {
@@ -408,7 +419,17 @@ export class Agent {
         if (notBooked.length) {
           throw new RefusedError(`the kubelet chose ${ids.join(',')}, but pod ${adm.namespace}/${adm.podName} was booked ${adm.atoms.join(',')}`);
         }
-        await this.guard6(ids);
+        // An admission belongs to one pod: the kubelet admits pods one at a time and lists the one it admits, so an
+        // Allocate while the admission's pod is not listed is for another pod, one whose own admission ran out (a
+        // kubelet that came back late). It is refused rather than handed this pod's atoms.
+        const snapshot = await this.listPods();
+        if (!snapshot.pods.has(`${adm.namespace}/${adm.podName}`)) {
+          throw new RefusedError(
+            `the on-demand admission on ${this.o.nodeName} is for pod ${adm.namespace}/${adm.podName}, which the kubelet is not admitting: this Allocate is for another pod, and its atoms are not that pod's`,
+          );
+        }
+        this.guard6(ids, snapshot);
+        const response = await this.containerResponse(resource, ids);
         const done = this.allocatedFor.get(adm.podUid) ?? new Set<string>();
         for (const id of ids) done.add(id);
         this.allocatedFor.set(adm.podUid, done);
@@ -420,7 +441,7 @@ export class Agent {
             .catch((e: unknown) => this.o.log.warn('could not end the admission; it will run out', { pod: `${adm.namespace}/${adm.podName}`, ...errorFields(e) }));
         }
         this.o.log.info('allocated on-demand atoms', { resource, pod: `${adm.namespace}/${adm.podName}`, atoms: ids });
-        return this.envs(ids);
+        return response;
       },
     };
   }
@@ -433,28 +454,51 @@ export class Agent {
     return 'gpu';
   }
 
-  private envs(ids: string[]): Record<string, string> {
-    const sorted = [...ids].sort();
-    const visible = [...new Set(sorted.map((id) => this.atoms.get(id)?.visible ?? id.replace(/\/s\d+$/, '')))];
-    return { NVIDIA_VISIBLE_DEVICES: visible.join(','), BETTERCOMPUTE_ATOMS: sorted.join(',') };
+  /** The GPU an atom is (or is part of). */
+  private gpuOf(atom: string): string {
+    return this.atoms.get(atom)?.gpu ?? atom.replace(/\/(gi\d+\/ci\d+|s\d+)$/, '');
+  }
+
+  /** The container's answer for these atoms: their device nodes on the host, handed over the configured ways. */
+  private async containerResponse(resource: string, ids: string[], reservationId?: string): Promise<ContainerAllocateResponse> {
+    const refs = ids.map((id) => ({ id, class: this.classOf(id) ?? 'gpu', gpu: this.gpuOf(id) }));
+    const busIds = new Map(this.spec.gpus.flatMap((g) => (g.pciBusId ? [[g.uuid, g.pciBusId] as const] : [])));
+    const host = await readHostDeviceNodes(this.o.hostDirs ?? { dev: '/dev', proc: '/proc' }, refs, busIds);
+    // Simulated GPUs have no driver, so no device nodes; on real ones a GPU the driver does not list is worth a word.
+    if (host.unknownGpus.length && this.o.source.kind !== 'file') {
+      this.o.log.warn('no driver minor for these GPUs: handed over without their device node', { resource, gpus: host.unknownGpus });
+    }
+    const atoms = ids.map((id) => ({ id, visible: this.atoms.get(id)?.visible ?? id.replace(/\/s\d+$/, ''), deviceNodes: host.atomNodes.get(id) ?? [] }));
+    try {
+      return containerAllocateResponse(
+        { resource, atoms, controlNodes: host.controlNodes, ...(reservationId ? { reservationId } : {}) },
+        this.o.deviceList ?? DEFAULT_DEVICE_LIST_SETTINGS,
+      );
+    } catch (e) {
+      if (e instanceof HandoffError) throw new RefusedError(e.message);
+      throw e;
+    }
   }
 
   /** Guard 6: no atom (nor its GPU, nor a part of it) that another live container holds. */
-  private async guard6(ids: string[]): Promise<void> {
-    let held;
+  /** The kubelet's pods and what their containers hold (PodResources List); a refusal when it does not answer. */
+  private async listPods(): Promise<PodResourcesSnapshot> {
     try {
-      held = await this.podResources.held(OUR_RESOURCE);
+      return await this.podResources.list(OUR_RESOURCE);
     } catch (e) {
       throw new RefusedError(`cannot check which atoms live containers hold (PodResources API): ${(e as Error).message}`);
     }
-    const gpuOf = (id: string) => this.atoms.get(id)?.gpu ?? id.replace(/\/(gi\d+\/ci\d+|s\d+)$/, '');
+  }
+
+  /** Guard 6: no atom that a live container holds, nor one overlapping it (its GPU, or a part of it). */
+  private guard6(ids: string[], { held }: PodResourcesSnapshot): void {
     for (const id of ids) {
       const h = held.get(id);
       if (h) throw new RefusedError(`atom ${id} is held by ${h.pod} (container ${h.container}, ${h.resource})`);
-      const gpu = gpuOf(id);
+      const gpu = this.gpuOf(id);
       const isWhole = gpu === id;
       for (const [atom, holder] of held) {
-        const sameGpu = gpuOf(atom) === gpu;
+        const sameGpu = this.gpuOf(atom) === gpu;
         if (sameGpu && (isWhole || atom === gpu)) {
           throw new RefusedError(`atom ${id} overlaps ${atom}, held by ${holder.pod} (container ${holder.container})`);
         }

@@ -3,6 +3,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { errorFields, type Logger } from '../log.ts';
+import type { ContainerAllocateResponse } from './device-list.ts';
 import { bindUnix, devicePluginService, grpc, registrationClient, unary } from './grpc.ts';
 
 export interface PluginDevice {
@@ -16,8 +17,8 @@ export interface EndpointHandler {
   readonly preferredAllocation: boolean;
   devices(): PluginDevice[];
   preferred(available: string[], mustInclude: string[], size: number): Promise<string[]>;
-  /** Returns the container's environment, or throws a RefusedError. */
-  allocate(deviceIds: string[]): Promise<Record<string, string>>;
+  /** Returns the container's part of the answer (envs, mounts, device specs, CDI), or throws a RefusedError. */
+  allocate(deviceIds: string[]): Promise<ContainerAllocateResponse>;
 }
 
 /** A refusal that reaches the kubelet as a gRPC error (the pod fails admission with the message). */
@@ -90,8 +91,8 @@ export class DevicePluginEndpoint {
       },
       Allocate: (call: { request: { container_requests: { devices_ids: string[] }[] } }, cb: grpc.sendUnaryData<unknown>) => {
         (async () => {
-          const container_responses = [];
-          for (const r of call.request.container_requests) container_responses.push({ envs: await h.allocate(r.devices_ids) });
+          const container_responses: ContainerAllocateResponse[] = [];
+          for (const r of call.request.container_requests) container_responses.push(await h.allocate(r.devices_ids));
           return container_responses;
         })().then(
           (container_responses) => cb(null, { container_responses }),

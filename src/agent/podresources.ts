@@ -11,20 +11,29 @@ export interface Holder {
   resource: string;
 }
 
+/** One List of the kubelet's pods: what their containers hold, and which pods it has (the one it admits included). */
+export interface PodResourcesSnapshot {
+  /** atom → the container holding it, for the resources whose names pass the filter. */
+  held: Map<string, Holder>;
+  /** `namespace/name` of every pod the kubelet lists: its active pods, a pod it is admitting among them. */
+  pods: Set<string>;
+}
+
 export interface PodResourcesReader {
-  /** atom → the container holding it, for the resources whose names pass `resourceFilter`. */
-  held(resourceFilter: (name: string) => boolean): Promise<Map<string, Holder>>;
+  list(resourceFilter: (name: string) => boolean): Promise<PodResourcesSnapshot>;
   close(): void;
 }
 
 export function podResourcesReader(socket: string): PodResourcesReader {
   let client: grpc.Client | undefined;
   return {
-    async held(resourceFilter) {
+    async list(resourceFilter) {
       client ??= podResourcesClient(socket);
       const res = await unary<object, ListResponse>(client, 'List', {}, 3000);
       const out = new Map<string, Holder>();
+      const pods = new Set<string>();
       for (const p of res.pod_resources) {
+        pods.add(`${p.namespace}/${p.name}`);
         for (const c of p.containers) {
           for (const d of c.devices) {
             if (!resourceFilter(d.resource_name)) continue;
@@ -32,7 +41,7 @@ export function podResourcesReader(socket: string): PodResourcesReader {
           }
         }
       }
-      return out;
+      return { held: out, pods };
     },
     close() {
       client?.close();

@@ -8,14 +8,23 @@ import { kubeConfigFrom } from '../controller/kube.ts';
 import type { Logger } from '../log.ts';
 import { Agent } from './agent.ts';
 import { ControllerClient } from './controller-client.ts';
+import { cdiAnnotationPrefixSchema, cdiKindSchema, deviceListStrategiesSchema, type DeviceListSettings } from './device-list.ts';
 import { fileSource, NodeDevicesSpecSchema, nvidiaSmiSource, type DeviceSource } from './discovery.ts';
 
 const HELP = `usage: better-compute agent [--node NAME] [--devices-file FILE] [--nvidia-smi PATH]
+                            [--device-list-strategy LIST] [--cdi-device-kind KIND] [--cdi-annotation-prefix PREFIX]
        better-compute agent --discover [-o json] [--node NAME] [--devices-file FILE] [--nvidia-smi PATH]
 
 --discover reads the node's devices once, as the agent would publish them in NodeDevices, prints them and exits: 0 when
 read, 1 when discovery failed (the reason on stderr). It needs neither the controller nor the kubelet; without --node
 or NODE_NAME the NVLink domains are named after the host name.
+
+--device-list-strategy (DEVICE_LIST_STRATEGY, default envvar): how Allocate hands the atoms to the container runtime,
+comma separated, as NVIDIA's device plugin names them: envvar (NVIDIA_VISIBLE_DEVICES), volume-mounts (the list as
+mounts under /var/run/nvidia-container-devices), cdi-annotations (CDI names in annotations under
+--cdi-annotation-prefix, CDI_ANNOTATION_PREFIX, default cdi.k8s.io/), cdi-cri (CDI names in the CRI's CDIDevices).
+CDI names are <--cdi-device-kind>=<GPU or MIG UUID> (BETTER_COMPUTE_CDI_DEVICE_KIND, default nvidia.com/gpu).
+Without envvar, NVIDIA_VISIBLE_DEVICES is void. See docs/node-isolation.md.
 
 Environment: NODE_NAME, BETTER_COMPUTE_DEVICES_FILE (simulated GPUs: a NodeDevices spec as JSON; else nvidia-smi),
 BETTER_COMPUTE_DEVICE_PLUGIN_DIR (/var/lib/kubelet/device-plugins), BETTER_COMPUTE_POD_RESOURCES_SOCKET
@@ -23,7 +32,9 @@ BETTER_COMPUTE_DEVICE_PLUGIN_DIR (/var/lib/kubelet/device-plugins), BETTER_COMPU
 BETTER_COMPUTE_CONTROLLER_URL (else https://$BETTER_COMPUTE_CONTROLLER_SERVICE_HOST:$BETTER_COMPUTE_CONTROLLER_SERVICE_PORT_WEBHOOK),
 BETTER_COMPUTE_CONTROLLER_CA_FILE (/etc/better-compute/ca/ca.crt), BETTER_COMPUTE_CONTROLLER_SERVER_NAME
 (better-compute-controller.<namespace>.svc), BETTER_COMPUTE_AGENT_TOKEN_FILE
-(/var/run/secrets/kubernetes.io/serviceaccount/token).
+(/var/run/secrets/kubernetes.io/serviceaccount/token), BETTER_COMPUTE_HOST_DEV_DIR (/dev: the host's /dev as the agent
+sees it, for the device nodes it hands over), BETTER_COMPUTE_HOST_PROC_DIR (/proc: the NVIDIA driver's GPU minors and
+MIG capabilities).
 `;
 
 export async function agentCommand(argv: string[], config: Config, log: Logger): Promise<number> {
@@ -33,6 +44,9 @@ export async function agentCommand(argv: string[], config: Config, log: Logger):
       node: { type: 'string' },
       'devices-file': { type: 'string' },
       'nvidia-smi': { type: 'string' },
+      'device-list-strategy': { type: 'string' },
+      'cdi-device-kind': { type: 'string' },
+      'cdi-annotation-prefix': { type: 'string' },
       discover: { type: 'boolean' },
       output: { type: 'string', short: 'o' },
       help: { type: 'boolean', short: 'h' },
@@ -44,6 +58,11 @@ export async function agentCommand(argv: string[], config: Config, log: Logger):
   }
   if (values.output !== undefined && values.output !== 'json') {
     process.stderr.write(`-o takes json only\n${HELP}`);
+    return 2;
+  }
+  const deviceList = deviceListSettings(values, config);
+  if ('error' in deviceList) {
+    process.stderr.write(`${deviceList.error}\n${HELP}`);
     return 2;
   }
   const file = values['devices-file'] ?? config.devicesFile;
@@ -67,6 +86,7 @@ export async function agentCommand(argv: string[], config: Config, log: Logger):
     tokenFile: config.agentTokenFile,
   });
   log.info('agent API', { url: config.controllerUrl, serverName: config.controllerServerName, caFile: config.controllerCaFile });
+  log.info('device hand-over', { ...deviceList.settings, hostDevDir: config.hostDevDir, hostProcDir: config.hostProcDir });
   const agent = new Agent({
     nodeName,
     devicePluginDir: config.devicePluginDir,
@@ -76,6 +96,8 @@ export async function agentCommand(argv: string[], config: Config, log: Logger):
     log,
     kubeConfig: kubeConfigFrom(config.kubeconfig),
     ...(config.agentReadyFile ? { readyFile: config.agentReadyFile } : {}),
+    deviceList: deviceList.settings,
+    hostDirs: { dev: config.hostDevDir, proc: config.hostProcDir },
   });
   await agent.start();
   await new Promise<void>((resolve) => {
@@ -86,6 +108,19 @@ export async function agentCommand(argv: string[], config: Config, log: Logger):
   await agent.stop();
   backend.close();
   return 0;
+}
+
+/** The device-list settings: the flags where given (checked as the environment is), else the configuration. */
+export function deviceListSettings(
+  flags: { 'device-list-strategy'?: string; 'cdi-device-kind'?: string; 'cdi-annotation-prefix'?: string },
+  config: Pick<Config, 'deviceListStrategies' | 'cdiDeviceKind' | 'cdiAnnotationPrefix'>,
+): { settings: DeviceListSettings } | { error: string } {
+  const strategies = deviceListStrategiesSchema('--device-list-strategy').safeParse(flags['device-list-strategy'] ?? config.deviceListStrategies.join(','));
+  const kind = cdiKindSchema('--cdi-device-kind').safeParse(flags['cdi-device-kind'] ?? config.cdiDeviceKind);
+  const prefix = cdiAnnotationPrefixSchema('--cdi-annotation-prefix').safeParse(flags['cdi-annotation-prefix'] ?? config.cdiAnnotationPrefix);
+  const issues = [strategies, kind, prefix].flatMap((r) => (r.success ? [] : r.error.issues.map((i) => i.message)));
+  if (issues.length || !strategies.success || !kind.success || !prefix.success) return { error: issues.join('\n') };
+  return { settings: { strategies: strategies.data, cdiKind: kind.data, cdiAnnotationPrefix: prefix.data } };
 }
 
 /** `agent --discover`: one discovery, checked as the controller checks a NodeDevices spec, printed. */

@@ -1,7 +1,11 @@
-// deploy/admission/: the structure the API server and the controller rely on (the CEL itself is compiled by the API
-// server in the cluster suite, e2e/cluster/admission.test.ts).
+// deploy/admission/: the structure the API server and the controller rely on, and the policies' CEL compiled and run
+// on sample requests by the API server's own library, offline (tools/celcheck; the cluster suite,
+// e2e/cluster/admission.test.ts, runs them on a real API server).
+import { execFile } from 'node:child_process';
 import fs from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
+import { promisify } from 'node:util';
 import { describe, expect, it } from 'vitest';
 import YAML from 'yaml';
 
@@ -59,7 +63,11 @@ describe('deploy/admission', () => {
     const all = docs('policies.yaml');
     const policies = all.filter((o) => o.kind === 'ValidatingAdmissionPolicy');
     const bindings = all.filter((o) => o.kind === 'ValidatingAdmissionPolicyBinding');
-    expect(policies.map((p) => p.metadata.name).sort()).toEqual(['bettercompute-nodedevices-own-node', 'bettercompute-scheduler-only']);
+    expect(policies.map((p) => p.metadata.name).sort()).toEqual([
+      'bettercompute-no-visible-devices-env',
+      'bettercompute-nodedevices-own-node',
+      'bettercompute-scheduler-only',
+    ]);
     for (const p of policies) {
       expect(p.apiVersion).toBe('admissionregistration.k8s.io/v1');
       expect(p.spec.failurePolicy).toBe('Fail');
@@ -92,5 +100,78 @@ describe('deploy/admission', () => {
     const vars = Object.fromEntries(p.spec.variables.map((v: Obj) => [v.name, v.expression]));
     expect(vars.node).toContain("request.userInfo.extra['authentication.kubernetes.io/node-name'][0]");
     expect(vars.target).toBe("request.operation == 'DELETE' ? oldObject.metadata.name : object.metadata.name");
+  });
+});
+
+describe('bettercompute-no-visible-devices-env: no pod sets NVIDIA_VISIBLE_DEVICES itself', () => {
+  const all = docs('policies.yaml');
+  const policy = all.find((o) => o.kind === 'ValidatingAdmissionPolicy' && o.metadata.name === 'bettercompute-no-visible-devices-env')!;
+  const binding = all.find((o) => o.kind === 'ValidatingAdmissionPolicyBinding' && o.metadata.name === 'bettercompute-no-visible-devices-env')!;
+
+  it('judges every pod at CREATE and each ephemeral container added, in every kind of container', () => {
+    expect(policy.spec.matchConstraints.resourceRules).toEqual([
+      { apiGroups: [''], apiVersions: ['v1'], operations: ['CREATE'], resources: ['pods'] },
+      { apiGroups: [''], apiVersions: ['v1'], operations: ['UPDATE'], resources: ['pods/ephemeralcontainers'] },
+    ]);
+    // No matchConditions: it is not only for pods that request our resources.
+    expect(policy.spec.matchConditions).toBeUndefined();
+    const setters = policy.spec.variables.find((v: Obj) => v.name === 'setters').expression as string;
+    for (const list of ['object.spec.containers', 'object.spec.initContainers', 'object.spec.ephemeralContainers']) expect(setters).toContain(list);
+    expect(setters).toContain("e.name == 'NVIDIA_VISIBLE_DEVICES'");
+    expect(setters).toContain('has(e.valueFrom)');
+  });
+
+  it('exempts the product’s namespace and namespaces labelled bettercompute.io/allow-visible-devices=true (the binding)', () => {
+    expect(binding.spec).toMatchObject({ policyName: 'bettercompute-no-visible-devices-env', validationActions: ['Deny'] });
+    expect(binding.spec.matchResources.namespaceSelector.matchExpressions).toEqual([
+      { key: 'kubernetes.io/metadata.name', operator: 'NotIn', values: ['better-compute-system'] },
+      { key: 'bettercompute.io/allow-visible-devices', operator: 'NotIn', values: ['true'] },
+    ]);
+  });
+});
+
+describe('tools/celcheck: the policies on sample requests, with the API server’s CEL (k8s.io/apiserver v0.34.12)', () => {
+  const TOOL = path.join(import.meta.dirname, '../../tools/celcheck');
+  const GO = fs.existsSync('/usr/local/go/bin/go') ? '/usr/local/go/bin/go' : 'go';
+  // The build cache the other Go tools use (tools/crdcheck, e2e/cluster/build.sh).
+  const GOCACHE = process.env.BC_GOCACHE ?? path.join(os.homedir(), '.cache/better-compute/go-build');
+
+  it('every expression compiles and every sample is decided as intended; NVIDIA_VISIBLE_DEVICES: refused, allowed, exempt', async () => {
+    const { stdout } = await promisify(execFile)(GO, ['run', '.', '../../deploy/admission/policies.yaml', '../../deploy/admission/webhook.yaml'], {
+      cwd: TOOL,
+      env: { ...process.env, GOCACHE, GOFLAGS: '-buildvcs=false', CGO_ENABLED: '0' },
+      maxBuffer: 16 * 1024 * 1024,
+    }).catch((e: { stdout?: string; message: string }) => {
+      throw new Error(`celcheck failed:\n${e.stdout ?? ''}\n${e.message}`);
+    });
+    const verdicts = stdout.split('\n').filter((l) => /^(ok|FAIL):/.test(l));
+    expect(verdicts.filter((l) => l.startsWith('FAIL'))).toEqual([]);
+    const ok = (prefix: string) => expect(verdicts.some((l) => l.startsWith(`ok:   ${prefix}`)), prefix).toBe(true);
+    ok('visible-devices: NVIDIA_VISIBLE_DEVICES=all → denied=true "pod team-a/p sets NVIDIA_VISIBLE_DEVICES in container main');
+    ok('visible-devices: in an init container → denied=true');
+    ok('visible-devices: ephemeral container setting it → denied=true');
+    ok('visible-devices: no env at all → denied=false');
+    ok('visible-devices: only NVIDIA_DRIVER_CAPABILITIES → denied=false');
+    ok('visible-devices binding: gpu-operator labelled allow-visible-devices=true → bound=false');
+    ok('visible-devices binding: better-compute-system → bound=false');
+    ok('visible-devices binding: a tenant namespace → bound=true');
+  }, 900_000);
+});
+
+describe('deploy/base/rbac.yaml: the node agent', () => {
+  const rbac = YAML.parseAllDocuments(fs.readFileSync(path.join(import.meta.dirname, '../../deploy/base/rbac.yaml'), 'utf8')).map((d) => d.toJS() as Obj);
+
+  it('may only create and patch NodeDevices: no read of any (RBAC cannot narrow one to its node), every write held to its node by the policy', () => {
+    const role = rbac.find((o) => o.kind === 'ClusterRole' && o.metadata.name === 'better-compute-agent')!;
+    expect(role.rules).toEqual([{ apiGroups: ['bettercompute.io'], resources: ['nodedevices'], verbs: ['create', 'patch'] }]);
+    const binding = rbac.find((o) => o.kind === 'ClusterRoleBinding' && o.metadata.name === 'better-compute-agent')!;
+    expect(binding.subjects).toEqual([{ kind: 'ServiceAccount', name: 'better-compute-agent', namespace: 'better-compute-system' }]);
+    // Whatever RBAC grants the agent on NodeDevices, the own-node policy covers it.
+    const policy = docs('policies.yaml').find((o) => o.metadata.name === 'bettercompute-nodedevices-own-node')!;
+    const ops = policy.spec.matchConstraints.resourceRules[0].operations as string[];
+    for (const verb of role.rules[0].verbs as string[]) expect(ops).toContain({ create: 'CREATE', patch: 'UPDATE' }[verb]);
+    // No other role binds the agent.
+    const others = rbac.filter((o) => /Binding$/.test(o.kind) && o.metadata.name !== 'better-compute-agent');
+    for (const b of others) expect(b.subjects.map((s: Obj) => s.name), b.metadata.name).not.toContain('better-compute-agent');
   });
 });

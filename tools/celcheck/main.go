@@ -11,7 +11,9 @@ import (
 
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
@@ -79,7 +81,12 @@ type decision struct {
 }
 
 func run(v validating.Validator, gvr schema.GroupVersionResource, kind string, op admission.Operation, obj, old runtime.Object, ns string, u user.Info) decision {
-	attr := admission.NewAttributesRecord(obj, old, schema.GroupVersionKind{Group: gvr.Group, Version: gvr.Version, Kind: kind}, ns, "x", gvr, "", op, nil, false, u)
+	return runSub(v, gvr, "", kind, op, obj, old, ns, u)
+}
+
+// runSub is run for a subresource (e.g. pods/ephemeralcontainers).
+func runSub(v validating.Validator, gvr schema.GroupVersionResource, sub, kind string, op admission.Operation, obj, old runtime.Object, ns string, u user.Info) decision {
+	attr := admission.NewAttributesRecord(obj, old, schema.GroupVersionKind{Group: gvr.Group, Version: gvr.Version, Kind: kind}, ns, "x", gvr, sub, op, nil, false, u)
 	va := &admission.VersionedAttributes{Attributes: attr, VersionedKind: attr.GetKind(), VersionedObject: obj, VersionedOldObject: old}
 	var nsObj *corev1.Namespace
 	if ns != "" {
@@ -110,6 +117,7 @@ func obj(y string) *unstructured.Unstructured {
 
 func main() {
 	policies := map[string]*admissionv1.ValidatingAdmissionPolicy{}
+	bindings := map[string]*admissionv1.ValidatingAdmissionPolicyBinding{}
 	var webhook *admissionv1.MutatingWebhookConfiguration
 	for _, f := range os.Args[1:] {
 		b, err := os.ReadFile(f)
@@ -130,6 +138,12 @@ func main() {
 					panic(err)
 				}
 				policies[p.Name] = p
+			case "ValidatingAdmissionPolicyBinding":
+				b := &admissionv1.ValidatingAdmissionPolicyBinding{}
+				if err := yaml.UnmarshalStrict(j, b); err != nil {
+					panic(err)
+				}
+				bindings[b.Name] = b
 			case "MutatingWebhookConfiguration":
 				webhook = &admissionv1.MutatingWebhookConfiguration{}
 				if err := yaml.UnmarshalStrict(j, webhook); err != nil {
@@ -211,6 +225,62 @@ func main() {
 		}
 		d := run(v, nd, "NodeDevices", c.op, o, old, "", c.u)
 		check(d.denied == c.deny && !d.errored && strings.Contains(d.msg, c.msg), "nodedevices: %s → denied=%v %q", c.name, d.denied, d.msg)
+	}
+
+	vp := policies["bettercompute-no-visible-devices-env"]
+	check(vp != nil, "policy bettercompute-no-visible-devices-env present")
+	v = compilePolicy(vp)
+	envPod := func(envs string) string {
+		return `"containers":[{"name":"main","image":"i","env":[` + envs + `]}]`
+	}
+	for _, c := range []struct {
+		name, spec string
+		deny       bool
+		msg        string
+	}{
+		{"NVIDIA_VISIBLE_DEVICES=all", envPod(`{"name":"NVIDIA_VISIBLE_DEVICES","value":"all"}`), true, "sets NVIDIA_VISIBLE_DEVICES in container main: GPUs are handed only"},
+		{"a GPU UUID among other variables", envPod(`{"name":"A","value":"1"},{"name":"NVIDIA_VISIBLE_DEVICES","value":"GPU-5d5ba0d6-d33d-2b2c-524d-9e3d8d2b8a77"}`), true, "in container main"},
+		{"from a ConfigMap (valueFrom)", envPod(`{"name":"NVIDIA_VISIBLE_DEVICES","valueFrom":{"configMapKeyRef":{"name":"cm","key":"k"}}}`), true, "in container main"},
+		{"in an init container", `"containers":[{"name":"main","image":"i"}],"initContainers":[{"name":"setup","image":"i","env":[{"name":"NVIDIA_VISIBLE_DEVICES","value":"0"}]}]`, true, "in container setup"},
+		{"in two containers", `"containers":[{"name":"main","image":"i","env":[{"name":"NVIDIA_VISIBLE_DEVICES","value":"all"}]},{"name":"side","image":"i","env":[{"name":"NVIDIA_VISIBLE_DEVICES","value":"all"}]}]`, true, "in container main, side"},
+		{"void", envPod(`{"name":"NVIDIA_VISIBLE_DEVICES","value":"void"}`), false, ""},
+		{"none", envPod(`{"name":"NVIDIA_VISIBLE_DEVICES","value":"none"}`), false, ""},
+		{"empty", envPod(`{"name":"NVIDIA_VISIBLE_DEVICES"}`), false, ""},
+		{"only NVIDIA_DRIVER_CAPABILITIES", envPod(`{"name":"NVIDIA_DRIVER_CAPABILITIES","value":"all"}`), false, ""},
+		{"no env at all", `"containers":[{"name":"main","image":"i"}]`, false, ""},
+	} {
+		d := run(v, pods, "Pod", admission.Create, pod(c.spec), nil, "team-a", tenant)
+		check(d.denied == c.deny && !d.errored && strings.Contains(d.msg, c.msg), "visible-devices: %s → denied=%v %q", c.name, d.denied, d.msg)
+	}
+	// kubectl debug: an ephemeral container added to a running pod (the subresource's UPDATE carries the whole pod).
+	running := `"containers":[{"name":"main","image":"i"}],"ephemeralContainers":[{"name":"debugger","image":"i","env":[{"name":"NVIDIA_VISIBLE_DEVICES","value":"all"}]}]`
+	d := runSub(v, pods, "ephemeralcontainers", "Pod", admission.Update, pod(running), pod(`"containers":[{"name":"main","image":"i"}]`), "team-a", tenant)
+	check(d.denied && !d.errored && strings.Contains(d.msg, "in container debugger"), "visible-devices: ephemeral container setting it → denied=%v %q", d.denied, d.msg)
+	d = runSub(v, pods, "ephemeralcontainers", "Pod", admission.Update, pod(`"containers":[{"name":"main","image":"i"}],"ephemeralContainers":[{"name":"debugger","image":"i"}]`), pod(`"containers":[{"name":"main","image":"i"}]`), "team-a", tenant)
+	check(!d.denied && !d.errored, "visible-devices: ephemeral container without it → denied=%v %q", d.denied, d.msg)
+	// A pod admitted before the policy keeps its containers: adding a debug container judges the ephemeral ones only.
+	before := `"containers":[{"name":"main","image":"i","env":[{"name":"NVIDIA_VISIBLE_DEVICES","value":"all"}]}]`
+	d = runSub(v, pods, "ephemeralcontainers", "Pod", admission.Update, pod(before+`,"ephemeralContainers":[{"name":"debugger","image":"i"}]`), pod(before), "team-a", tenant)
+	check(!d.denied && !d.errored, "visible-devices: ephemeral container added to an older pod that sets it → denied=%v %q", d.denied, d.msg)
+
+	// The exemptions are the binding's namespaceSelector (the API server applies it before the CEL runs).
+	vb := bindings["bettercompute-no-visible-devices-env"]
+	check(vb != nil && vb.Spec.PolicyName == vp.Name && vb.Spec.MatchResources != nil && vb.Spec.MatchResources.NamespaceSelector != nil, "binding bettercompute-no-visible-devices-env with a namespaceSelector")
+	if vb != nil && vb.Spec.MatchResources != nil && vb.Spec.MatchResources.NamespaceSelector != nil {
+		sel, err := metav1.LabelSelectorAsSelector(vb.Spec.MatchResources.NamespaceSelector)
+		check(err == nil, "visible-devices binding: namespaceSelector parses %v", err)
+		for _, c := range []struct {
+			name   string
+			labels map[string]string
+			bound  bool
+		}{
+			{"a tenant namespace", map[string]string{"kubernetes.io/metadata.name": "team-a"}, true},
+			{"a tenant namespace labelled allow-visible-devices=false", map[string]string{"kubernetes.io/metadata.name": "team-a", "bettercompute.io/allow-visible-devices": "false"}, true},
+			{"better-compute-system", map[string]string{"kubernetes.io/metadata.name": "better-compute-system"}, false},
+			{"gpu-operator labelled allow-visible-devices=true", map[string]string{"kubernetes.io/metadata.name": "gpu-operator", "bettercompute.io/allow-visible-devices": "true"}, false},
+		} {
+			check(err == nil && sel.Matches(labels.Set(c.labels)) == c.bound, "visible-devices binding: %s → bound=%v", c.name, c.bound)
+		}
 	}
 
 	check(webhook != nil && len(webhook.Webhooks) == 1, "one mutating webhook")
