@@ -214,7 +214,7 @@ export async function waitAdvertised(resource: string, count: number, node = clu
   );
 }
 
-const NODE_POOL_LABEL = 'bettercompute.io/e2e-pool';
+export const NODE_POOL_LABEL = 'bettercompute.io/e2e-pool';
 
 /** A Pool of one real node alone (default: nodeName; labelled for it), owned by the platform and offered as given. */
 export async function applyNodePool(

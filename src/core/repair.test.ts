@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { planRepair, type RepairInput } from './repair.ts';
+import { cuttableNow, planRepair, type RepairInput } from './repair.ts';
 import type { AtomSnap, NodeSnap, PlacementRequest, PoolSnap } from './types.ts';
 
 const W = { start: 1000, end: 2000 };
@@ -112,5 +112,23 @@ describe('planRepair', () => {
     // One node per allocation: c takes the first; the second finds no other node.
     expect(p.placements.map((c) => c.nodeId)).toEqual(['c']);
     expect(p.short).toBe(2);
+  });
+});
+
+describe('cuttableNow: what a running pod holds is kept until it is gone', () => {
+  const lost = (reservationId: string, nodeId: string, reason: string) => ({ reservationId, nodeId, reason, deviceId: `${nodeId}-0` });
+  it('keeps the lost atoms of a reservation with a live pod on their node, for reasons whose node answers', () => {
+    const all = [
+      lost('r1', 'n1', 'Maintenance'),
+      lost('r1', 'n2', 'Maintenance'),
+      lost('r2', 'n1', 'DeviceUnhealthy'),
+      lost('r2', 'n1', 'DeviceGone'),
+      lost('r3', 'n1', 'NodeNotReady'),
+      lost('r3', 'n3', 'NodeGone'),
+    ];
+    const pods = new Set(['r1 n1', 'r2 n1', 'r3 n1', 'r3 n3']);
+    // r1's pod runs on n1 only; r2's on n1; r3's nodes cannot say whether their containers run: re-placed all the same.
+    expect(cuttableNow(all, pods)).toEqual([lost('r1', 'n2', 'Maintenance'), lost('r3', 'n1', 'NodeNotReady'), lost('r3', 'n3', 'NodeGone')]);
+    expect(cuttableNow(all, new Set())).toEqual(all);
   });
 });

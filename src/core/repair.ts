@@ -128,3 +128,18 @@ function take(node: NodeSnap, atoms: readonly string[], window: { start: number;
   const ids = new Set(atoms);
   for (const a of node.atoms) if (ids.has(a.id)) a.bookings.push({ ...window });
 }
+
+/**
+ * Why an atom was lost, when its node still answers: its containers can be seen to stop, so what a running pod holds
+ * is kept booked until the pod is gone (docs/repair.md). A node NotReady or gone cannot say so: it is re-placed after
+ * the grace, and its pods, if they come back, are stopped (they hold no live booking there any more).
+ */
+export const KEPT_WHILE_IN_USE: ReadonlySet<string> = new Set(['Maintenance', 'DeviceGone', 'DeviceUnhealthy']);
+
+/**
+ * The lost atoms that repair may cut now: not those on a node where the reservation still has a live pod, lost for a
+ * reason whose node answers. `podNodes` holds `${reservationId} ${nodeId}` for every live pod assignment.
+ */
+export function cuttableNow<T extends { reservationId: string; nodeId: string; reason: string }>(lost: readonly T[], podNodes: ReadonlySet<string>): T[] {
+  return lost.filter((l) => !(KEPT_WHILE_IN_USE.has(l.reason) && podNodes.has(`${l.reservationId} ${l.nodeId}`)));
+}

@@ -3,7 +3,7 @@
 // one transaction under the reservation's row lock: the cut (bc_repair_cut), the replacement (bc_place with repairOf,
 // every guard applying) and the verdict (reservations.repair_*). A lost race rolls it all back; the next pass replans.
 import type pg from 'pg';
-import { planRepair, type RepairAllocation } from '../core/repair.ts';
+import { cuttableNow, planRepair, type RepairAllocation } from '../core/repair.ts';
 import type { DeviceClass } from '../core/types.ts';
 import { newAllocationId } from '../ids.ts';
 import { sqlState } from './errors.ts';
@@ -37,14 +37,27 @@ export interface RepairOptions {
   fence?: () => Fence | undefined;
 }
 
-/** The atoms out of service under live or future bookings of live reservations. */
-export async function lostAtoms(db: Db, graceSeconds: number): Promise<LostAtom[]> {
+interface Queryable {
+  query: pg.ClientBase['query'];
+}
+
+/**
+ * The atoms out of service under live or future bookings of live reservations that repair may cut now: not those
+ * that a running pod of the reservation may still hold (core/repair.ts cuttableNow; docs/repair.md).
+ */
+export async function lostAtoms(db: Queryable, graceSeconds: number, reservationId?: string): Promise<LostAtom[]> {
   const { rows } = await db.query<LostAtom>(
     `SELECT reservation_id AS "reservationId", allocation_id AS "allocationId", node_id AS "nodeId", device_id AS "deviceId",
-            class, reason FROM bc_lost_atoms($1)`,
-    [graceSeconds],
+            class, reason FROM bc_lost_atoms($1) WHERE $2::text IS NULL OR reservation_id = $2`,
+    [graceSeconds, reservationId ?? null],
   );
-  return rows;
+  if (rows.length === 0) return rows;
+  const { rows: pods } = await db.query<{ k: string }>(
+    `SELECT DISTINCT reservation_id || ' ' || node_id AS k FROM reservation_pod_assignments
+     WHERE released_at IS NULL AND reservation_id = ANY ($1)`,
+    [[...new Set(rows.map((r) => r.reservationId))]],
+  );
+  return cuttableNow(rows, new Set(pods.map((p) => p.k)));
 }
 
 /**
@@ -109,10 +122,7 @@ async function repairReservation(db: Db, opts: RepairOptions, id: string, lost: 
       const r = rows[0];
       if (!r) return undefined;
       // Read again under the lock: what another pass or a release did meanwhile counts.
-      const current = (await c.query<LostAtom>(
-        `SELECT allocation_id AS "allocationId", device_id AS "deviceId", class FROM bc_lost_atoms($1) WHERE reservation_id = $2`,
-        [opts.graceSeconds, id],
-      )).rows;
+      const current = await lostAtoms(c, opts.graceSeconds, id);
       if (current.length === 0) return undefined;
       // A spot reservation under a preemption notice ends at its deadline and its pods cannot move: it is reported short
       // by what it lost, not re-placed (ADR 0016).

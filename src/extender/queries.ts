@@ -70,17 +70,25 @@ export interface PodToStop {
 /**
  * Live pod assignments of reservations whose booking ends within their pool's stop grace plus `slackSeconds` (the
  * window's end, or a spot notice's deadline), or that ended already (released, expired): their pods are stopped
- * ahead of the end (core/stop.ts; docs/booking-end.md).
+ * ahead of the end (core/stop.ts; docs/booking-end.md). And, stopped at once (no deadline), the pods whose booking
+ * ends through repair (docs/repair.md): on a node in maintenance (their bookings there are kept until they are gone,
+ * then re-placed), or on a node where their reservation has no live booking any more (re-placed while the node was
+ * NotReady, and back).
  */
 export async function podsToStop(c: Queryable, slackSeconds: number): Promise<PodToStop[]> {
   const { rows } = await c.query(
     `SELECT a.pod_uid, a.namespace, a.pod_name, r.id AS reservation_id, p.stop_grace_seconds,
-            CASE WHEN r.state IN ('released', 'expired') THEN NULL
+            CASE WHEN r.state IN ('released', 'expired') OR n.maintenance OR NOT live.held THEN NULL
                  ELSE (extract(epoch FROM least(r.ends_at, r.preempt_at)) * 1000)::float8 END AS deadline_ms,
             (extract(epoch FROM compute_now()) * 1000)::float8 AS now_ms
      FROM reservation_pod_assignments a JOIN reservations r ON r.id = a.reservation_id JOIN pools p ON p.id = r.pool_id
+       JOIN nodes n ON n.id = a.node_id
+       CROSS JOIN LATERAL (
+         SELECT EXISTS (SELECT 1 FROM allocations al JOIN device_bookings b ON b.allocation_id = al.id
+                        WHERE al.reservation_id = r.id AND al.node_id = a.node_id AND b.during @> compute_now()) AS held
+       ) live
      WHERE a.released_at IS NULL
-       AND (r.state IN ('released', 'expired')
+       AND (r.state IN ('released', 'expired') OR n.maintenance OR NOT live.held
             OR least(r.ends_at, r.preempt_at) <= compute_now() + make_interval(secs => p.stop_grace_seconds + $1))
      ORDER BY a.namespace, a.pod_name`,
     [slackSeconds],

@@ -6,7 +6,7 @@
 import { beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { createStopper } from '../../src/controller/stopper.ts';
 import { advanceClock } from '../../src/db/clock.ts';
-import { upsertPool } from '../../src/db/inventory.ts';
+import { setNodeState, upsertPool } from '../../src/db/inventory.ts';
 import { Ledger } from '../../src/db/ledger.ts';
 import type { ExtenderKube } from '../../src/extender/kube.ts';
 import { silentLogger } from '../../src/log.ts';
@@ -155,5 +155,34 @@ describe('the end of a booking is the end of its containers', () => {
     expect(await stop()).toEqual([]);
     await ledger.release(r.id);
     expect(await stop()).toEqual([{ pod: 'end/gone-early', reservationId: r.id, how: 'evicted', graceSeconds: 30 }]);
+  });
+
+  it('a node put in maintenance: its reservation pods are stopped at once with the capped grace (their bookings stay until they are gone: docs/repair.md)', async () => {
+    const r = await book(3600);
+    const f = fakeKube();
+    f.pods.set('on-maint', { uid: 'u-on-maint', grace: 600 });
+    await assign(r.id, 'on-maint', 'u-on-maint');
+    const stop = createStopper({ db: t.db, kube: f.kube, log: silentLogger });
+    expect(await stop()).toEqual([]);
+    await setNodeState(t.db, NODE, { maintenance: true });
+    try {
+      expect(await stop()).toEqual([{ pod: 'end/on-maint', reservationId: r.id, how: 'evicted', graceSeconds: 30 }]);
+    } finally {
+      await setNodeState(t.db, NODE, { maintenance: false });
+    }
+  });
+
+  it('a pod on a node where its reservation no longer has a live booking (re-placed while the node was away) is stopped at once', async () => {
+    const r = await book(3600);
+    const f = fakeKube();
+    f.pods.set('left-behind', { uid: 'u-left-behind', grace: 10 });
+    await assign(r.id, 'left-behind', 'u-left-behind');
+    const stop = createStopper({ db: t.db, kube: f.kube, log: silentLogger });
+    expect(await stop()).toEqual([]);
+    // What a repair's cut leaves: the reservation's bookings on the node end now.
+    await t.db.query(`SELECT bc_repair_cut($1)`, [
+      JSON.stringify([{ allocationId: r.allocations[0]!.id, atoms: r.allocations[0]!.atoms }]),
+    ]);
+    expect(await stop()).toEqual([{ pod: 'end/left-behind', reservationId: r.id, how: 'evicted', graceSeconds: 10 }]);
   });
 });

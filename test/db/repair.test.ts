@@ -348,16 +348,37 @@ describe('pods of a repaired reservation', () => {
     for (const n of ['pd-a', 'pd-b']) await makeNode(n).gpus(2).create(t.db, poolId);
   });
 
-  it('land on the new atoms: the assignment counts the replacement, not the lost node', async () => {
+  it('keep what a running pod holds until it is gone, then land on the new atoms: the assignment counts the replacement, not the lost node', async () => {
     const out = await ledger.reserve(reservation(poolId, { devices: [{ class: 'gpu', count: 2 }], duration: 3600 }), t.clock.now());
     if (!out.ok) throw new Error(out.message);
     const id = out.reservation.id;
     const pod = (n: number, nodeId: string) =>
       ledger.assignPod({ podUid: `pd-pod-${n}`, reservationId: id, tenantId: 'acme', nodeId, namespace: 'team-a', podName: `p${n}`, count: 2 });
-    expect(await pod(1, 'pd-a')).toMatchObject({ ok: true }); // running there before the loss: left alone
+    const bookable = async () => {
+      const r = await ledger.reserve(reservation(poolId, { devices: [{ class: 'gpu', count: 2 }], duration: 600 }), t.clock.now());
+      if (r.ok) await ledger.release(r.reservation.id);
+      return r.ok;
+    };
+    expect(await pod(1, 'pd-a')).toMatchObject({ ok: true }); // running there when the node goes into maintenance
     await setNodeState(t.db, 'pd-a', { maintenance: true });
+    // While it runs there: nothing cut, nothing re-placed (docs/repair.md); its atoms stay booked. Another
+    // reservation gets pd-b's two, and no more.
+    expect(await pass(id)).toBeUndefined();
+    await setNodeState(t.db, 'pd-a', { maintenance: false });
+    expect(await pass(id)).toBeUndefined();
+    const other = await ledger.reserve(reservation(poolId, { devices: [{ class: 'gpu', count: 2 }], duration: 600 }), t.clock.now());
+    expect(other).toMatchObject({ ok: true, reservation: { allocations: [{ nodeId: 'pd-b' }] } });
+    expect(await bookable()).toBe(false);
+    if (other.ok) await ledger.release(other.reservation.id);
+
+    // Into maintenance again; the pod goes: the next pass re-places onto pd-b; pd-a's atoms are free once it is back.
+    await setNodeState(t.db, 'pd-a', { maintenance: true });
+    expect(await pass(id)).toBeUndefined();
+    await ledger.releasePod('pd-pod-1');
     expect(await pass(id)).toMatchObject({ verdict: 'repaired' });
     expect(await pod(2, 'pd-b')).toMatchObject({ ok: true });
     expect(await pod(3, 'pd-a')).toMatchObject({ ok: false, reason: expect.stringContaining('holds 0 atoms on pd-a') });
+    await setNodeState(t.db, 'pd-a', { maintenance: false });
+    expect(await bookable()).toBe(true);
   });
 });
