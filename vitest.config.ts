@@ -4,6 +4,8 @@ import { defineConfig } from 'vitest/config';
 // one template database cloned per test file), `cluster` real Kubernetes components (see e2e/cluster/).
 export default defineConfig({
   test: {
+    // The default reporter, and at the end a table of where the time went (test/support/timing-reporter.ts).
+    reporters: ['default', './test/support/timing-reporter.ts'],
     projects: [
       {
         test: {
