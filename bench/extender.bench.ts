@@ -27,7 +27,7 @@ import { seedPool } from './seed.ts';
 import type { ExtenderKube } from '../src/extender/kube.ts';
 import { createExtenderListener } from '../src/extender/listener.ts';
 import { DEFAULT_FILTER_NODES, ExtenderService } from '../src/extender/service.ts';
-import { setScavenges } from '../src/extender/scavenge.ts';
+import { setScavenges } from '../src/scavenge.ts';
 import { ExtenderStateSync } from '../src/extender/state-sync.ts';
 import { loadConfig } from '../src/config.ts';
 import type { Db } from '../src/db/pool.ts';

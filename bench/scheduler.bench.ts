@@ -30,7 +30,7 @@ import { startEmbedded } from '../src/db/embedded.ts';
 import { Ledger } from '../src/db/ledger.ts';
 import { migrate } from '../src/db/migrate.ts';
 import { createPool } from '../src/db/pool.ts';
-import { kubeConfigFrom } from '../src/controller/kube.ts';
+import { kubeConfigFrom } from '../src/kube/client.ts';
 import { schedulerConfigWithExtender } from '../e2e/cluster/controller-support.ts';
 import {
   acquireCluster,

@@ -1,9 +1,9 @@
 import os from 'node:os';
 import path from 'node:path';
 import { z } from 'zod';
-import { cdiAnnotationPrefixSchema, cdiKindSchema, deviceListStrategiesSchema } from './agent/device-list.ts';
+import { cdiAnnotationPrefixSchema, cdiKindSchema, deviceListStrategiesSchema } from './core/device-list.ts';
 import { DurationError, parseDuration } from './core/duration.ts';
-import { DEFAULT_SCAVENGES, ScavengesSchema } from './extender/scavenge.ts';
+import { DEFAULT_SCAVENGES, ScavengesSchema } from './scavenge.ts';
 
 // The one place that reads the environment. Parsed once at start into a frozen object that is passed explicitly.
 const ConfigSchema = z.object({

@@ -21,7 +21,7 @@ import { DbClock } from '../../src/db/clock.ts';
 import { startEmbedded, type EmbeddedServer } from '../../src/db/embedded.ts';
 import { migrate } from '../../src/db/migrate.ts';
 import { createPool, type Db } from '../../src/db/pool.ts';
-import { kubeConfigFrom } from '../../src/controller/kube.ts';
+import { kubeConfigFrom } from '../../src/kube/client.ts';
 import { createLogger } from '../../src/log.ts';
 import { checkInvariants, CLEAN, rng } from '../../test/support/invariants.ts';
 import { gpus as simulatedGpus, installCrds, schedulerConfigWithExtender, startReplica, type Replica } from '../cluster/controller-support.ts';

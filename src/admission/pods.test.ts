@@ -6,7 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { silentLogger } from '../log.ts';
 import type { Booking } from './bookings.ts';
 import { admitPod, createPodAdmissionRouter, podAdmissionDeps, MAX_REVIEW_BYTES, type AdmissionLookups, type JsonPatchOp, type PodLike, type ReservationRef } from './pods.ts';
-import type { NamespaceCR, Reservation } from '../controller/types.ts';
+import type { NamespaceCR, Reservation } from '../kube/types.ts';
 
 const id = (c: string) => `rsv_01k2${c.repeat(22)}`;
 const res = (c: string) => `reservations.bettercompute.io/rsv-01k2${c.repeat(22)}`;

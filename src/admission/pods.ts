@@ -19,9 +19,9 @@
 import express, { type Router } from 'express';
 import { z } from 'zod';
 import { GENERIC_RESOURCES, RESERVATION_GROUP, RESERVATION_LABEL, RESERVATION_MARKER, reservationIdOfResource, reservationResourceName } from '../extender/resources.ts';
-import type { Informer } from '../controller/informer.ts';
-import type { NamespaceCR, Reservation } from '../controller/types.ts';
-import { TENANT_LABEL } from '../controller/types.ts';
+import type { Informer } from '../kube/informer.ts';
+import type { NamespaceCR, Reservation } from '../kube/types.ts';
+import { TENANT_LABEL } from '../kube/types.ts';
 import type { Db } from '../db/pool.ts';
 import { errorFields, type Logger } from '../log.ts';
 import { ledgerBookings, type BookingLookup } from './bookings.ts';

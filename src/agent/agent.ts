@@ -13,7 +13,7 @@ import type { AgentBackend, NodeAtom, NodeState } from '../agentapi/wire.ts';
 import type { DeviceClass } from '../core/types.ts';
 import { GENERIC_RESOURCES, RESERVATION_GROUP, RESOURCE_OF_CLASS, reservationIdOfResource } from '../extender/resources.ts';
 import { errorFields, type Logger } from '../log.ts';
-import { containerAllocateResponse, DEFAULT_DEVICE_LIST_SETTINGS, HandoffError, type ContainerAllocateResponse, type DeviceListSettings } from './device-list.ts';
+import { containerAllocateResponse, DEFAULT_DEVICE_LIST_SETTINGS, HandoffError, type ContainerAllocateResponse, type DeviceListSettings } from '../core/device-list.ts';
 import { readHostDeviceNodes, type HostDirs } from './device-nodes.ts';
 import { DISCOVERY_STALE_ANNOTATION, DiscoveryHistory, type DeviceSource, type NodeDevicesSpec } from './discovery.ts';
 import { DevicePluginEndpoint, RefusedError, type EndpointHandler, type PluginDevice } from './plugin.ts';

@@ -12,7 +12,7 @@ import { reservationResourceName } from '../extender/resources.ts';
 import { silentLogger } from '../log.ts';
 import { fakeNvidiaHost } from '../../test/support/nvidia-host.ts';
 import { Agent } from './agent.ts';
-import { DEFAULT_DEVICE_LIST_SETTINGS, type DeviceListStrategy } from './device-list.ts';
+import { DEFAULT_DEVICE_LIST_SETTINGS, type DeviceListStrategy } from '../core/device-list.ts';
 import type { HostDirs } from './device-nodes.ts';
 import { simulatedSpec, type DeviceSource, type NodeDevicesSpec } from './discovery.ts';
 import { bindUnix, grpc, podResourcesService } from './grpc.ts';

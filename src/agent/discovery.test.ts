@@ -5,7 +5,7 @@ import { describe, expect, it, vi } from 'vitest';
 import { loadConfig } from '../config.ts';
 import { createLogger } from '../log.ts';
 import { DiscoveryHistory, mergeDiscovery, modelOf, nvidiaSmiSource, parseList, parseMigTable, parseQueryGpu, parseTopology } from './discovery.ts';
-import { agentCommand } from './run.ts';
+import { agentCommand } from '../cli/agent.ts';
 
 const fixture = (name: string) => fs.readFileSync(path.join(import.meta.dirname, '../../test/fixtures/nvidia-smi', name), 'utf8');
 

@@ -3,7 +3,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { errorFields, type Logger } from '../log.ts';
-import type { ContainerAllocateResponse } from './device-list.ts';
+import type { ContainerAllocateResponse } from '../core/device-list.ts';
 import { bindUnix, devicePluginService, grpc, registrationClient, unary } from './grpc.ts';
 
 export interface PluginDevice {

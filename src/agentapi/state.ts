@@ -3,7 +3,7 @@
 import type { Clock } from '../db/clock.ts';
 import type { Db } from '../db/pool.ts';
 import { dropAdmission } from '../db/handoff.ts';
-import { activeReservationsOnNode, currentAdmission, nodeAtoms } from '../extender/queries.ts';
+import { activeReservationsOnNode, currentAdmission, nodeAtoms } from '../db/reads.ts';
 import { RESOURCE_OF_CLASS, reservationResourceName } from '../extender/resources.ts';
 import type { AgentBackend, NodeAtom, NodeState } from './wire.ts';
 

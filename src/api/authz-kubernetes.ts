@@ -15,13 +15,14 @@ import {
 } from '@kubernetes/client-node';
 import { describeTarget, type Authorizer, type CapacityReadTarget, type Principal } from './authz.ts';
 import { forbidden, unauthenticated } from './errors.ts';
+import { TENANT_LABEL as TENANT_NAMESPACE_LABEL } from '../kube/types.ts';
 
 export const CAPACITY_GROUP = 'bettercompute.io';
 export const CAPACITY_RESOURCE = 'capacity';
 export const CAPACITY_VERB = 'get';
 
 /** Namespace label naming the tenant (ADR 0005); a namespace without it is its own tenant. */
-export const TENANT_NAMESPACE_LABEL = 'bettercompute.io/tenant';
+export { TENANT_NAMESPACE_LABEL };
 /** At most this many of a tenant's namespaces are asked about per decision (first by name). */
 export const MAX_TENANT_NAMESPACES = 32;
 

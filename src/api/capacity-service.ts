@@ -27,7 +27,7 @@ import {
   type SummaryInput,
   type TimelineInput,
   type UsageInput,
-} from './schemas.ts';
+} from '../core/schemas.ts';
 
 /** The most candidates a preview returns (a gang returns all its members). */
 export const MAX_PREVIEW_CANDIDATES = 10;

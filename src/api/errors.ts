@@ -1,5 +1,5 @@
 // Errors of the HTTP API and their one translation to a status and `{"error":{"code","message"}}`.
-import { ValidationError } from './schemas.ts';
+import { ValidationError } from '../core/schemas.ts';
 
 export const ERROR_STATUS = {
   INVALID_INPUT: 400,

@@ -13,7 +13,7 @@ import {
   type QuotaResult,
   type TimelineResult,
 } from '../api/capacity-service.ts';
-import { ByDomainInput, ByPoolInput, parseInput, PreviewInput, QuotaInput, SummaryInput, TimelineInput, ValidationError } from '../api/schemas.ts';
+import { ByDomainInput, ByPoolInput, parseInput, PreviewInput, QuotaInput, SummaryInput, TimelineInput, ValidationError } from '../core/schemas.ts';
 import type { Config } from '../config.ts';
 import { SelectorError } from '../core/selector.ts';
 import type { Summary } from '../db/capacity.ts';

@@ -49,7 +49,7 @@ const commands: Record<string, Command> = {
   },
   async agent(argv) {
     const config = loadConfig();
-    const { agentCommand } = await import('../agent/run.ts');
+    const { agentCommand } = await import('./agent.ts');
     return agentCommand(argv, config, createLogger({ level: config.logLevel }));
   },
   capacity: (argv) =>

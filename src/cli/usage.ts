@@ -4,7 +4,7 @@
 import { parseArgs } from 'node:util';
 import { CAPACITY_PATHS } from '../api/app.ts';
 import { createCapacityService, type UsageResult } from '../api/capacity-service.ts';
-import { parseInput, UsageInput } from '../api/schemas.ts';
+import { parseInput, UsageInput } from '../core/schemas.ts';
 import type { Config } from '../config.ts';
 import { openDatabase } from '../db/connect.ts';
 import { CliError, httpCall, reportFailure } from './capacity.ts';

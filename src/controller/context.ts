@@ -4,11 +4,11 @@ import type { DbClock } from '../db/clock.ts';
 import type { Fence, Ledger } from '../db/ledger.ts';
 import type { Db } from '../db/pool.ts';
 import type { Logger } from '../log.ts';
-import type { Informer } from './informer.ts';
-import type { EventInput, KubeClient } from './kube.ts';
+import type { Informer } from '../kube/informer.ts';
+import type { EventInput, KubeClient } from '../kube/client.ts';
 import type { ControllerMetrics } from './metrics.ts';
 import type { WorkQueue } from './queue.ts';
-import type { KubeObject, NamespaceCR, NodeCR, NodeDevicesCR, PoolCR, Reservation } from './types.ts';
+import type { KubeObject, NamespaceCR, NodeCR, NodeDevicesCR, PoolCR, Reservation } from '../kube/types.ts';
 
 export interface ControllerTuning {
   /** How often a Pool's status.capacity is refreshed from the rollup. */

@@ -9,7 +9,7 @@ import { withTransaction, type Db } from '../db/pool.ts';
 import { errorFields, type Logger } from '../log.ts';
 import { fenced } from './fence.ts';
 import { inventoryGone, nodeGone, poolGone } from './gone.ts';
-import { statusOf } from './kube.ts';
+import { statusOf } from '../kube/client.ts';
 import type { DriftMetrics } from './metrics.ts';
 import { startPeriodicJob, type PeriodicJob } from './periodic.ts';
 import { incompleteReason, planDrift, type ClusterView, type DriftFix, type LedgerView } from './drift-plan.ts';
@@ -28,7 +28,7 @@ export interface DriftDeps {
   /** Sets a Reservation's finalizers, conditional on its resourceVersion (KubeClient.setReservationFinalizers). */
   setReservationFinalizers(namespace: string, name: string, finalizers: string[], resourceVersion: string): Promise<unknown>;
   /**
-   * Hook for the pod releaser's orphan sweep (src/extender/releaser.ts): releases the bookings of pods proven gone and
+   * Hook for the pod releaser's orphan sweep (src/controller/releaser.ts): releases the bookings of pods proven gone and
    * returns how many it released (counted as kind="pod"). Not wired while the releaser has no such sweep.
    */
   sweepPods?: () => Promise<number>;

@@ -5,7 +5,7 @@ import { EventEmitter, once } from 'node:events';
 import type { V1Lease } from '@kubernetes/client-node';
 import { afterEach, describe, expect, it } from 'vitest';
 import { silentLogger } from '../log.ts';
-import type { LeaseClient } from './kube.ts';
+import type { LeaseClient } from '../kube/client.ts';
 import { LeaderElector, type LeaderElectorOptions } from './leader.ts';
 
 const NS = 'ns';

@@ -7,7 +7,7 @@
 // (bc_take_fence on winning) is what makes a deposed leader's writes fail (docs/adr/0004-leader-fencing.md).
 import type { V1Lease } from '@kubernetes/client-node';
 import { errorFields, type Logger } from '../log.ts';
-import { statusOf, type LeaseClient } from './kube.ts';
+import { statusOf, type LeaseClient } from '../kube/client.ts';
 
 /** A MicroTime as the API server parses it (six fractional digits); the client would send a Date with three. */
 function microTime(d: Date | string | undefined = new Date()): Date {

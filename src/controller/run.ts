@@ -8,26 +8,24 @@
 // leading and release the Lease, stop the informers, drain HTTP, close the database.
 import os from 'node:os';
 import type { KubeConfig } from '@kubernetes/client-node';
-import type { Registry } from 'prom-client';
 import { createApp } from '../api/app.ts';
 import { AccessReviewer, KubernetesAuthorizer, tenantNamespaces, TokenReviewer } from '../api/authz-kubernetes.ts';
 import { StaticTokenAuthorizer, type Authorizer } from '../api/authz.ts';
 import { CapacityService } from '../api/capacity-service.ts';
 import type { Config } from '../config.ts';
-import { DbClock, type Clock } from '../db/clock.ts';
+import { DbClock } from '../db/clock.ts';
 import { openDatabase, type Database } from '../db/connect.ts';
 import { DbHealth } from '../db/health.ts';
-import type { Db } from '../db/pool.ts';
 import { Ledger } from '../db/ledger.ts';
 import { repairPass } from '../db/repair.ts';
 import { startCapacityJobs, type Jobs } from '../jobs/capacity.ts';
 import { ClientNodeExtenderKube } from '../extender/kube.ts';
-import { stopOnSignal } from '../cli/signals.ts';
+import { stopOnSignal } from '../signals.ts';
 import { preemptionPass } from './preemption.ts';
-import { startPodReleaser } from '../extender/releaser.ts';
+import { startPodReleaser } from './releaser.ts';
 import { createExtenderListener } from '../extender/listener.ts';
 import { StatePreviewer } from '../extender/preview.ts';
-import { setScavenges } from '../extender/scavenge.ts';
+import { setScavenges } from '../scavenge.ts';
 import { ExtenderStateSync } from '../extender/state-sync.ts';
 import { errorFields, type Logger } from '../log.ts';
 import { registerCapacityGauges, registerDomainGauges } from '../metrics/capacity.ts';
@@ -39,7 +37,7 @@ import { FenceHolder, LEASE_NAME } from './fence.ts';
 import { createWebhookApp, healthChecks, startListeners, type ControllerListeners, type WebhookMount } from './listeners.ts';
 import { createMetricsApp } from './metrics-endpoint.ts';
 import { ClientNodeTlsKube, FileTlsSource, SecretTlsSource, type TlsSource } from './tls.ts';
-import { KubeClient, kubeConfigFrom } from './kube.ts';
+import { KubeClient, kubeConfigFrom } from '../kube/client.ts';
 import { LeaderElector } from './leader.ts';
 import { DRIFT_SERIES } from './drift-plan.ts';
 import { startDriftReconcile } from './drift.ts';
@@ -47,6 +45,8 @@ import { controllerMetrics, driftMetrics, extenderMetrics, usageMetrics } from '
 import { startUsageWindows } from './usage.ts';
 import { productWebhookRouters } from './webhooks.ts';
 import { setupControllers, type Controllers } from './setup.ts';
+import type { ControllerServices } from './services.ts';
+export type { ControllerServices } from './services.ts';
 
 export type { WebhookMount } from './listeners.ts';
 
@@ -83,25 +83,6 @@ async function authorizerFor(config: Config, kc: ReturnType<typeof kubeConfigFro
 }
 
 /** What routers mounted on the webhook listener may use. */
-export interface ControllerServices {
-  config: Config;
-  db: Db;
-  /** Unfenced (as the extender's): writes of every replica, arbitrated by the database, not leader work. */
-  ledger: Ledger;
-  clock: Clock;
-  kc: KubeConfig;
-  kube: KubeClient;
-  log: Logger;
-  registry: Registry;
-  /** TokenReview with a short cache (bearer tokens of node agents and other callers). */
-  tokens: TokenReviewer;
-  /** SubjectAccessReview with a short cache. */
-  access: AccessReviewer;
-  isLeader(): boolean;
-  /** The informers' caches (Reservations, Namespaces, ...), kept by every replica. */
-  informers: Controllers['ctx']['informers'];
-}
-
 export interface RunControllerOptions {
   /** Default: productWebhookRouters (the agents' API and the pod admission webhook). Routers for the webhook listener (WEBHOOK_PORT, HTTPS), e.g. [{ path: '/admission', router }, { path: '/agent/v1', router }]. */
   webhookRouters?: (services: ControllerServices) => WebhookMount[] | Promise<WebhookMount[]>;

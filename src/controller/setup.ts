@@ -8,15 +8,15 @@ import type { Db } from '../db/pool.ts';
 import { errorFields, type Logger } from '../log.ts';
 import type { ControllerContext, ControllerTuning } from './context.ts';
 import type { ClusterView, DriftFix } from './drift-plan.ts';
-import { Informer } from './informer.ts';
-import { KubeClient, PLURALS } from './kube.ts';
+import { Informer } from '../kube/informer.ts';
+import { KubeClient, PLURALS } from '../kube/client.ts';
 import type { ControllerMetrics } from './metrics.ts';
 import { NodeReconciler } from './node/reconciler.ts';
 import { NodeDevicesReconciler } from './nodedevices/reconciler.ts';
 import { PoolReconciler } from './pool/reconciler.ts';
 import { WorkQueue, type ReconcileResult } from './queue.ts';
 import { confirmRequested, ReservationReconciler } from './reservation/reconciler.ts';
-import { GROUP, keyOf, VERSION, type KubeObject, type Reservation } from './types.ts';
+import { GROUP, keyOf, VERSION, type KubeObject, type Reservation } from '../kube/types.ts';
 
 export interface SetupOptions {
   kc: KubeConfig;

@@ -7,7 +7,7 @@
 import { DEFAULT_STOP_SLACK_SECONDS, stopGraceSeconds } from '../core/stop.ts';
 import type { Db } from '../db/pool.ts';
 import { httpStatus, type ExtenderKube } from '../extender/kube.ts';
-import { podsToStop } from '../extender/queries.ts';
+import { podsToStop } from '../db/reads.ts';
 import { errorFields, type Logger } from '../log.ts';
 
 export interface StopperDeps {

@@ -15,7 +15,7 @@ import fs from 'node:fs/promises';
 import { AdmissionregistrationV1Api, CoreV1Api, PatchStrategy, setHeaderOptions, type KubeConfig } from '@kubernetes/client-node';
 import { errorFields, type Logger } from '../log.ts';
 import { assessBundle, nextBundle, SECRET_KEYS, type TlsBundle } from './certs.ts';
-import { statusOf } from './kube.ts';
+import { statusOf } from '../kube/client.ts';
 
 export const CA_CONFIGMAP = 'better-compute-ca';
 export const CA_CONFIGMAP_KEY = 'ca.crt';

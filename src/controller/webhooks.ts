@@ -3,7 +3,7 @@
 import { createPodAdmissionRouter, podAdmissionDeps } from '../admission/pods.ts';
 import { createAgentApiRouter, agentUsernameFor } from '../agentapi/router.ts';
 import { AGENT_API_PREFIX } from '../agentapi/wire.ts';
-import type { ControllerServices } from './run.ts';
+import type { ControllerServices } from './services.ts';
 import type { WebhookMount } from './listeners.ts';
 
 export function productWebhookRouters(s: ControllerServices): WebhookMount[] {

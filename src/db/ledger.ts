@@ -3,7 +3,7 @@
 // database says the snapshot was stale. PostgreSQL is the arbiter; the cache only saves reads, so a stale cache costs a
 // replan, never a double booking.
 import { createHash } from 'node:crypto';
-import type { ReservationCreateInput } from '../api/schemas.ts';
+import type { ReservationCreateInput } from '../core/schemas.ts';
 import { NodeGroups } from '../core/node-groups.ts';
 import { plan, summarizeShared } from '../core/planner.ts';
 import { choosePreemption } from '../core/preemption.ts';

@@ -10,7 +10,7 @@ import { sqlState } from './errors.ts';
 import { FencedError, toPlacementRequest, type Fence } from './ledger.ts';
 import { withRetriedTransaction, type Db } from './pool.ts';
 import { getPool, loadNodes } from './snapshot.ts';
-import type { ReservationCreateInput } from '../api/schemas.ts';
+import type { ReservationCreateInput } from '../core/schemas.ts';
 
 export type LostReason = 'NodeGone' | 'Maintenance' | 'NodeNotReady' | 'DeviceGone' | 'DeviceUnhealthy';
 

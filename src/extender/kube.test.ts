@@ -6,7 +6,7 @@ import type net from 'node:net';
 import * as k8s from '@kubernetes/client-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { issueBundle } from '../controller/certs.ts';
-import { TimedKubeConfig } from '../controller/kube.ts';
+import { TimedKubeConfig } from '../kube/client.ts';
 import { ClientNodeExtenderKube, httpStatus, KubeBindingWriter } from './kube.ts';
 
 describe('the Binding over node:https', () => {

@@ -2,7 +2,7 @@
 // implementation with @kubernetes/client-node.
 import https from 'node:https';
 import * as k8s from '@kubernetes/client-node';
-import { DEFAULT_KUBE_CALL_TIMEOUT_MS, KubeCallTimeoutError, TimedKubeConfig } from '../controller/kube.ts';
+import { DEFAULT_KUBE_CALL_TIMEOUT_MS, KubeCallTimeoutError, TimedKubeConfig } from '../kube/client.ts';
 
 export interface ExtenderKube {
   /** The pod as JSON, or undefined when it does not exist. */

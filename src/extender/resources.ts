@@ -23,7 +23,7 @@ export const RESERVATION_MARKER = 'bettercompute.io/reservation';
 export const ATOMS_ANNOTATION = 'bettercompute.io/atoms';
 export const ALLOCATION_ANNOTATION = 'bettercompute.io/allocation';
 export const RESERVATION_LABEL = 'bettercompute.io/reservation';
-export const TENANT_LABEL = 'bettercompute.io/tenant';
+export { TENANT_LABEL } from '../kube/types.ts';
 
 /** `reservations.bettercompute.io/rsv-<ulid>` for reservation `rsv_<ulid>`. */
 export function reservationResourceName(reservationId: string): string {

@@ -15,7 +15,7 @@ import type { Db } from '../db/pool.ts';
 import { getPool, isPoolVisible, loadNodes, type PoolInfo } from '../db/snapshot.ts';
 import { errorFields, type Logger } from '../log.ts';
 import type { ExtenderKube } from './kube.ts';
-import { nodePools, podHolding, quotaHeadroom, reservationAtoms } from './queries.ts';
+import { nodePools, podHolding, quotaHeadroom, reservationAtoms } from '../db/reads.ts';
 import type { ExtenderState, PodBookingApplied } from './state.ts';
 import { ALLOCATION_ANNOTATION, ATOMS_ANNOTATION, hasSchedulingPreferences, podDemand, RESOURCE_OF_CLASS, TENANT_LABEL, type PodDemand } from './resources.ts';
 import {

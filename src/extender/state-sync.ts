@@ -10,7 +10,7 @@ import type { NodeSnap, NodeSummary } from '../core/types.ts';
 import type { Db } from '../db/pool.ts';
 import { getPool, loadNodes } from '../db/snapshot.ts';
 import { errorFields, type Logger } from '../log.ts';
-import { loadHoldings, loadQuotas, loadReservations, nodePools, nodePoolsOf } from './queries.ts';
+import { loadHoldings, loadQuotas, loadReservations, nodePools, nodePoolsOf } from '../db/reads.ts';
 import { ExtenderState, internSummary, quotaKeyOf, type FullLoad, type NodeLoad, type PodBookingApplied, type QuotaKey } from './state.ts';
 
 export const EXTENDER_CHANNEL = 'bc_extender';

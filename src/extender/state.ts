@@ -5,7 +5,7 @@
 import { summarizeNode } from '../core/planner.ts';
 import type { NodeSnap, NodeSummary, PoolSnap } from '../core/types.ts';
 import type { PoolInfo } from '../db/snapshot.ts';
-import type { ReservationAtoms } from './queries.ts';
+import type { ReservationAtoms } from '../db/reads.ts';
 
 /** A reservation as filter sees it. */
 export type ReservationView = ReservationAtoms;

@@ -6,7 +6,7 @@ import express from 'express';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ledgerBookings } from '../../src/admission/bookings.ts';
 import { createPodAdmissionRouter, podAdmissionDeps } from '../../src/admission/pods.ts';
-import type { NamespaceCR, Reservation } from '../../src/controller/types.ts';
+import type { NamespaceCR, Reservation } from '../../src/kube/types.ts';
 import { advanceClock } from '../../src/db/clock.ts';
 import { Ledger } from '../../src/db/ledger.ts';
 import { reservationResourceName } from '../../src/extender/resources.ts';

@@ -58,7 +58,7 @@ afterAll(async () => {
 });
 
 // ---------------------------------------------------------------------------------------------------------------
-// Table machinery (as in src/api/schemas.test.ts, but every row is a real HTTP request)
+// Table machinery (as in src/core/schemas.test.ts, but every row is a real HTTP request)
 
 const DEL = Symbol('delete');
 /** Field path → value (a function is called when the row runs: fixtures exist only then), or DEL. */

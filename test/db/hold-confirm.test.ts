@@ -4,7 +4,7 @@
 // bookable again. Quota: held and confirmed are charged alike, so confirming moves nothing. Status mirrors the ledger.
 import { beforeAll, describe, expect, it } from 'vitest';
 import { ReservationReconciler } from '../../src/controller/reservation/reconciler.ts';
-import { CONFIRM_ANNOTATION, RESERVATION_FINALIZER, TENANT_LABEL, type Reservation } from '../../src/controller/types.ts';
+import { CONFIRM_ANNOTATION, RESERVATION_FINALIZER, TENANT_LABEL, type Reservation } from '../../src/kube/types.ts';
 import { advanceClock } from '../../src/db/clock.ts';
 import { Ledger } from '../../src/db/ledger.ts';
 import type { ExtenderKube } from '../../src/extender/kube.ts';

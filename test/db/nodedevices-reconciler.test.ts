@@ -5,7 +5,7 @@
 import { beforeAll, describe, expect, it } from 'vitest';
 import { NodeReconciler } from '../../src/controller/node/reconciler.ts';
 import { NodeDevicesReconciler } from '../../src/controller/nodedevices/reconciler.ts';
-import { findCondition, type NodeDevicesCR } from '../../src/controller/types.ts';
+import { findCondition, type NodeDevicesCR } from '../../src/kube/types.ts';
 import { advanceClock } from '../../src/db/clock.ts';
 import type { InventoryReport } from '../../src/core/inventory.ts';
 import { makePool, reservation } from '../support/builders.ts';

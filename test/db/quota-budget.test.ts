@@ -6,7 +6,7 @@ import { beforeAll, describe, expect, it, onTestFinished, vi } from 'vitest';
 import { setQuota, setQuotaHours, setQuotaOverrides } from '../../src/db/inventory.ts';
 import { Ledger, type ReserveOutcome } from '../../src/db/ledger.ts';
 import { createPool } from '../../src/db/pool.ts';
-import { loadQuotas, quotaHeadroom } from '../../src/extender/queries.ts';
+import { loadQuotas, quotaHeadroom } from '../../src/db/reads.ts';
 import { makeNode, makePool, reservation } from '../support/builders.ts';
 import { useTestDatabase } from '../support/db.ts';
 

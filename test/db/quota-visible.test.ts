@@ -6,7 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { capacityCommand } from '../../src/cli/capacity.ts';
 import { loadConfig } from '../../src/config.ts';
 import { PoolReconciler } from '../../src/controller/pool/reconciler.ts';
-import type { PoolCR } from '../../src/controller/types.ts';
+import type { PoolCR } from '../../src/kube/types.ts';
 import { DbClock } from '../../src/db/clock.ts';
 import { Ledger } from '../../src/db/ledger.ts';
 import { registerQuotaGauges } from '../../src/metrics/quota.ts';

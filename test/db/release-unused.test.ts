@@ -3,7 +3,7 @@
 // an invalid value fails the Reservation before it books. The test clock moves the database's time.
 import { beforeAll, describe, expect, it } from 'vitest';
 import { ReservationReconciler } from '../../src/controller/reservation/reconciler.ts';
-import { RESERVATION_FINALIZER, TENANT_LABEL, type Reservation } from '../../src/controller/types.ts';
+import { RESERVATION_FINALIZER, TENANT_LABEL, type Reservation } from '../../src/kube/types.ts';
 import { advanceClock } from '../../src/db/clock.ts';
 import { Ledger } from '../../src/db/ledger.ts';
 import type { ExtenderKube } from '../../src/extender/kube.ts';

@@ -9,7 +9,7 @@ import { afterEach, beforeEach, beforeAll, describe, expect, it } from 'vitest';
 import { Ledger } from '../../src/db/ledger.ts';
 import { createPool, type Db } from '../../src/db/pool.ts';
 import type { ExtenderKube } from '../../src/extender/kube.ts';
-import { startPodReleaser, type Releaser } from '../../src/extender/releaser.ts';
+import { startPodReleaser, type Releaser } from '../../src/controller/releaser.ts';
 import { createLogger } from '../../src/log.ts';
 import { makeNode, makePool, reservation } from '../support/builders.ts';
 import { useTestDatabase } from '../support/db.ts';

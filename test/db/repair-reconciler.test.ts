@@ -3,7 +3,7 @@
 // a node comes → re-placed, same reservation id, Degraded False (Repaired), an Event Repaired, status on the new node.
 import { beforeAll, describe, expect, it } from 'vitest';
 import { ReservationReconciler } from '../../src/controller/reservation/reconciler.ts';
-import { RESERVATION_FINALIZER, TENANT_LABEL, type Reservation } from '../../src/controller/types.ts';
+import { RESERVATION_FINALIZER, TENANT_LABEL, type Reservation } from '../../src/kube/types.ts';
 import { setNodeState, upsertNode } from '../../src/db/inventory.ts';
 import { repairPass } from '../../src/db/repair.ts';
 import { makeNode, makePool } from '../support/builders.ts';

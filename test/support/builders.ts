@@ -1,5 +1,5 @@
 // Fluent builders for ledger fixtures: makePool('p').owner('acme').offer('beta', {gpu: 4}), makeNode('n1').gpus(8).
-import type { ReservationCreateInput } from '../../src/api/schemas.ts';
+import type { ReservationCreateInput } from '../../src/core/schemas.ts';
 import type { ScalarResource, Sharing } from '../../src/core/types.ts';
 import { applyInventory, upsertNode, upsertPool, type GpuReport, type PoolSpec } from '../../src/db/inventory.ts';
 import type { Db } from '../../src/db/pool.ts';

@@ -3,11 +3,11 @@
 // finalizers; an object whose deletion waits only for the finalizer goes when it is removed) and records them.
 import type { ControllerContext } from '../../src/controller/context.ts';
 import { FenceHolder } from '../../src/controller/fence.ts';
-import type { Informer } from '../../src/controller/informer.ts';
-import type { EventInput, KubeClient } from '../../src/controller/kube.ts';
+import type { Informer } from '../../src/kube/informer.ts';
+import type { EventInput, KubeClient } from '../../src/kube/client.ts';
 import type { ControllerMetrics } from '../../src/controller/metrics.ts';
 import type { WorkQueue } from '../../src/controller/queue.ts';
-import { keyOf, type KubeObject, type NamespaceCR, type NodeCR, type NodeDevicesCR, type PoolCR, type Reservation } from '../../src/controller/types.ts';
+import { keyOf, type KubeObject, type NamespaceCR, type NodeCR, type NodeDevicesCR, type PoolCR, type Reservation } from '../../src/kube/types.ts';
 import type { DbClock } from '../../src/db/clock.ts';
 import { Ledger } from '../../src/db/ledger.ts';
 import type { Db } from '../../src/db/pool.ts';

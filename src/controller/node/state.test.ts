@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { nodeStateOf, poolOfNode } from './state.ts';
-import type { NodeCR, PoolCR } from '../types.ts';
+import type { NodeCR, PoolCR } from '../../kube/types.ts';
 
 const node = (o: Partial<NodeCR> & { labels?: Record<string, string> } = {}): NodeCR => ({
   metadata: { name: 'n', labels: o.labels ?? {} },

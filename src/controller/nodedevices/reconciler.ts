@@ -14,7 +14,7 @@ import type { ControllerContext } from '../context.ts';
 import { fenced } from '../fence.ts';
 import { inventoryGone } from '../gone.ts';
 import type { ReconcileResult } from '../queue.ts';
-import { findCondition, sameJson, setCondition, type Condition, type NodeDevicesCR } from '../types.ts';
+import { findCondition, sameJson, setCondition, type Condition, type NodeDevicesCR } from '../../kube/types.ts';
 
 /** The spec as the ledger's report, or why it cannot be one. */
 export function toReport(nd: NodeDevicesCR): { ok: true; report: InventoryReport } | { ok: false; message: string } {

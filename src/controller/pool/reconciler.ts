@@ -11,7 +11,7 @@ import type { ControllerContext } from '../context.ts';
 import { fenced } from '../fence.ts';
 import { poolGone } from '../gone.ts';
 import type { ReconcileResult } from '../queue.ts';
-import { findCondition, sameJson, setCondition, type PoolCR } from '../types.ts';
+import { findCondition, sameJson, setCondition, type PoolCR } from '../../kube/types.ts';
 
 /** A Pool whose spec the CRD schema let through but the controller cannot take (e.g. overlapping override windows). */
 export class InvalidPoolSpecError extends Error {

@@ -5,12 +5,12 @@
 // metadata.uid (the idempotency key it booked with), never read from status.reservationId, which anyone allowed to
 // write reservations/status could point at another tenant's booking.
 import { z } from 'zod';
-import { parseInput, ReservationCreateInput, ValidationError } from '../../api/schemas.ts';
+import { parseInput, ReservationCreateInput, ValidationError } from '../../core/schemas.ts';
 import { expandRecurrence } from '../../core/recurrence.ts';
 import type { ReservationView, ReserveOutcome } from '../../db/ledger.ts';
 import type { ControllerContext } from '../context.ts';
 import { poolIdOf } from '../context.ts';
-import { statusOf } from '../kube.ts';
+import { statusOf } from '../../kube/client.ts';
 import type { ReconcileResult } from '../queue.ts';
 import {
   CONFIRM_ANNOTATION,
@@ -25,7 +25,7 @@ import {
   type ReservationPhase,
   type OccurrenceStatus,
   type ReservationStatus,
-} from '../types.ts';
+} from '../../kube/types.ts';
 import { MAX_WINDOWS_AHEAD, recurringVerdict, toRecurrence, windowInput, windowKey } from './recurring.ts';
 
 const iso = (ms: number | null | undefined): string | undefined =>

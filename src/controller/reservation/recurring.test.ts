@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { ValidationError, type ReservationCreateInput } from '../../api/schemas.ts';
-import type { Reservation } from '../types.ts';
+import { ValidationError, type ReservationCreateInput } from '../../core/schemas.ts';
+import type { Reservation } from '../../kube/types.ts';
 import { recurringVerdict, toRecurrence, windowInput, windowKey } from './recurring.ts';
 
 const rsv = (spec: Partial<Reservation['spec']>, creationTimestamp?: string): Reservation => ({

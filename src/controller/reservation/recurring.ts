@@ -2,7 +2,7 @@
 // real date) and the pure parts of booking it window by window: each window's idempotency key and ledger input, and
 // the CR-level verdict over the windows' entries. The reconciler (reconciler.ts) does the I/O.
 import { z } from 'zod';
-import { Duration, parseInput, ValidationError, type ReservationCreateInput } from '../../api/schemas.ts';
+import { Duration, parseInput, ValidationError, type ReservationCreateInput } from '../../core/schemas.ts';
 import {
   isTimeZone,
   MAX_OCCURRENCE_SECONDS,
@@ -14,7 +14,7 @@ import {
   type Occurrence,
   type Recurrence,
 } from '../../core/recurrence.ts';
-import type { OccurrenceStatus, Reservation, ReservationPhase } from '../types.ts';
+import type { OccurrenceStatus, Reservation, ReservationPhase } from '../../kube/types.ts';
 
 /** Most windows a count may ask for (with `until` a recurrence may run for as long as it likes). */
 export const MAX_RECURRENCE_COUNT = 1000;

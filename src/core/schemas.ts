@@ -7,8 +7,8 @@
 // `devices[].selector`, whose keys are device attribute names, checked by selectorFromObject.
 
 import { z } from 'zod';
-import { DurationError, MAX_DURATION_STRING_LENGTH, parseDuration } from '../core/duration.ts';
-import { SelectorError, selectorFromObject } from '../core/selector.ts';
+import { DurationError, MAX_DURATION_STRING_LENGTH, parseDuration } from './duration.ts';
+import { SelectorError, selectorFromObject } from './selector.ts';
 
 // ---------------------------------------------------------------------------------------------------------------
 // Errors

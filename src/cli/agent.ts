@@ -2,14 +2,14 @@
 // through the controller's agent API (no database credentials).
 import os from 'node:os';
 import { parseArgs } from 'node:util';
-import { renderNodeDevices } from '../cli/render.ts';
+import { renderNodeDevices } from './render.ts';
 import type { Config } from '../config.ts';
-import { kubeConfigFrom } from '../controller/kube.ts';
+import { kubeConfigFrom } from '../kube/client.ts';
 import type { Logger } from '../log.ts';
-import { Agent } from './agent.ts';
-import { ControllerClient } from './controller-client.ts';
-import { cdiAnnotationPrefixSchema, cdiKindSchema, deviceListStrategiesSchema, type DeviceListSettings } from './device-list.ts';
-import { fileSource, NodeDevicesSpecSchema, nvidiaSmiSource, type DeviceSource } from './discovery.ts';
+import { Agent } from '../agent/agent.ts';
+import { ControllerClient } from '../agent/controller-client.ts';
+import { cdiAnnotationPrefixSchema, cdiKindSchema, deviceListStrategiesSchema, type DeviceListSettings } from '../core/device-list.ts';
+import { fileSource, NodeDevicesSpecSchema, nvidiaSmiSource, type DeviceSource } from '../agent/discovery.ts';
 
 const HELP = `usage: better-compute agent [--node NAME] [--devices-file FILE] [--nvidia-smi PATH]
                             [--device-list-strategy LIST] [--cdi-device-kind KIND] [--cdi-annotation-prefix PREFIX]

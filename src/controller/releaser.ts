@@ -11,13 +11,13 @@
 //   as "no pods".
 // A release that fails (database down) is retried with backoff until it commits; only the pending retries are kept.
 import * as k8s from '@kubernetes/client-node';
-import { Informer } from '../controller/informer.ts';
-import { createStopper, type StoppedPod } from '../controller/stopper.ts';
+import { Informer } from '../kube/informer.ts';
+import { createStopper, type StoppedPod } from './stopper.ts';
 import { FencedError, type Ledger } from '../db/ledger.ts';
 import type { Db } from '../db/pool.ts';
 import { errorFields, type Logger } from '../log.ts';
-import type { ExtenderKube } from './kube.ts';
-import { podsHolding } from './queries.ts';
+import type { ExtenderKube } from '../extender/kube.ts';
+import { podsHolding } from '../db/reads.ts';
 
 export interface ReleaserDeps {
   db: Db;

@@ -1,6 +1,6 @@
 // Reads for the hand-off to pods (migrations/0005_pod_assignments.sql): one statement each. The writes are the ledger
 // gateway's (src/db/handoff.ts, through Ledger).
-import type { Db } from '../db/pool.ts';
+import type { Db } from './pool.ts';
 
 interface Queryable {
   query: Db['query'];

@@ -17,7 +17,7 @@ import {
   type RequestContext,
   type V1Lease,
 } from '@kubernetes/client-node';
-import { PooledKubeConfig } from '../kube-connections.ts';
+import { PooledKubeConfig } from './connections.ts';
 import type { ListResult } from './informer.ts';
 import {
   API_VERSION,

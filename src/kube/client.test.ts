@@ -3,7 +3,7 @@
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import { KubeCallTimeoutError, KubeClient, TimedKubeConfig } from './kube.ts';
+import { KubeCallTimeoutError, KubeClient, TimedKubeConfig } from './client.ts';
 
 let server: http.Server;
 let url: string;

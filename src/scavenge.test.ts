@@ -1,6 +1,6 @@
 import { execFileSync } from 'node:child_process';
 import { describe, expect, it } from 'vitest';
-import { loadConfig } from '../config.ts';
+import { loadConfig } from './config.ts';
 
 /**
  * Runs a process that sets `mode` and then makes young collections with survivors (a ring of live objects, replaced as

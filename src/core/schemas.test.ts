@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import type { z } from 'zod';
-import { MAX_DURATION_SECONDS } from '../core/duration.ts';
+import { MAX_DURATION_SECONDS } from './duration.ts';
 import {
   ByDomainInput,
   ByPoolInput,

@@ -1,4 +1,4 @@
-import { errorFields, type Logger } from '../log.ts';
+import { errorFields, type Logger } from './log.ts';
 
 /**
  * Runs until SIGTERM or SIGINT, then stops gracefully; resolves with the exit code: 0 after a clean stop, 1 when the

@@ -4,8 +4,8 @@ import https from 'node:https';
 import type { AddressInfo } from 'node:net';
 import { CoreV1Api, KubeConfig, Watch } from '@kubernetes/client-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { issueBundle } from './controller/certs.ts';
-import { PooledKubeConfig } from './kube-connections.ts';
+import { issueBundle } from '../controller/certs.ts';
+import { PooledKubeConfig } from './connections.ts';
 
 let server: https.Server;
 let url: string;

@@ -12,7 +12,7 @@ import {
   type DeviceListStrategy,
   type Handoff,
 } from './device-list.ts';
-import { deviceListSettings } from './run.ts';
+import { deviceListSettings } from '../cli/agent.ts';
 
 const G0 = 'GPU-5d5ba0d6-d33d-2b2c-524d-9e3d8d2b8a77';
 const G1 = 'GPU-0c8e7b4e-91a8-4a34-8a8e-1a2b3c4d5e6f';
