@@ -1,13 +1,11 @@
 // deploy/admission/: the structure the API server and the controller rely on, and the policies' CEL compiled and run
 // on sample requests by the API server's own library, offline (tools/celcheck; the cluster suite,
 // e2e/cluster/admission.test.ts, runs them on a real API server).
-import { execFile } from 'node:child_process';
 import fs from 'node:fs';
-import os from 'node:os';
 import path from 'node:path';
-import { promisify } from 'node:util';
 import { describe, expect, it } from 'vitest';
 import YAML from 'yaml';
+import { goToolVerdicts } from '../support/go-tool.ts';
 
 const DIR = path.join(import.meta.dirname, '../../deploy/admission');
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
@@ -131,20 +129,8 @@ describe('bettercompute-no-visible-devices-env: no pod sets NVIDIA_VISIBLE_DEVIC
 });
 
 describe('tools/celcheck: the policies on sample requests, with the API server’s CEL (k8s.io/apiserver v0.34.12)', () => {
-  const TOOL = path.join(import.meta.dirname, '../../tools/celcheck');
-  const GO = fs.existsSync('/usr/local/go/bin/go') ? '/usr/local/go/bin/go' : 'go';
-  // The build cache the other Go tools use (tools/crdcheck, e2e/cluster/build.sh).
-  const GOCACHE = process.env.BC_GOCACHE ?? path.join(os.homedir(), '.cache/better-compute/go-build');
-
   it('every expression compiles and every sample is decided as intended; NVIDIA_VISIBLE_DEVICES: refused, allowed, exempt', async () => {
-    const { stdout } = await promisify(execFile)(GO, ['run', '.', '../../deploy/admission/policies.yaml', '../../deploy/admission/webhook.yaml'], {
-      cwd: TOOL,
-      env: { ...process.env, GOCACHE, GOFLAGS: '-buildvcs=false', CGO_ENABLED: '0' },
-      maxBuffer: 16 * 1024 * 1024,
-    }).catch((e: { stdout?: string; message: string }) => {
-      throw new Error(`celcheck failed:\n${e.stdout ?? ''}\n${e.message}`);
-    });
-    const verdicts = stdout.split('\n').filter((l) => /^(ok|FAIL):/.test(l));
+    const verdicts = await goToolVerdicts('celcheck', ['../../deploy/admission/policies.yaml', '../../deploy/admission/webhook.yaml']);
     expect(verdicts.filter((l) => l.startsWith('FAIL'))).toEqual([]);
     const ok = (prefix: string) => expect(verdicts.some((l) => l.startsWith(`ok:   ${prefix}`)), prefix).toBe(true);
     ok('visible-devices: NVIDIA_VISIBLE_DEVICES=all → denied=true "pod team-a/p sets NVIDIA_VISIBLE_DEVICES in container main');
