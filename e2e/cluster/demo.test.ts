@@ -54,7 +54,8 @@ describe.skipIf(external)('npm run demo -- --once', () => {
     expect(out).toMatch(/trainer: BETTERCOMPUTE_ATOMS=GPU-\S+,GPU-\S+/);
     expect(out).toMatch(/notebook: BETTERCOMPUTE_ATOMS=GPU-\S+/);
     expect(out).toContain('Tenant team-a: 2 pools');
-    expect(out).toMatch(/Installing: kubectl apply --server-side -k deploy\/overlays\/trial[^\n]*\n\s+ok in/);
+    // A step that takes over 30 s says so ("... still working") before its "ok".
+    expect(out).toMatch(/Installing: kubectl apply --server-side -k deploy\/overlays\/trial[^\n]*\n(\s+\.\.\. still working[^\n]*\n)*\s+ok in/);
     expect(out).toMatch(/Cleaned up in/);
 
     // Nothing left: no demo namespace (or only terminating), no product namespace, no demo nodes; the cluster's own

@@ -307,51 +307,6 @@ describe('BookingRepair on simulated nodes', () => {
     expect(await checkInvariants(hostDb.db)).toEqual(CLEAN);
     await kubectl(['-n', tenantNs, 'delete', 'reservation', 'later', '--wait=true', '--timeout=60s']);
   }, 300_000);
-  it('a started Reservation on the real node put in maintenance: its pod stopped with the capped grace, its atoms booked while it runs, re-placed once it is gone, free again after', async () => {
-    const pool = nodePool!;
-    const real = clusterInfo().nodeName;
-    await apply(reservation('kept', pool, 8, { duration: '1h' }));
-    const kept = await waitReserved('kept');
-    expect(kept.status!.allocations!.map((a) => a.node)).toEqual([real]);
-    // Its pod ignores SIGTERM for 20 s and names 30 s of grace: the pool's 5 s cap stops it.
-    const p = reservationPod('kept-0', 'kept', 8, 30);
-    p.spec.containers[0]!.command = ['sh', '-c', `trap 'sleep 20; exit 0' TERM; echo "ATOMS=$BETTERCOMPUTE_ATOMS"; while true; do sleep 1; done`];
-    await apply(p);
-    await waitForPodPhase(tenantNs, 'kept-0', ['Running'], 120_000);
-    // Somewhere to go: a simulated node of 8 GPUs in the pool.
-    const [spare] = await addNodes(pool, 1, 8, uniqueName('spare'), { [NODE_POOL_LABEL]: pool });
-    await poolIdOf(pool, 16);
-
-    const t0 = Date.now();
-    await kubectl(['label', 'node', real, 'bettercompute.io/maintenance=true', '--overwrite']);
-    try {
-      // While the pod runs there: the bookings stay on the real node (nothing cut, nothing re-placed).
-      await waitFor('kept-0 told to stop', async () => Boolean((await kubectlJson<Pod>(['-n', tenantNs, 'get', 'pod', 'kept-0'])).metadata.deletionTimestamp));
-      const stillThere = await kubectlResult(['-n', tenantNs, 'get', 'pod', 'kept-0']);
-      expect(stillThere.code).toBe(0);
-      expect(await bookedNodes(kept.metadata.uid)).toEqual(Array(8).fill(real));
-      const goneAt = await waitFor('kept-0 gone', async () => ((await kubectlResult(['-n', tenantNs, 'get', 'pod', 'kept-0'])).code !== 0 ? Date.now() : undefined), { timeoutMs: 60_000, intervalMs: 250 });
-      // Capped at 5 s, not the 20 s the pod would take: gone well before that (the stop's pass and the kubelet's kill).
-      expect(goneAt - t0).toBeLessThan(20_000);
-      // Once it is gone: re-placed onto the spare node.
-      const moved = await waitRsv('kept', 'Repaired onto the spare node', (r) => condition(r, 'Degraded')?.reason === 'Repaired' && r.status?.allocations?.[0]?.node === spare, 60_000);
-      expect(moved.status!.allocations!.map((a) => a.node)).toEqual([spare]);
-      expect(await bookedNodes(kept.metadata.uid)).toEqual(Array(8).fill(spare));
-      process.stderr.write(`[operations] maintenance under a running pod: gone ${((goneAt - t0) / 1000).toFixed(1)}s after the label, then re-placed\n`);
-    } finally {
-      await kubectl(['label', 'node', real, 'bettercompute.io/maintenance-']);
-    }
-    // The real node's atoms are bookable again (the spare node gone, and the quota of 8 back).
-    await kubectl(['-n', tenantNs, 'delete', 'reservation', 'kept', '--wait=true', '--timeout=60s']);
-    await kubectlResult(['delete', 'nodedevices', spare!, '--ignore-not-found']);
-    await removeSimulatedNodes([spare!]);
-    simulated.splice(simulated.indexOf(spare!), 1);
-    await poolIdOf(pool, 8);
-    await apply(reservation('after-kept', pool, 8, { duration: '1h' }));
-    const after = await waitReserved('after-kept');
-    expect(after.status!.allocations!.map((a) => a.node)).toEqual([real]);
-    await kubectl(['-n', tenantNs, 'delete', 'reservation', 'after-kept', '--wait=true', '--timeout=60s']);
-  }, 300_000);
 });
 
 describe('one owner per device', () => {
@@ -578,5 +533,50 @@ describe('real pods on the real node', () => {
     expect(report).toEqual(CLEAN);
     await kubectlResult(['-n', tenantNs, 'delete', 'pod', 'regular-0', 'regular-1', '--wait=true', '--timeout=60s'], { timeoutMs: 70_000 });
     await kubectl(['-n', tenantNs, 'delete', 'reservation', 'spot-a', 'spot-b', 'regular', '--wait=true', '--timeout=60s']);
+  }, 300_000);
+  it('a started Reservation on the real node put in maintenance: its pod stopped with the capped grace, its atoms booked while it runs, re-placed once it is gone, free again after', async () => {
+    const pool = nodePool!;
+    const real = clusterInfo().nodeName;
+    await apply(reservation('kept', pool, 8, { duration: '1h' }));
+    const kept = await waitReserved('kept');
+    expect(kept.status!.allocations!.map((a) => a.node)).toEqual([real]);
+    // Its pod ignores SIGTERM for 20 s and names 30 s of grace: the pool's 5 s cap stops it.
+    const p = reservationPod('kept-0', 'kept', 8, 30);
+    p.spec.containers[0]!.command = ['sh', '-c', `trap 'sleep 20; exit 0' TERM; echo "ATOMS=$BETTERCOMPUTE_ATOMS"; while true; do sleep 1; done`];
+    await apply(p);
+    await waitForPodPhase(tenantNs, 'kept-0', ['Running'], 120_000);
+    // Somewhere to go: a simulated node of 8 GPUs in the pool.
+    const [spare] = await addNodes(pool, 1, 8, uniqueName('spare'), { [NODE_POOL_LABEL]: pool });
+    await poolIdOf(pool, 16);
+
+    const t0 = Date.now();
+    await kubectl(['label', 'node', real, 'bettercompute.io/maintenance=true', '--overwrite']);
+    try {
+      // While the pod runs there: the bookings stay on the real node (nothing cut, nothing re-placed).
+      await waitFor('kept-0 told to stop', async () => Boolean((await kubectlJson<Pod>(['-n', tenantNs, 'get', 'pod', 'kept-0'])).metadata.deletionTimestamp));
+      const stillThere = await kubectlResult(['-n', tenantNs, 'get', 'pod', 'kept-0']);
+      expect(stillThere.code).toBe(0);
+      expect(await bookedNodes(kept.metadata.uid)).toEqual(Array(8).fill(real));
+      const goneAt = await waitFor('kept-0 gone', async () => ((await kubectlResult(['-n', tenantNs, 'get', 'pod', 'kept-0'])).code !== 0 ? Date.now() : undefined), { timeoutMs: 60_000, intervalMs: 250 });
+      // Capped at 5 s, not the 20 s the pod would take: gone well before that (the stop's pass and the kubelet's kill).
+      expect(goneAt - t0).toBeLessThan(20_000);
+      // Once it is gone: re-placed onto the spare node.
+      const moved = await waitRsv('kept', 'Repaired onto the spare node', (r) => condition(r, 'Degraded')?.reason === 'Repaired' && r.status?.allocations?.[0]?.node === spare, 60_000);
+      expect(moved.status!.allocations!.map((a) => a.node)).toEqual([spare]);
+      expect(await bookedNodes(kept.metadata.uid)).toEqual(Array(8).fill(spare));
+      process.stderr.write(`[operations] maintenance under a running pod: gone ${((goneAt - t0) / 1000).toFixed(1)}s after the label, then re-placed\n`);
+    } finally {
+      await kubectl(['label', 'node', real, 'bettercompute.io/maintenance-']);
+    }
+    // The real node's atoms are bookable again (the spare node gone, and the quota of 8 back).
+    await kubectl(['-n', tenantNs, 'delete', 'reservation', 'kept', '--wait=true', '--timeout=60s']);
+    await kubectlResult(['delete', 'nodedevices', spare!, '--ignore-not-found']);
+    await removeSimulatedNodes([spare!]);
+    simulated.splice(simulated.indexOf(spare!), 1);
+    await poolIdOf(pool, 8);
+    await apply(reservation('after-kept', pool, 8, { duration: '1h' }));
+    const after = await waitReserved('after-kept');
+    expect(after.status!.allocations!.map((a) => a.node)).toEqual([real]);
+    await kubectl(['-n', tenantNs, 'delete', 'reservation', 'after-kept', '--wait=true', '--timeout=60s']);
   }, 300_000);
 });

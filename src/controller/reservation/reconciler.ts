@@ -30,6 +30,12 @@ import { MAX_WINDOWS_AHEAD, recurringVerdict, toRecurrence, windowInput, windowK
 
 const iso = (ms: number | null | undefined): string | undefined =>
   ms === null || ms === undefined || !Number.isFinite(ms) ? undefined : new Date(ms).toISOString();
+/**
+ * An end as status shows it: the ledger keeps microseconds, RFC 3339 here milliseconds, so an end is rounded up. A
+ * user who books the next window from a Reservation's `status.end` then starts at or after its true end, never a
+ * fraction of a millisecond inside it (which the no-overlap guard would refuse).
+ */
+const isoEnd = (ms: number | null | undefined): string | undefined => iso(ms === null || ms === undefined ? ms : Math.ceil(ms));
 
 /** The Reservation's spec as the ledger's reservations.create input (validated exactly as the API validates it). */
 export function toCreateInput(r: Reservation, tenantId: string, poolId: string): ReservationCreateInput {
@@ -260,7 +266,7 @@ export class ReservationReconciler {
     const wakes: number[] = next ? [next.start - horizon] : [];
     for (const o of windows) {
       const key = windowKey(uid, o);
-      const span = { start: iso(o.start)!, end: iso(o.end)! };
+      const span = { start: iso(o.start)!, end: isoEnd(o.end)! };
       const known = booked.get(key);
       if (known) {
         const view = await ctx.ledger.get(known.id);
@@ -484,13 +490,13 @@ export class ReservationReconciler {
     const preemptAt = iso(view.preemption?.at);
     const preempted = view.state === 'released' && preemptAt !== undefined;
     const messages: Record<ReservationPhase, string> = {
-      Reserved: `${atoms} atoms on ${nodes.join(', ')} from ${iso(view.start)} to ${iso(view.end)}${held}${confirmed}`,
+      Reserved: `${atoms} atoms on ${nodes.join(', ')} from ${iso(view.start)} to ${isoEnd(view.end)}${held}${confirmed}`,
       Released: preempted
         ? `preempted at ${preemptAt} by reservation ${view.preemption!.by}; its pods were evicted`
         : unused
         ? `released ${view.id}: no pod used it within ${unusedMs! / 1000}s of its start at ${iso(view.start)}`
         : view.end <= this.ctx.clock.now()
-          ? `the window of ${view.id} ended at ${iso(view.end)}`
+          ? `the window of ${view.id} ended at ${isoEnd(view.end)}`
           : `released ${view.id}`,
       Expired: `the hold of ${view.id} ran out before it was confirmed`,
       Pending: '',
@@ -513,7 +519,7 @@ export class ReservationReconciler {
       atoms,
       nodes: nodes.join(','),
       ...(iso(view.start) ? { start: iso(view.start) } : {}),
-      ...(iso(view.end) ? { end: iso(view.end) } : {}),
+      ...(isoEnd(view.end) ? { end: isoEnd(view.end) } : {}),
       ...(iso(view.leaseExpiresAt) ? { leaseExpiresAt: iso(view.leaseExpiresAt) } : {}),
       state: view.state,
       ...(confirmedAt ? { confirmedAt } : {}),
