@@ -197,25 +197,14 @@ export async function startPodReleaser(deps: ReleaserDeps): Promise<Releaser> {
   };
 
   // One pass at a time: callers (the timer, the drift reconcile) queue behind a running one.
-  let orphanChain: Promise<unknown> = Promise.resolve();
-  const sweepOrphans = (): Promise<{ released: string[] }> => {
-    const p = orphanChain.then(orphanPass, orphanPass);
-    orphanChain = p.catch(() => undefined);
-    return p;
-  };
+  const sweepOrphans = oneAtATime(orphanPass);
   const orphansQuietly = () => {
     if (stopped) return;
     sweepOrphans().catch((e: unknown) => log.warn('orphan sweep failed; nothing released', errorFields(e)));
   };
 
   // ---- pods whose booking ends ---------------------------------------------------------------------------------
-  const stopPass = createStopper({ db: deps.db, kube: deps.kube, log });
-  let stopChain: Promise<unknown> = Promise.resolve();
-  const sweep = (): Promise<StoppedPod[]> => {
-    const p = stopChain.then(stopPass, stopPass);
-    stopChain = p.catch(() => undefined);
-    return p;
-  };
+  const sweep = oneAtATime(createStopper({ db: deps.db, kube: deps.kube, log }));
 
   orphansQuietly();
   const timers = [
@@ -238,5 +227,15 @@ export async function startPodReleaser(deps: ReleaserDeps): Promise<Releaser> {
       retries.clear();
       await informer.stop();
     },
+  };
+}
+
+/** `pass` run one call at a time: a call made while one runs waits for it, whether it succeeded or failed. */
+function oneAtATime<T>(pass: () => Promise<T>): () => Promise<T> {
+  let chain: Promise<unknown> = Promise.resolve();
+  return () => {
+    const p = chain.then(pass, pass);
+    chain = p.catch(() => undefined);
+    return p;
   };
 }

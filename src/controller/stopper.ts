@@ -7,7 +7,7 @@
 import { DEFAULT_STOP_SLACK_SECONDS, stopGraceSeconds } from '../core/stop.ts';
 import type { Db } from '../db/pool.ts';
 import { httpStatus, type ExtenderKube } from '../extender/kube.ts';
-import { podsToStop } from '../db/reads.ts';
+import { podsToStop, type PodToStop } from '../db/reads.ts';
 import { errorFields, type Logger } from '../log.ts';
 
 export interface StopperDeps {
@@ -37,12 +37,13 @@ export function createStopper(deps: StopperDeps): () => Promise<StoppedPod[]> {
   const stopped = new Set<string>();
   const log = deps.log;
 
-  const stopOne = async (r: Awaited<ReturnType<typeof podsToStop>>[number]): Promise<StoppedPod | undefined> => {
+  const stopOne = async (r: PodToStop): Promise<StoppedPod> => {
     const pod = `${r.namespace}/${r.podName}`;
+    const gone: StoppedPod = { pod, reservationId: r.reservationId, how: 'gone', graceSeconds: 0 };
+    // 404: gone; 409: the uid precondition failed, the name is a successor's.
+    const isGone = (e: unknown) => [404, 409].includes(httpStatus(e) ?? 0);
     const found = (await deps.kube.getPod(r.namespace, r.podName)) as PodLite | undefined;
-    if (!found || (found.metadata?.uid && found.metadata.uid !== r.podUid)) {
-      return { pod, reservationId: r.reservationId, how: 'gone', graceSeconds: 0 };
-    }
+    if (!found || (found.metadata?.uid && found.metadata.uid !== r.podUid)) return gone;
     const own = found.spec?.terminationGracePeriodSeconds;
     const policy = { stopGraceSeconds: r.stopGraceSeconds, slackSeconds };
     const graceSeconds = stopGraceSeconds(r.deadlineMs, r.nowMs, typeof own === 'number' && own >= 0 ? own : undefined, policy);
@@ -57,16 +58,14 @@ export function createStopper(deps: StopperDeps): () => Promise<StoppedPod[]> {
       log.info('evicted pod whose booking ends', fields);
       return { pod, reservationId: r.reservationId, how: 'evicted', graceSeconds };
     } catch (e) {
-      const status = httpStatus(e);
-      if (status === 404 || status === 409) return { pod, reservationId: r.reservationId, how: 'gone', graceSeconds: 0 };
+      if (isGone(e)) return gone;
       // 429: a PodDisruptionBudget refused; anything else (a webhook, a timeout): the booking ends all the same.
-      log.warn('eviction refused; deleting the pod, its booking ends', { ...fields, status, ...errorFields(e) });
+      log.warn('eviction refused; deleting the pod, its booking ends', { ...fields, status: httpStatus(e), ...errorFields(e) });
     }
     try {
       await deps.kube.deletePod(r.namespace, r.podName, graceSeconds, r.podUid);
     } catch (e) {
-      const status = httpStatus(e);
-      if (status === 404 || status === 409) return { pod, reservationId: r.reservationId, how: 'gone', graceSeconds: 0 };
+      if (isGone(e)) return gone;
       throw e;
     }
     log.info('deleted pod whose booking ends', fields);
@@ -81,11 +80,8 @@ export function createStopper(deps: StopperDeps): () => Promise<StoppedPod[]> {
     for (const r of rows) {
       if (stopped.has(r.podUid)) continue;
       try {
-        const done = await stopOne(r);
-        if (done) {
-          stopped.add(r.podUid);
-          out.push(done);
-        }
+        out.push(await stopOne(r));
+        stopped.add(r.podUid);
       } catch (e) {
         log.warn('stopping a pod failed; retried next pass', { pod: `${r.namespace}/${r.podName}`, ...errorFields(e) });
       }

@@ -78,6 +78,17 @@ async function toBefore(endMs: number, ms: number) {
   await t.clock.sync();
 }
 
+/** An hour's booking of both GPUs with one pod (`grace` its own) assigned, and a stopper that has nothing to do yet. */
+async function bookedWithPod(name: string, grace: number) {
+  const r = await book(3600);
+  const f = fakeKube();
+  f.pods.set(name, { uid: `u-${name}`, grace });
+  await assign(r.id, name, `u-${name}`);
+  const stop = createStopper({ db: t.db, kube: f.kube, log: silentLogger });
+  expect(await stop()).toEqual([]);
+  return { r, stop };
+}
+
 describe('the end of a booking is the end of its containers', () => {
   it('back to back on the same GPUs: the first pod is told to stop 40 s before its end with a grace that ends 5 s before it; not earlier, and once', async () => {
     const first = await book(600);
@@ -147,23 +158,13 @@ describe('the end of a booking is the end of its containers', () => {
   });
 
   it('a Reservation deleted before its end stops its pods at once with the capped grace', async () => {
-    const r = await book(3600);
-    const f = fakeKube();
-    f.pods.set('gone-early', { uid: 'u-gone-early', grace: 600 });
-    await assign(r.id, 'gone-early', 'u-gone-early');
-    const stop = createStopper({ db: t.db, kube: f.kube, log: silentLogger });
-    expect(await stop()).toEqual([]);
+    const { r, stop } = await bookedWithPod('gone-early', 600);
     await ledger.release(r.id);
     expect(await stop()).toEqual([{ pod: 'end/gone-early', reservationId: r.id, how: 'evicted', graceSeconds: 30 }]);
   });
 
   it('a node put in maintenance: its reservation pods are stopped at once with the capped grace (their bookings stay until they are gone: docs/repair.md)', async () => {
-    const r = await book(3600);
-    const f = fakeKube();
-    f.pods.set('on-maint', { uid: 'u-on-maint', grace: 600 });
-    await assign(r.id, 'on-maint', 'u-on-maint');
-    const stop = createStopper({ db: t.db, kube: f.kube, log: silentLogger });
-    expect(await stop()).toEqual([]);
+    const { r, stop } = await bookedWithPod('on-maint', 600);
     await setNodeState(t.db, NODE, { maintenance: true });
     try {
       expect(await stop()).toEqual([{ pod: 'end/on-maint', reservationId: r.id, how: 'evicted', graceSeconds: 30 }]);
@@ -173,12 +174,7 @@ describe('the end of a booking is the end of its containers', () => {
   });
 
   it('a pod on a node where its reservation no longer has a live booking (re-placed while the node was away) is stopped at once', async () => {
-    const r = await book(3600);
-    const f = fakeKube();
-    f.pods.set('left-behind', { uid: 'u-left-behind', grace: 10 });
-    await assign(r.id, 'left-behind', 'u-left-behind');
-    const stop = createStopper({ db: t.db, kube: f.kube, log: silentLogger });
-    expect(await stop()).toEqual([]);
+    const { r, stop } = await bookedWithPod('left-behind', 10);
     // What a repair's cut leaves: the reservation's bookings on the node end now.
     await t.db.query(`SELECT bc_repair_cut($1)`, [
       JSON.stringify([{ allocationId: r.allocations[0]!.id, atoms: r.allocations[0]!.atoms }]),
