@@ -4,6 +4,8 @@
 #   ctl.sh env                                 prints the export lines of the running cluster
 #   ctl.sh stop|start|restart COMPONENT        COMPONENT: etcd kube-apiserver kube-controller-manager kube-scheduler
 #                                              containerd kubelet
+#   ctl.sh pause|resume COMPONENT              freezes a running component (SIGSTOP) or lets it go on (SIGCONT): it
+#                                              keeps its sockets and connections, and does nothing meanwhile
 #   ctl.sh restart kube-scheduler FILE         installs FILE as the scheduler's KubeSchedulerConfiguration, restarts
 #   ctl.sh render-scheduler-config FILE        prints FILE as the scheduler will get it (__KUBECONFIG__ replaced;
 #                                              clientConnection and leaderElection added when missing)
@@ -93,7 +95,13 @@ case "$cmd" in
       if bc_running "$comp"; then bc_log "$comp already running"; else bc_start "$comp"; fi
     fi
     ;;
+  pause | resume)
+    comp="${2:?usage: ctl.sh $cmd COMPONENT}"
+    known "$comp"
+    pid="$(bc_pid "$comp")" || bc_die "$comp is not running"
+    if [[ "$cmd" == pause ]]; then kill -STOP "$pid"; else kill -CONT "$pid"; fi
+    ;;
   *)
-    bc_die "unknown command '$cmd' (status, env, stop, start, restart, render-scheduler-config, acquire, release)"
+    bc_die "unknown command '$cmd' (status, env, stop, start, restart, pause, resume, render-scheduler-config, acquire, release)"
     ;;
 esac

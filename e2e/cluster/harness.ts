@@ -146,7 +146,7 @@ export interface Node {
 export interface Pod {
   metadata: ObjectMeta;
   spec: { nodeName?: string; schedulerName?: string; nodeSelector?: Record<string, string> };
-  status?: { phase?: string; podIP?: string; conditions?: Condition[] };
+  status?: { phase?: string; reason?: string; message?: string; podIP?: string; conditions?: Condition[] };
 }
 export interface KubeEvent {
   reason?: string;
@@ -438,6 +438,18 @@ export async function restartKubelet(): Promise<void> {
   await ctl(['restart', 'kubelet']);
   const node = clusterInfo().nodeName;
   await waitFor(`node ${node} Ready after kubelet restart`, async () => isReady(await kubectlJson<Node>(['get', 'node', node])));
+}
+
+/**
+ * Freezes a component of the local cluster (SIGSTOP) until resumeComponent: it keeps its sockets, registrations and
+ * watches, and does nothing meanwhile (a kubelet admits no pod, answers no probe and calls no plugin).
+ */
+export async function pauseComponent(component: string): Promise<void> {
+  return ctl(['pause', component]);
+}
+
+export async function resumeComponent(component: string): Promise<void> {
+  return ctl(['resume', component]);
 }
 
 /** Restarts any component of the local cluster: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, containerd, kubelet. */

@@ -7,6 +7,8 @@
 #      and the reservation suite (e2e/cluster/controller.test.ts, deploy/overlays/external on a PostgreSQL of this host,
 #      which the pods reach at the kind network's gateway); other test files as arguments
 #      (`npm run test:kind -- e2e/cluster/x.test.ts`). Tests that restart the process cluster's own components skip themselves on kind.
+#      The hand-off suite's two round tests run 10 rounds here (BC_HANDOFF_ROUNDS), not the process cluster's 50: kind
+#      proves that the installed image and deploy/ hand over across two nodes; the rounds that hunt races run once.
 #   4. checks that no image was pulled: every image in every node's containerd is one built here, and no kubelet
 #      reported pulling one;
 #   5. npm run kind:down, unless KEEP=1 (or the cluster existed before).
@@ -44,7 +46,7 @@ workers="$(k get nodes -l '!node-role.kubernetes.io/control-plane' -o jsonpath='
 s=$SECONDS
 cd "$root"
 rc=0
-BC_EXTERNAL_CLUSTER=1 BC_KUBECONFIG="$kubeconfig" BC_KUBECTL="$kubectl" BC_NODE_NAME="${workers%%,*}" \
+BC_EXTERNAL_CLUSTER=1 BC_HANDOFF_ROUNDS="${BC_HANDOFF_ROUNDS:-10}" BC_KUBECONFIG="$kubeconfig" BC_KUBECTL="$kubectl" BC_NODE_NAME="${workers%%,*}" \
   BC_GPU_NODES="$workers" BC_POD_GATEWAY="$gateway" BC_BUSYBOX_IMAGE=bettercompute.local/busybox:v1 \
   npx vitest run --project cluster "${files[@]}" || rc=$?
 say "suites on kind: rc=$rc in $((SECONDS - s))s"
