@@ -4,12 +4,14 @@
 // GPUs from a ConfigMap instead of nvidia-smi, and finds the kubelet's pod-resources socket under the test kubelet's
 // root directory. The trial overlay's PersistentVolumeClaim binds to a hostPath PersistentVolume made here (this
 // cluster has no StorageClass; kind has one).
-import { spawn } from 'node:child_process';
+import { execFile, spawn } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
 import YAML from 'yaml';
+import { writeChart } from '../../scripts/helm/chart.ts';
 import { simulatedSpec } from '../../src/agent/discovery.ts';
 import { apply, clusterInfo, kubectl, kubectlJson, kubectlResult, waitFor, type Node } from './harness.ts';
 
@@ -160,6 +162,13 @@ export async function installProduct(opts: InstallOptions = {}): Promise<Install
   // CRDs first (their kinds must be known before anything that uses them), then everything.
   const r = await kubectlResult(['apply', '--server-side', '--force-conflicts', '-k', overlay], { timeoutMs: 120_000 });
   if (r.code !== 0) throw new Error(`kubectl apply -k failed:\n${r.stderr}`);
+  fs.rmSync(overlay, { recursive: true, force: true });
+  return waitInstalled(t0, gpus);
+}
+
+/** Waits until an install is Ready: the controller and agent rolled out, the scheduler leading, the GPUs advertised. */
+async function waitInstalled(t0: number, gpus: number): Promise<Installed> {
+  const c = clusterInfo();
   await kubectl(['-n', SYSTEM_NS, 'rollout', 'status', 'deployment/better-compute-controller', '--timeout=300s'], { timeoutMs: 310_000 });
   await kubectl(['-n', SYSTEM_NS, 'rollout', 'status', 'daemonset/better-compute-agent', '--timeout=180s'], { timeoutMs: 190_000 });
   // kube-scheduler beside the controller schedules only once it holds its Lease.
@@ -170,7 +179,6 @@ export async function installProduct(opts: InstallOptions = {}): Promise<Install
   );
   for (const node of c.gpuNodes) await waitAdvertised('bettercompute.io/gpu', gpus, node);
   const readySeconds = (Date.now() - t0) / 1000;
-  fs.rmSync(overlay, { recursive: true, force: true });
   return {
     readySeconds,
     gpus,
@@ -183,6 +191,77 @@ export async function installProduct(opts: InstallOptions = {}): Promise<Install
       return { name: p.metadata.name, ip: p.status.podIP! };
     },
   };
+}
+
+/** The pinned Helm (scripts/helm/build.sh builds it once, cached). */
+export async function helmBin(): Promise<string> {
+  const { stdout } = await promisify(execFile)('bash', [path.join(ROOT, 'scripts/helm/build.sh')], { maxBuffer: 16 * 1024 * 1024 });
+  return stdout.trim();
+}
+
+/** Runs the pinned Helm against the test cluster; resolves with its stdout, rejects with its stderr. */
+export async function helm(args: string[], timeoutMs = 300_000): Promise<string> {
+  const bin = await helmBin();
+  const c = clusterInfo();
+  const { stdout } = await promisify(execFile)(bin, ['--kubeconfig', c.kubeconfig, ...args], { timeout: timeoutMs, maxBuffer: 64 * 1024 * 1024, encoding: 'utf8' }).catch(
+    (e: { stderr?: string; message: string }) => {
+      throw new Error(`helm ${args.join(' ')}: ${e.stderr?.trim() || e.message}`);
+    },
+  );
+  return stdout;
+}
+
+/** The chart, generated from deploy/ (npm run chart) into a temporary directory. */
+export function chartDir(): string {
+  return writeChart(path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'bc-chart-')), 'better-compute'), clusterInfo().kubectl);
+}
+
+export const HELM_RELEASE = 'better-compute';
+
+/**
+ * Installs the product with `helm install` of the chart, as a platform team that keeps its releases in the product's
+ * namespace does (the namespace made first, with the labels deploy/base/namespace.yaml gives it; namespace.create=false).
+ * Only what cannot be real here is set, through the chart's values: the agent reads simulated GPUs from a ConfigMap
+ * and finds the test kubelet's pod-resources directory.
+ */
+export async function installWithHelm(opts: { gpus?: number } = {}): Promise<Installed> {
+  const gpus = opts.gpus ?? 8;
+  const c = clusterInfo();
+  await loadImages();
+  await ensureDataVolume();
+  await kubectl(['label', 'node', ...c.gpuNodes, `${GPU_NODE_LABEL}=true`, '--overwrite']);
+  await kubectl(['apply', '-f', path.join(ROOT, 'deploy/base/namespace.yaml')]);
+  await apply({
+    apiVersion: 'v1',
+    kind: 'ConfigMap',
+    metadata: { name: 'better-compute-simulated-gpus', namespace: SYSTEM_NS },
+    data: Object.fromEntries(c.gpuNodes.map((node) => [`${node}.json`, JSON.stringify(simulatedSpec(node, gpus))])),
+  });
+  const values = {
+    namespace: { create: false },
+    agent: {
+      podResourcesHostPath: path.dirname(c.podResourcesSocket),
+      extraEnv: [{ name: 'BETTER_COMPUTE_DEVICES_FILE', value: '/etc/better-compute/devices/$(NODE_NAME).json' }],
+      extraVolumeMounts: [{ name: 'simulated-gpus', mountPath: '/etc/better-compute/devices', readOnly: true }],
+      extraVolumes: [{ name: 'simulated-gpus', configMap: { name: 'better-compute-simulated-gpus' } }],
+    },
+  };
+  const dir = chartDir();
+  const valuesFile = path.join(path.dirname(dir), 'values.json');
+  fs.writeFileSync(valuesFile, JSON.stringify(values));
+  const t0 = Date.now();
+  try {
+    await helm(['install', HELM_RELEASE, dir, '--namespace', SYSTEM_NS, '--values', valuesFile]);
+  } finally {
+    fs.rmSync(path.dirname(dir), { recursive: true, force: true });
+  }
+  return waitInstalled(t0, gpus);
+}
+
+/** `helm uninstall`, then whatever uninstallProduct removes that the release did not own (namespace, volume, labels). */
+export async function uninstallWithHelm(): Promise<void> {
+  await helm(['uninstall', HELM_RELEASE, '--namespace', SYSTEM_NS, '--ignore-not-found']);
+  await uninstallProduct();
 }
 
 /**

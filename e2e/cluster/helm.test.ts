@@ -1,0 +1,132 @@
+import fs from 'node:fs';
+import path from 'node:path';
+import YAML from 'yaml';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { renders } from '../../scripts/helm/chart.ts';
+import { type Pod, apply, clusterInfo, deletePodsNow, kubectl, kubectlResult, uniqueName, waitForPodPhase } from './harness.ts';
+import { applyNodePool, chartDir, helm, installWithHelm, removeNodePool, reserveAndWait, uninstallWithHelm } from './install.ts';
+
+// The Helm chart (scripts/helm/chart.ts, generated from deploy/, ADR 0037): it lints, renders what kustomize renders,
+// passes the API server's dry run, and `helm install` of it runs a Reservation's pod on its atoms.
+type Obj = { kind: string; metadata: { name: string; namespace?: string; annotations?: Record<string, string> } };
+
+function objects(text: string): Map<string, Obj> {
+  const out = new Map<string, Obj>();
+  for (const d of YAML.parseAllDocuments(text)) {
+    const o = d.toJSON() as Obj | null;
+    if (o) out.set(`${o.kind}/${o.metadata.namespace ?? ''}/${o.metadata.name}`, o);
+  }
+  return out;
+}
+
+/** The chart's objects, less what it adds on purpose: the annotation that keeps CRDs on uninstall. */
+function withoutKeep(m: Map<string, Obj>): Map<string, Obj> {
+  for (const o of m.values()) {
+    if (o.kind !== 'CustomResourceDefinition') continue;
+    expect(o.metadata.annotations?.['helm.sh/resource-policy'], `${o.metadata.name} kept on uninstall`).toBe('keep');
+    delete o.metadata.annotations!['helm.sh/resource-policy'];
+    if (!Object.keys(o.metadata.annotations!).length) delete o.metadata.annotations;
+  }
+  return m;
+}
+
+let dir: string;
+const template = (...set: string[]) => helm(['template', 'better-compute', dir, '--namespace', 'better-compute-system', ...set.flatMap((s) => ['--set', s])]);
+
+describe('the Helm chart', () => {
+  beforeAll(() => {
+    dir = chartDir();
+  }, 600_000);
+  afterAll(() => fs.rmSync(path.dirname(dir), { recursive: true, force: true }));
+
+  it('lints', async () => {
+    expect(await helm(['lint', dir, '--strict'])).toMatch(/1 chart\(s\) linted, 0 chart\(s\) failed/);
+  }, 600_000);
+
+  it('renders with its defaults what kustomize renders, for each database mode and with monitoring', async () => {
+    const k = renders(clusterInfo().kubectl);
+    expect(withoutKeep(objects(await template()))).toEqual(objects(k.trial));
+    expect(withoutKeep(objects(await template('database.mode=external')))).toEqual(objects(k.external));
+    const both = objects(k.trial);
+    for (const [key, o] of objects(k.monitoring)) both.set(key, o);
+    expect(withoutKeep(objects(await template('monitoring.enabled=true')))).toEqual(both);
+  }, 120_000);
+
+  it('puts the values where they belong, and refuses values that cannot work', async () => {
+    const out = objects(
+      await template(
+        'database.mode=external',
+        'controller.replicas=3',
+        'image.tag=9.9.9',
+        'database.secret.name=pg-app',
+        'agent.deviceListStrategy=cdi-cri',
+        'agent.nodeSelector.pool=a100',
+        'controller.resources.limits.memory=3Gi',
+      ),
+    );
+    const deployment = out.get('Deployment/better-compute-system/better-compute-controller') as unknown as {
+      spec: { replicas: number; template: { spec: { containers: { name: string; image: string; resources: unknown; env: { name: string; valueFrom?: { secretKeyRef?: { name: string } } }[] }[] } } };
+    };
+    expect(deployment.spec.replicas).toBe(3);
+    const controller = deployment.spec.template.spec.containers.find((c) => c.name === 'controller')!;
+    expect(controller.image).toMatch(/:9\.9\.9$/);
+    expect(controller.resources).toEqual({ limits: { memory: '3Gi' } });
+    expect(controller.env.find((e) => e.name === 'DATABASE_URL')?.valueFrom?.secretKeyRef?.name).toBe('pg-app');
+    const agent = out.get('DaemonSet/better-compute-system/better-compute-agent') as unknown as {
+      spec: { template: { spec: { nodeSelector: unknown; containers: { image: string; env: { name: string; value?: string }[] }[] } } };
+    };
+    expect(agent.spec.template.spec.nodeSelector).toEqual({ pool: 'a100' });
+    expect(agent.spec.template.spec.containers[0]!.image).toMatch(/:9\.9\.9$/);
+    expect(agent.spec.template.spec.containers[0]!.env.find((e) => e.name === 'DEVICE_LIST_STRATEGY')?.value).toBe('cdi-cri');
+    await expect(template('controller.replicas=2')).rejects.toThrow(/controller.replicas must be 1/);
+    await expect(template('database.mode=cloud')).rejects.toThrow(/database.mode must be embedded or external/);
+  }, 120_000);
+
+  it('passes the API server dry run in each database mode', async () => {
+    // The dry run creates nothing, so its namespaced objects need their namespace: made for real here, with the labels
+    // deploy/ gives it (the install below keeps it: namespace.create=false).
+    await kubectl(['apply', '-f', path.join(import.meta.dirname, '../../deploy/base/namespace.yaml')]);
+    for (const mode of ['embedded', 'external']) {
+      const text = await template(`database.mode=${mode}`, 'namespace.create=false');
+      const r = await kubectlResult(['apply', '--dry-run=server', '--server-side', '-f', '-'], { input: text, timeoutMs: 120_000 });
+      expect(r.code, `${mode}: ${r.stderr}`).toBe(0);
+    }
+  }, 180_000);
+
+  describe('helm install', () => {
+    const ns = uniqueName('helm-team');
+    const pool = uniqueName('helm-pool');
+    beforeAll(async () => {
+      const installed = await installWithHelm({ gpus: 4 });
+      process.stderr.write(`[helm] installed to Ready in ${installed.readySeconds.toFixed(1)}s\n`);
+      await apply({ apiVersion: 'v1', kind: 'Namespace', metadata: { name: ns, labels: { 'bettercompute.io/tenant': ns } } });
+      await applyNodePool(pool, [{ tenant: ns }]);
+    }, 1_800_000);
+    afterAll(async () => {
+      await kubectlResult(['delete', 'namespace', ns, '--wait=true', '--timeout=120s'], { timeoutMs: 130_000 });
+      await removeNodePool(pool);
+      await uninstallWithHelm();
+    }, 300_000);
+
+    it("runs a Reservation's pod on exactly its atoms", async () => {
+      const st = await reserveAndWait(ns, 'train', pool, 2, '1h');
+      const atoms = st.allocations.flatMap((a) => a.atoms).sort();
+      expect(atoms).toHaveLength(2);
+      await apply({
+        apiVersion: 'v1',
+        kind: 'Pod',
+        metadata: { name: 'train-0', namespace: ns, labels: { 'bettercompute.io/reservation': 'train' } },
+        spec: {
+          restartPolicy: 'Never',
+          terminationGracePeriodSeconds: 0,
+          containers: [{ name: 'main', image: clusterInfo().busyboxImage, command: ['sh', '-c', 'env'], resources: { limits: { 'bettercompute.io/gpu': '2' } } }],
+        },
+      });
+      const done: Pod = await waitForPodPhase(ns, 'train-0', ['Succeeded', 'Failed'], 120_000);
+      expect(done.status?.phase).toBe('Succeeded');
+      const line = (await kubectl(['-n', ns, 'logs', 'train-0'])).split('\n').find((l) => l.startsWith('BETTERCOMPUTE_ATOMS='));
+      expect(line?.slice('BETTERCOMPUTE_ATOMS='.length).split(',').sort()).toEqual(atoms);
+      await deletePodsNow(ns, ['train-0']);
+    }, 300_000);
+  });
+});
