@@ -3,11 +3,12 @@ import path from 'node:path';
 import YAML from 'yaml';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { renders } from '../../scripts/helm/chart.ts';
-import { type Pod, apply, clusterInfo, deletePodsNow, kubectl, kubectlResult, uniqueName, waitForPodPhase } from './harness.ts';
-import { applyNodePool, chartDir, helm, installWithHelm, removeNodePool, reserveAndWait, uninstallWithHelm } from './install.ts';
+import { clusterInfo, kubectl, kubectlResult } from './harness.ts';
+import { chartDir, helm } from './install.ts';
 
 // The Helm chart (scripts/helm/chart.ts, generated from deploy/, ADR 0037): it lints, renders what kustomize renders,
-// passes the API server's dry run, and `helm install` of it runs a Reservation's pod on its atoms.
+// puts values where they belong and passes the API server's dry run. The installed-product suite (installed.test.ts)
+// installs it with `helm install`.
 type Obj = { kind: string; metadata: { name: string; namespace?: string; annotations?: Record<string, string> } };
 
 function objects(text: string): Map<string, Obj> {
@@ -37,7 +38,11 @@ describe('the Helm chart', () => {
   beforeAll(() => {
     dir = chartDir();
   }, 600_000);
-  afterAll(() => fs.rmSync(path.dirname(dir), { recursive: true, force: true }));
+  let madeNamespace = false;
+  afterAll(async () => {
+    fs.rmSync(path.dirname(dir), { recursive: true, force: true });
+    if (madeNamespace) await kubectlResult(['delete', 'namespace', 'better-compute-system', '--wait=true', '--timeout=120s'], { timeoutMs: 130_000 });
+  }, 180_000);
 
   it('lints', async () => {
     expect(await helm(['lint', dir, '--strict'])).toMatch(/1 chart\(s\) linted, 0 chart\(s\) failed/);
@@ -85,6 +90,7 @@ describe('the Helm chart', () => {
   it('passes the API server dry run in each database mode', async () => {
     // The dry run creates nothing, so its namespaced objects need their namespace: made for real here, with the labels
     // deploy/ gives it (the install below keeps it: namespace.create=false).
+    madeNamespace = (await kubectlResult(['get', 'namespace', 'better-compute-system'])).code !== 0;
     await kubectl(['apply', '-f', path.join(import.meta.dirname, '../../deploy/base/namespace.yaml')]);
     for (const mode of ['embedded', 'external']) {
       const text = await template(`database.mode=${mode}`, 'namespace.create=false');
@@ -92,41 +98,4 @@ describe('the Helm chart', () => {
       expect(r.code, `${mode}: ${r.stderr}`).toBe(0);
     }
   }, 180_000);
-
-  describe('helm install', () => {
-    const ns = uniqueName('helm-team');
-    const pool = uniqueName('helm-pool');
-    beforeAll(async () => {
-      const installed = await installWithHelm({ gpus: 4 });
-      process.stderr.write(`[helm] installed to Ready in ${installed.readySeconds.toFixed(1)}s\n`);
-      await apply({ apiVersion: 'v1', kind: 'Namespace', metadata: { name: ns, labels: { 'bettercompute.io/tenant': ns } } });
-      await applyNodePool(pool, [{ tenant: ns }]);
-    }, 1_800_000);
-    afterAll(async () => {
-      await kubectlResult(['delete', 'namespace', ns, '--wait=true', '--timeout=120s'], { timeoutMs: 130_000 });
-      await removeNodePool(pool);
-      await uninstallWithHelm();
-    }, 300_000);
-
-    it("runs a Reservation's pod on exactly its atoms", async () => {
-      const st = await reserveAndWait(ns, 'train', pool, 2, '1h');
-      const atoms = st.allocations.flatMap((a) => a.atoms).sort();
-      expect(atoms).toHaveLength(2);
-      await apply({
-        apiVersion: 'v1',
-        kind: 'Pod',
-        metadata: { name: 'train-0', namespace: ns, labels: { 'bettercompute.io/reservation': 'train' } },
-        spec: {
-          restartPolicy: 'Never',
-          terminationGracePeriodSeconds: 0,
-          containers: [{ name: 'main', image: clusterInfo().busyboxImage, command: ['sh', '-c', 'env'], resources: { limits: { 'bettercompute.io/gpu': '2' } } }],
-        },
-      });
-      const done: Pod = await waitForPodPhase(ns, 'train-0', ['Succeeded', 'Failed'], 120_000);
-      expect(done.status?.phase).toBe('Succeeded');
-      const line = (await kubectl(['-n', ns, 'logs', 'train-0'])).split('\n').find((l) => l.startsWith('BETTERCOMPUTE_ATOMS='));
-      expect(line?.slice('BETTERCOMPUTE_ATOMS='.length).split(',').sort()).toEqual(atoms);
-      await deletePodsNow(ns, ['train-0']);
-    }, 300_000);
-  });
 });

@@ -17,7 +17,7 @@ import {
 } from './harness.ts';
 import { devicePluginClient, grpc, unary } from '../../src/agent/grpc.ts';
 import { request } from '../../test/support/http.ts';
-import { applyNodePool, installProduct, removeNodePool, reserveAndWait, SYSTEM_NS, uninstallProduct, type Installed } from './install.ts';
+import { applyNodePool, installWithHelm, removeNodePool, reserveAndWait, SYSTEM_NS, uninstallWithHelm, type Installed } from './install.ts';
 
 // The product as a platform team installs it: the image built offline, `kubectl apply -k deploy/overlays/trial`
 // (e2e/cluster/install.ts), and then what users and attackers do from their own namespaces. Each attack here worked
@@ -66,8 +66,10 @@ function gpuPod(name: string, extra: { spec?: Record<string, unknown>; gpus?: nu
 }
 
 beforeAll(async () => {
-  installed = await installProduct({ gpus: 8 });
-  process.stderr.write(`[installed] kubectl apply -k to Ready in ${installed.readySeconds.toFixed(1)}s\n`);
+  // With `helm install` of the chart (which renders exactly deploy/, e2e/cluster/helm.test.ts): the other suites install
+  // with `kubectl apply -k`, so both of the ways users install are held by a suite.
+  installed = await installWithHelm({ gpus: 8 });
+  process.stderr.write(`[installed] helm install to Ready in ${installed.readySeconds.toFixed(1)}s\n`);
   const ca = await kubectlJson<{ data: Record<string, string> }>(['-n', SYSTEM_NS, 'get', 'configmap', 'better-compute-ca']);
   caFile = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'bc-ca-')), 'ca.crt');
   fs.writeFileSync(caFile, ca.data['ca.crt']!);
@@ -82,10 +84,10 @@ afterAll(async () => {
   // While the controller still runs: it removes the Reservations' finalizers, so the namespaces can go.
   await kubectlResult(['delete', 'namespace', NS, IMPOSTOR_NS, '--wait=true', '--timeout=120s'], { timeoutMs: 130_000 });
   await removeNodePool(POOL);
-  if (process.env.BC_KEEP_INSTALLED !== '1') await uninstallProduct();
+  if (process.env.BC_KEEP_INSTALLED !== '1') await uninstallWithHelm();
 }, 300_000);
 
-describe('installed from the image with deploy/', () => {
+describe('installed from the image with helm install of the chart (deploy/, rendered)', () => {
   it('runs the controller beside its scheduler, and an agent that holds no database credentials', async () => {
     const pod = await installed.controllerPod();
     const p = await kubectlJson<Pod & { spec: { containers: { name: string; image: string }[] } }>(['-n', SYSTEM_NS, 'get', 'pod', pod.name]);

@@ -415,18 +415,18 @@ export class Agent {
         if (!adm || adm.atoms.length === 0) {
           throw new RefusedError(`no on-demand admission is in flight on ${this.o.nodeName}: ${resource} goes only to pods bound by the scheduler extender`);
         }
-        const notBooked = ids.filter((id) => !adm.atoms.includes(id));
-        if (notBooked.length) {
-          throw new RefusedError(`the kubelet chose ${ids.join(',')}, but pod ${adm.namespace}/${adm.podName} was booked ${adm.atoms.join(',')}`);
-        }
         // An admission belongs to one pod: the kubelet admits pods one at a time and lists the one it admits, so an
         // Allocate while the admission's pod is not listed is for another pod, one whose own admission ran out (a
-        // kubelet that came back late). It is refused rather than handed this pod's atoms.
+        // kubelet that came back late). It is refused rather than handed this pod's atoms, whichever it asks for.
         const snapshot = await this.listPods();
         if (!snapshot.pods.has(`${adm.namespace}/${adm.podName}`)) {
           throw new RefusedError(
             `the on-demand admission on ${this.o.nodeName} is for pod ${adm.namespace}/${adm.podName}, which the kubelet is not admitting: this Allocate is for another pod, and its atoms are not that pod's`,
           );
+        }
+        const notBooked = ids.filter((id) => !adm.atoms.includes(id));
+        if (notBooked.length) {
+          throw new RefusedError(`the kubelet chose ${ids.join(',')}, but pod ${adm.namespace}/${adm.podName} was booked ${adm.atoms.join(',')}`);
         }
         this.guard6(ids, snapshot);
         const response = await this.containerResponse(resource, ids);
