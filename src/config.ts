@@ -2,12 +2,25 @@ import os from 'node:os';
 import path from 'node:path';
 import { z } from 'zod';
 import { cdiAnnotationPrefixSchema, cdiKindSchema, deviceListStrategiesSchema } from './core/device-list.ts';
+import { parseDbTargets } from './core/db-hosts.ts';
 import { DurationError, parseDuration } from './core/duration.ts';
 import { DEFAULT_SCAVENGES, ScavengesSchema } from './scavenge.ts';
 
 // The one place that reads the environment. Parsed once at start into a frozen object that is passed explicitly.
 const ConfigSchema = z.object({
-  databaseUrl: z.string().url().optional(),
+  // One host, or several (a primary and its standbys: `postgres://u:p@db-a,db-b/ledger?target_session_attrs=read-write`).
+  databaseUrl: z
+    .string()
+    .superRefine((url, ctx) => {
+      try {
+        if (parseDbTargets(url)) return;
+      } catch (e) {
+        ctx.addIssue({ code: 'custom', message: (e as Error).message });
+        return;
+      }
+      if (!URL.canParse(url)) ctx.addIssue({ code: 'custom', message: 'Invalid URL' });
+    })
+    .optional(),
   dataDir: z.string().min(1),
   embeddedPort: z.coerce.number().int().min(1).max(65535),
   logLevel: z.enum(['debug', 'info', 'warn', 'error']),

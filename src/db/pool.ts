@@ -1,5 +1,6 @@
 import pg from 'pg';
 import { SQLSTATE, sqlState } from './errors.ts';
+import { HostRing, parseDbTargets, type DbTargets } from '../core/db-hosts.ts';
 
 // timestamptz and bigint come back as numbers of milliseconds / numbers, not strings or Dates.
 pg.types.setTypeParser(pg.types.builtins.INT8, (v) => Number(v));
@@ -45,10 +46,52 @@ export function dbTimeoutsFrom(c: {
   };
 }
 
+/**
+ * A client class whose connections go to the ring's current host, and which refuses a server that cannot take writes
+ * when the URL asks for read-write (or primary): the ring then moves on, and the pool's next connection tries the next
+ * host. A standby promoted to primary is found so, with no change to the URL.
+ */
+function failoverClient(targets: DbTargets, ring: HostRing): typeof pg.Client {
+  return class FailoverClient extends pg.Client {
+    private readonly target;
+    constructor(config?: string | pg.ClientConfig) {
+      const target = ring.current;
+      super({ ...(typeof config === 'object' ? config : {}), connectionString: targets.urlFor(target) });
+      this.target = target;
+    }
+    // pg's overloads: a promise without a callback, the callback (the pool's way) with one.
+    override connect(): Promise<pg.Client>;
+    override connect(callback: ((err: Error) => void) | ((err: null, c: pg.Client) => void)): void;
+    override connect(callback?: ((err: Error) => void) | ((err: null, c: pg.Client) => void)): Promise<pg.Client> | void {
+      const done = this.connectToWriter().then(() => this as pg.Client);
+      if (!callback) return done;
+      const cb = callback as (err: Error | null, c?: pg.Client) => void;
+      done.then((c) => cb(null, c), (e: Error) => cb(e));
+    }
+    private async connectToWriter(): Promise<void> {
+      try {
+        await super.connect();
+      } catch (e) {
+        ring.failed(this.target);
+        throw e;
+      }
+      if (targets.sessionAttrs === 'any') return;
+      const { rows } = await super.query<{ standby: boolean }>('SELECT pg_is_in_recovery() AS standby');
+      if (rows[0]?.standby) {
+        ring.failed(this.target);
+        await this.end().catch(() => undefined);
+        throw new Error(`database host ${this.target.host}:${this.target.port} is a standby (in recovery), not the primary; the next connection tries the next host`);
+      }
+    }
+  };
+}
+
 export function createPool(url: string, max = 10, timeouts: Partial<DbTimeouts> = {}): Db {
   const t = { ...DEFAULT_DB_TIMEOUTS, ...timeouts };
+  const targets = parseDbTargets(url);
   const pool = new pg.Pool({
-    connectionString: url,
+    connectionString: targets ? targets.urlFor(targets.hosts[0]!) : url,
+    ...(targets ? { Client: failoverClient(targets, new HostRing(targets.hosts)) } : {}),
     max,
     connectionTimeoutMillis: t.connectMs,
     statement_timeout: t.statementMs,
