@@ -187,11 +187,23 @@ describe('KubernetesAuthorizer', () => {
     expect(seen).toHaveLength(5);
   });
 
-  it('a rejected token is not cached: the next request asks again', async () => {
-    const a = new KubernetesAuthorizer({ kubeConfig: kubeConfig() });
-    await failure(a.authenticate('stolen-token'));
+  it('a rejected token is refused from the cache for rejectedTtlMs (one TokenReview, not one per request), then asked again', async () => {
+    let now = 0;
+    const a = new KubernetesAuthorizer({ kubeConfig: kubeConfig(), rejectedTtlMs: 5000, monotonicNow: () => now });
+    for (let i = 0; i < 5; i++) expect((await failure(a.authenticate('stolen-token'))).code).toBe('UNAUTHENTICATED');
+    expect(seen).toHaveLength(1);
+    now = 5000;
     await failure(a.authenticate('stolen-token'));
     expect(seen).toHaveLength(2);
+  });
+
+  it('concurrent requests with one token share one TokenReview', async () => {
+    const a = new KubernetesAuthorizer({ kubeConfig: kubeConfig(), cacheTtlMs: 0, rejectedTtlMs: 0 });
+    const users = await Promise.all(Array.from({ length: 10 }, () => a.authenticate('alice-token')));
+    expect(new Set(users.map((u) => u.subject))).toEqual(new Set(['alice']));
+    const bad = await Promise.all(Array.from({ length: 10 }, () => failure(a.authenticate('garbage'))));
+    expect(bad.every((e) => e.code === 'UNAUTHENTICATED')).toBe(true);
+    expect(seen.filter((r) => r.path.endsWith('/tokenreviews'))).toHaveLength(2);
   });
 
   it('an API server failure is an error, not a decision (the HTTP layer answers INTERNAL)', async () => {

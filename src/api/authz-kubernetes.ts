@@ -84,6 +84,8 @@ export interface KubernetesAuthorizerOptions {
   audiences?: string[];
   /** How long a review's answer is reused, in milliseconds (0: never). Default 10 s. */
   cacheTtlMs?: number;
+  /** How long a refused token is refused without asking again (TokenReviewerOptions). Default 5 s. */
+  rejectedTtlMs?: number;
   /** A monotonic clock in milliseconds for the cache (tests inject one). Default performance.now. */
   monotonicNow?: () => number;
 }
@@ -118,6 +120,11 @@ export interface TokenReviewerOptions {
   audiences?: string[];
   /** How long an answer is reused, in milliseconds (0: never). Default 10 s. */
   cacheTtlMs?: number;
+  /**
+   * How long a token the API server refused is refused again without asking, in milliseconds (0: never). Default 5 s:
+   * garbage tokens then cost one TokenReview per token per 5 s, not one per request.
+   */
+  rejectedTtlMs?: number;
   /** A monotonic clock in milliseconds for the cache (tests inject one). Default performance.now. */
   monotonicNow?: () => number;
 }
@@ -129,10 +136,15 @@ export interface TokenReviewerOptions {
 export class TokenReviewer {
   private readonly authn: AuthenticationV1Api;
   private readonly users: TtlCache<Principal>;
+  private readonly rejected: TtlCache<true>;
+  /** Reviews in flight by token hash: concurrent requests with one token share one TokenReview. */
+  private readonly inFlight = new Map<string, Promise<Principal>>();
 
   constructor(private readonly opts: TokenReviewerOptions) {
     this.authn = opts.kubeConfig.makeApiClient(AuthenticationV1Api);
-    this.users = new TtlCache(opts.cacheTtlMs ?? 10_000, opts.monotonicNow ?? (() => performance.now()));
+    const now = opts.monotonicNow ?? (() => performance.now());
+    this.users = new TtlCache(opts.cacheTtlMs ?? 10_000, now);
+    this.rejected = new TtlCache(opts.rejectedTtlMs ?? 5_000, now);
   }
 
   /** The token's user (name, uid, groups, extra). Throws ApiError UNAUTHENTICATED for no token or one not accepted. */
@@ -141,6 +153,15 @@ export class TokenReviewer {
     const key = createHash('sha256').update(token).digest('hex');
     const cached = this.users.get(key);
     if (cached) return cached;
+    if (this.rejected.get(key)) throw unauthenticated('the bearer token is not valid');
+    const pending = this.inFlight.get(key);
+    if (pending) return pending;
+    const review = this.review(token, key).finally(() => this.inFlight.delete(key));
+    this.inFlight.set(key, review);
+    return review;
+  }
+
+  private async review(token: string, key: string): Promise<Principal> {
     const review = await this.authn.createTokenReview({
       body: {
         apiVersion: 'authentication.k8s.io/v1',
@@ -150,6 +171,7 @@ export class TokenReviewer {
     });
     const status = review.status;
     if (!status?.authenticated || !status.user?.username) {
+      this.rejected.set(key, true);
       throw unauthenticated('the bearer token is not valid');
     }
     const u = status.user;
