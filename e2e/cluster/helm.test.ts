@@ -20,19 +20,10 @@ function objects(text: string): Map<string, Obj> {
   return out;
 }
 
-/** The chart's objects, less what it adds on purpose: the annotation that keeps CRDs on uninstall. */
-function withoutKeep(m: Map<string, Obj>): Map<string, Obj> {
-  for (const o of m.values()) {
-    if (o.kind !== 'CustomResourceDefinition') continue;
-    expect(o.metadata.annotations?.['helm.sh/resource-policy'], `${o.metadata.name} kept on uninstall`).toBe('keep');
-    delete o.metadata.annotations!['helm.sh/resource-policy'];
-    if (!Object.keys(o.metadata.annotations!).length) delete o.metadata.annotations;
-  }
-  return m;
-}
-
 let dir: string;
-const template = (...set: string[]) => helm(['template', 'better-compute', dir, '--namespace', 'better-compute-system', ...set.flatMap((s) => ['--set', s])]);
+// With its CRDs (crds/, which Helm installs when they are missing and never replaces).
+const template = (...set: string[]) =>
+  helm(['template', 'better-compute', dir, '--namespace', 'better-compute-system', '--include-crds', ...set.flatMap((s) => ['--set', s])]);
 
 describe('the Helm chart', () => {
   beforeAll(() => {
@@ -50,11 +41,11 @@ describe('the Helm chart', () => {
 
   it('renders with its defaults what kustomize renders, for each database mode and with monitoring', async () => {
     const k = renders(clusterInfo().kubectl);
-    expect(withoutKeep(objects(await template()))).toEqual(objects(k.trial));
-    expect(withoutKeep(objects(await template('database.mode=external')))).toEqual(objects(k.external));
+    expect(objects(await template())).toEqual(objects(k.trial));
+    expect(objects(await template('database.mode=external'))).toEqual(objects(k.external));
     const both = objects(k.trial);
     for (const [key, o] of objects(k.monitoring)) both.set(key, o);
-    expect(withoutKeep(objects(await template('monitoring.enabled=true')))).toEqual(both);
+    expect(objects(await template('monitoring.enabled=true'))).toEqual(both);
   }, 120_000);
 
   it('puts the values where they belong, and refuses values that cannot work', async () => {
@@ -89,7 +80,7 @@ describe('the Helm chart', () => {
 
   it('passes the API server dry run in each database mode', async () => {
     // The dry run creates nothing, so its namespaced objects need their namespace: made for real here, with the labels
-    // deploy/ gives it (the install below keeps it: namespace.create=false).
+    // deploy/ gives it (removed after, unless it was there before).
     madeNamespace = (await kubectlResult(['get', 'namespace', 'better-compute-system'])).code !== 0;
     await kubectl(['apply', '-f', path.join(import.meta.dirname, '../../deploy/base/namespace.yaml')]);
     for (const mode of ['embedded', 'external']) {

@@ -230,6 +230,9 @@ export async function installWithHelm(opts: { gpus?: number } = {}): Promise<Ins
   await loadImages();
   await ensureDataVolume();
   await kubectl(['label', 'node', ...c.gpuNodes, `${GPU_NODE_LABEL}=true`, '--overwrite']);
+  // The CRDs as `kubectl apply -k` makes them, whatever ran before (a team moving from kustomize to Helm does the
+  // same): the install goes over CRDs no release owns, which the chart's crds/ allows (templates did not).
+  await kubectl(['apply', '--server-side', '--force-conflicts', '-k', path.join(ROOT, 'crds')]);
   await kubectl(['apply', '-f', path.join(ROOT, 'deploy/base/namespace.yaml')]);
   await apply({
     apiVersion: 'v1',

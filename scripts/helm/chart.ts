@@ -33,7 +33,6 @@ export interface Chart {
 
 const CONTROLLER = 'better-compute-controller';
 const AGENT = 'better-compute-agent';
-const KEEP = 'helm.sh/resource-policy';
 
 function parseAll(text: string): Obj[] {
   return YAML.parseAllDocuments(text)
@@ -125,10 +124,6 @@ function defaultsOf(trial: Obj[], external: Obj[]): Defaults {
 /** Puts the value points into one object (a copy), for the database mode it renders in. */
 function withPoints(o: Obj, d: Defaults, points: Points, mode: 'embedded' | 'external'): Obj {
   const c = structuredClone(o);
-  if (c.kind === 'CustomResourceDefinition') {
-    // Helm deletes a release's objects on uninstall; a CRD's deletion deletes every Reservation. Kept, like crds/.
-    c.metadata.annotations = { ...c.metadata.annotations, [KEEP]: 'keep' };
-  }
   const spec = podSpec(c);
   if (!spec) return c;
   const image = `${d.image.repository}:${d.image.tag}`;
@@ -296,6 +291,13 @@ appVersion: ${JSON.stringify(version)}
     const a = t.get(k);
     const b = e.get(k);
     const any = (a ?? b)!;
+    if (any.kind === 'CustomResourceDefinition') {
+      // crds/: installed when missing, never replaced nor deleted by Helm (a CRD's deletion deletes every Reservation),
+      // and no ownership asked of one that exists (an install after `kubectl apply -k`). Plain YAML, not a template.
+      if (a && b && JSON.stringify(a) !== JSON.stringify(b)) throw new Error(`${k}: the overlays render the CRD differently`);
+      files.set(`crds/${any.metadata.name}.yaml`, YAML.stringify(any, { lineWidth: 0 }));
+      continue;
+    }
     let body: string;
     if (a && b && JSON.stringify(a) === JSON.stringify(b)) body = toTemplate(withPoints(a, d, points, 'embedded'), points);
     else {
