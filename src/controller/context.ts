@@ -43,7 +43,7 @@ export interface ControllerContext {
     nodes: WorkQueue;
     nodeDevices: WorkQueue;
   };
-  /** Pool name → poolId, as upserted by this leader (else read from Pool status). */
+  /** Pool name → poolId, as upserted by this leader. A Pool's status.poolId is a mirror, never read as input. */
   poolIds: Map<string, string>;
   /** What the Node reconciler last wrote per node (skips unchanged writes); its pool. */
   nodeWritten: Map<string, { json: string; poolId: string | null }>;
@@ -59,7 +59,10 @@ export interface ControllerContext {
   poolNameOf(poolId: string | null | undefined): string | undefined;
 }
 
-/** The poolId of a Pool by name: this leader's upsert, else the Pool's status. */
+/**
+ * The poolId of a Pool by name, as this leader's Pool reconciler upserted it; undefined until it has (callers requeue).
+ * Never the Pool's status.poolId: status is a mirror that anyone with patch on pools/status could forge.
+ */
 export function poolIdOf(ctx: ControllerContext, poolName: string): string | undefined {
-  return ctx.poolIds.get(poolName) ?? ctx.informers.pools.get(poolName)?.status?.poolId;
+  return ctx.poolIds.get(poolName);
 }

@@ -134,7 +134,7 @@ export function setupControllers(o: SetupOptions): Controllers {
     poolNameOf(poolId) {
       if (!poolId) return undefined;
       for (const [name, id] of ctx.poolIds) if (id === poolId) return name;
-      return informers.pools.list().find((p) => p.status?.poolId === poolId)?.metadata.name;
+      return undefined;
     },
   };
 

@@ -36,6 +36,25 @@ describe('Reservation reconciler: identity from the ledger, by metadata.uid', ()
     reconciler = new ReservationReconciler(f.ctx);
   });
 
+  it('a Pool whose status.poolId is forged to another pool’s id books nothing there: it waits for its own upsert', async () => {
+    const rp = f.ctx.poolIds.get('rp')!;
+    // Pool "lure" is not in the ledger yet (its reconcile has not run); its status claims rp's id.
+    f.informers.pools.put({ metadata: { name: 'lure' }, spec: { nodeSelector: { pool: 'lure' }, ownerTenant: 'beta' }, status: { poolId: rp } });
+    f.informers.reservations.put({
+      apiVersion: 'bettercompute.io/v1alpha1',
+      kind: 'Reservation',
+      metadata: { namespace: 'team-b', name: 'lured', uid: 'uid-lured', generation: 1, resourceVersion: '1' },
+      spec: { pool: 'lure', devices: [{ class: 'gpu', count: 1 }], duration: '1h', binding: 'confirmed' },
+    });
+    expect(await reconciler.reconcile('team-b/lured')).toEqual({ requeueAfterMs: 500 });
+    expect(get('team-b/lured')?.status?.reservationId).toBeUndefined();
+    const { rows } = await t.db.query('SELECT id FROM reservations WHERE pool_id = $1 AND tenant_id = $2', [rp, 'beta']);
+    expect(rows).toEqual([]);
+    expect(f.ctx.poolNameOf(rp)).toBe('rp');
+    f.informers.pools.cache.delete('lure');
+    f.informers.reservations.cache.delete('team-b/lured');
+  });
+
   it('a status forged to another tenant’s reservation: neither mirrored nor released on delete; the CR’s own booking is', async () => {
     cr('team-a', 'a', 'uid-a');
     cr('team-b', 'b', 'uid-b');

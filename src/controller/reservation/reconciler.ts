@@ -204,8 +204,9 @@ export class ReservationReconciler {
     const ctx = this.ctx;
     const pool = ctx.informers.pools.get(r.spec.pool);
     const poolId = pool ? poolIdOf(ctx, r.spec.pool) : undefined;
-    // The Pool exists but its reconcile has not put it in the ledger yet: that wakes Pending reservations soon.
-    if (pool && !poolId && !pool.status?.poolId) return { requeueAfterMs: 500 };
+    // The Pool exists but this leader's Pool reconcile has not put it in the ledger yet (never read from status.poolId,
+    // a mirror): that wakes Pending reservations soon.
+    if (pool && !poolId) return { requeueAfterMs: 500 };
     if (!poolId) {
       await this.writeVerdict(r, tenant, undefined, {
         phase: 'Pending',
