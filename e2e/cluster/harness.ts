@@ -181,6 +181,9 @@ function run(cmd: string, args: string[], opts: { input?: string; timeoutMs?: nu
       if (timer) clearTimeout(timer);
       resolve({ code: code ?? (signal ? 128 : 1), stdout, stderr });
     });
+    // A child that exits before it reads its input (most kubectl commands read none) closes the pipe: the write's EPIPE
+    // is no failure of ours, and its exit code says what happened (kind's run once died of it, unhandled).
+    child.stdin!.on('error', () => undefined);
     child.stdin!.end(opts.input ?? '');
   });
 }

@@ -5,6 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   agentKubeconfig,
   apply,
+  deletePodsNow,
   clusterInfo,
   kubectl,
   kubectlJson,
@@ -184,6 +185,24 @@ describe('installed from the image with helm install of the chart (deploy/, rend
     } finally {
       await kubectlResult(['delete', 'namespace', exempt, '--wait=false']);
     }
+  });
+
+  it("the controller's identity may patch a pod only for its annotation: not the image (policy bettercompute-controller-pod-annotation-only)", async () => {
+    await apply({
+      apiVersion: 'v1',
+      kind: 'Pod',
+      metadata: { name: 'patch-target', namespace: NS },
+      spec: { containers: [{ name: 'main', image: c().busyboxImage, command: ['sleep', '3600'] }], terminationGracePeriodSeconds: 0 },
+    });
+    const asController = ['--as', `system:serviceaccount:${SYSTEM_NS}:better-compute-controller`];
+    const image = await kubectlResult([...asController, '-n', NS, 'patch', 'pod', 'patch-target', '--type=strategic', '-p', JSON.stringify({ spec: { containers: [{ name: 'main', image: 'evil:1' }] } })]);
+    expect(image.code).not.toBe(0);
+    expect(image.stderr).toMatch(/bettercompute-controller-pod-annotation-only.*not its spec/s);
+    const note = await kubectlResult([...asController, '-n', NS, 'patch', 'pod', 'patch-target', '--type=merge', '-p', JSON.stringify({ metadata: { annotations: { 'bettercompute.io/preempt-at': '2030-01-01T00:00:00Z' } } })]);
+    expect(note.code, note.stderr).toBe(0);
+    const label = await kubectlResult([...asController, '-n', NS, 'label', 'pod', 'patch-target', 'stolen=yes']);
+    expect(label.stderr).toMatch(/not its labels/);
+    await deletePodsNow(NS, ['patch-target']);
   });
 
   it("an agent's identity may write only its own node's NodeDevices", async () => {

@@ -62,6 +62,7 @@ describe('deploy/admission', () => {
     const policies = all.filter((o) => o.kind === 'ValidatingAdmissionPolicy');
     const bindings = all.filter((o) => o.kind === 'ValidatingAdmissionPolicyBinding');
     expect(policies.map((p) => p.metadata.name).sort()).toEqual([
+      'bettercompute-controller-pod-annotation-only',
       'bettercompute-no-visible-devices-env',
       'bettercompute-nodedevices-own-node',
       'bettercompute-scheduler-only',
@@ -133,6 +134,8 @@ describe('tools/celcheck: the policies on sample requests, with the API server�
     const verdicts = await goToolVerdicts('celcheck', ['../../deploy/admission/policies.yaml', '../../deploy/admission/webhook.yaml']);
     expect(verdicts.filter((l) => l.startsWith('FAIL'))).toEqual([]);
     const ok = (prefix: string) => expect(verdicts.some((l) => l.startsWith(`ok:   ${prefix}`)), prefix).toBe(true);
+    ok('controller-pod: changes the image → denied=true');
+    ok('controller-pod: sets preempt-at → denied=false');
     ok('visible-devices: NVIDIA_VISIBLE_DEVICES=all → denied=true "pod team-a/p sets NVIDIA_VISIBLE_DEVICES in container main');
     ok('visible-devices: in an init container → denied=true');
     ok('visible-devices: ephemeral container setting it → denied=true');

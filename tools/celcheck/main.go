@@ -283,6 +283,32 @@ func main() {
 		}
 	}
 
+	cp := policies["bettercompute-controller-pod-annotation-only"]
+	check(cp != nil, "policy bettercompute-controller-pod-annotation-only present")
+	v = compilePolicy(cp)
+	controller := &user.DefaultInfo{Name: "system:serviceaccount:better-compute-system:better-compute-controller", Groups: []string{"system:serviceaccounts"}}
+	meta := func(annotations, labels, image string) *unstructured.Unstructured {
+		return obj(`{"apiVersion":"v1","kind":"Pod","metadata":{"name":"p","namespace":"team-a","labels":{` + labels + `},"annotations":{` + annotations + `}},"spec":{"containers":[{"name":"c","image":"` + image + `"}]}}`)
+	}
+	base := meta(`"a":"1"`, `"app":"x"`, "train:1")
+	for _, c := range []struct {
+		name  string
+		after *unstructured.Unstructured
+		u     user.Info
+		deny  bool
+		msg   string
+	}{
+		{"sets preempt-at", meta(`"a":"1","bettercompute.io/preempt-at":"2026-12-02T10:00:00Z"`, `"app":"x"`, "train:1"), controller, false, ""},
+		{"changes the image", meta(`"a":"1"`, `"app":"x"`, "evil:1"), controller, true, "not its spec"},
+		{"changes a label", meta(`"a":"1"`, `"app":"y"`, "train:1"), controller, true, "not its labels"},
+		{"changes another annotation", meta(`"a":"2"`, `"app":"x"`, "train:1"), controller, true, "not its other annotations"},
+		{"removes another annotation", meta(``, `"app":"x"`, "train:1"), controller, true, "not its other annotations"},
+		{"another user changes the image", meta(`"a":"1"`, `"app":"x"`, "evil:1"), tenant, false, ""},
+	} {
+		d := run(v, pods, "Pod", admission.Update, c.after, base, "team-a", c.u)
+		check(d.denied == c.deny && !d.errored && strings.Contains(d.msg, c.msg), "controller-pod: %s → denied=%v %q", c.name, d.denied, d.msg)
+	}
+
 	check(webhook != nil && len(webhook.Webhooks) == 1, "one mutating webhook")
 	if webhook != nil {
 		w := webhook.Webhooks[0]
