@@ -23,13 +23,18 @@ import type { Informer } from '../kube/informer.ts';
 import type { NamespaceCR, Reservation } from '../kube/types.ts';
 import { TENANT_LABEL } from '../kube/types.ts';
 import type { Db } from '../db/pool.ts';
+import { capDeclaredBody } from '../api/body-cap.ts';
 import { errorFields, type Logger } from '../log.ts';
 import { ledgerBookings, type BookingLookup } from './bookings.ts';
 
 export const SCHEDULER_NAME = 'better-compute-scheduler';
 export const DEFAULT_SCHEDULER = 'default-scheduler';
-/** Largest AdmissionReview accepted (a pod is at most ~1.5 MiB in etcd); larger bodies are refused before parsing. */
-export const MAX_REVIEW_BYTES = 3 * 1024 * 1024;
+/**
+ * Largest AdmissionReview accepted: a pod is at most 1.5 MiB in etcd, and the webhook is sent only pods that request
+ * our resources (matchConditions), so 2 MiB leaves room for the review's envelope and JSON's overhead. Larger bodies
+ * are refused (413) from their Content-Length before a byte is read, or cut off at the cap while read (chunked).
+ */
+export const MAX_REVIEW_BYTES = 2 * 1024 * 1024;
 
 const OUR_PREFIXES = ['bettercompute.io/', `${RESERVATION_GROUP}/`];
 const isOurs = (resource: string) => OUR_PREFIXES.some((p) => resource.startsWith(p));
@@ -256,6 +261,7 @@ function response(uid: string, a: Admission) {
 /** POST /pods: AdmissionReview admission.k8s.io/v1 in, AdmissionReview out (mounted at /admission). */
 export function createPodAdmissionRouter(deps: PodAdmissionDeps): Router {
   const router = express.Router();
+  router.use(capDeclaredBody(MAX_REVIEW_BYTES));
   router.use(express.json({ limit: MAX_REVIEW_BYTES, type: ['application/json'] }));
   router.post('/pods', async (req, res) => {
     const review = AdmissionReviewSchema.safeParse(req.body);

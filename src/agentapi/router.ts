@@ -4,6 +4,7 @@
 // ServiceAccount, and only for the node its pod runs on (the token's node-name claim), is answered.
 import express, { type NextFunction, type Request, type RequestHandler, type Response, type Router } from 'express';
 import { bearerToken } from '../api/authz.ts';
+import { capDeclaredBody } from '../api/body-cap.ts';
 import { forbidden, invalidInput, notFound, toErrorResponse, unauthenticated } from '../api/errors.ts';
 import type { Principal } from '../api/authz.ts';
 import type { Clock } from '../db/clock.ts';
@@ -42,6 +43,8 @@ export function agentUsernameFor(namespace: string, serviceAccount = 'better-com
 export function createAgentApiRouter(deps: AgentApiDeps): Router {
   const router = express.Router();
   const cache = new NodeInventoryCache(deps.stateCacheMs ?? 250);
+  // Before the token is reviewed: a declared body over the cap costs no TokenReview.
+  router.use(capDeclaredBody(AGENT_API_MAX_BODY_BYTES));
 
   // Who is asking, and whether they are this node's agent. Nothing is read before both hold.
   const authorizeNode: RequestHandler = async (req, res, next) => {

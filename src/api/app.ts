@@ -8,6 +8,7 @@ import { errorFields, type Logger } from '../log.ts';
 import type { HttpMetrics } from '../metrics/registry.ts';
 import { bearerToken, type Authorizer, type CapacityReadTarget, type Principal } from './authz.ts';
 import type { CapacityService } from './capacity-service.ts';
+import { capDeclaredBody } from './body-cap.ts';
 import { ApiError, invalidInput, toErrorResponse } from './errors.ts';
 import { ByDomainInput, ByPoolInput, parseInput, PreviewInput, QuotaInput, SummaryInput, TimelineInput, UsageInput } from '../core/schemas.ts';
 
@@ -98,7 +99,10 @@ export function createApp(deps: AppDeps): express.Express {
     });
   }
 
-  const json = express.json({ limit: deps.maxBodyBytes ?? MAX_BODY_BYTES, strict: false, type: () => true });
+  const maxBody = deps.maxBodyBytes ?? MAX_BODY_BYTES;
+  const json = express.json({ limit: maxBody, strict: false, type: () => true });
+  // A declared body over the cap is refused from its headers, before the token is reviewed (no TokenReview spent).
+  const capBody = capDeclaredBody(maxBody, { status: 400, code: 'INVALID_INPUT' });
 
   const authenticate: RequestHandler = async (req, res, next) => {
     locals(res).principal = await deps.authorizer.authenticate(bearerToken(req.get('authorization')));
@@ -125,6 +129,7 @@ export function createApp(deps: AppDeps): express.Express {
         locals(res).route = path;
         next();
       },
+      capBody,
       authenticate,
       requireJson,
       json,
