@@ -171,13 +171,13 @@ describe('admitPod', () => {
       pod: pod({ label: 'other', containers: [{ limits: gpu('1') }] }),
       message: /namespace team-a has no Reservation other/,
     },
-    { name: 'not booked yet', pod: pod({ label: 'waiting', containers: [{ limits: gpu('1') }] }), message: /Reservation team-a\/waiting, which is not booked yet/ },
-    { name: 'ended', pod: pod({ label: 'over', containers: [{ limits: gpu('1') }] }), message: new RegExp(`whose booking ${id('b')} has ended \\(released\\)`) },
-    { name: 'being deleted', pod: pod({ label: 'leaving', containers: [{ limits: gpu('1') }] }), message: /team-a\/leaving, which is being deleted/ },
+    { name: 'not booked yet', pod: pod({ label: 'waiting', containers: [{ limits: gpu('1') }] }), message: /namespace team-a has no Reservation waiting that it may use now/ },
+    { name: 'ended', pod: pod({ label: 'over', containers: [{ limits: gpu('1') }] }), message: /namespace team-a has no Reservation over that it may use now/ },
+    { name: 'being deleted', pod: pod({ label: 'leaving', containers: [{ limits: gpu('1') }] }), message: /namespace team-a has no Reservation leaving that it may use now/ },
     {
       name: 'labelled, but already requesting another reservation’s resource',
       pod: pod({ label: 'train', containers: [{ limits: { [res('d')]: '1' } }] }),
-      message: new RegExp(`whose resource is ${res('a')}, but requests ${res('d')}`),
+      message: new RegExp(`requests ${res('d')}, which is not that Reservation's resource`),
     },
     {
       name: 'a foreign namespace’s reservation resource, named directly',
@@ -194,7 +194,7 @@ describe('admitPod', () => {
     {
       name: 'an ended reservation named directly',
       pod: pod({ containers: [{ limits: { [res('b')]: '1' } }] }),
-      message: /of Reservation team-a\/over, whose booking has ended/,
+      message: /not a Reservation of namespace team-a/,
     },
     { name: 'a malformed reservation resource', pod: pod({ containers: [{ limits: { 'reservations.bettercompute.io/train': '1' } }] }), message: /names no reservation/ },
     {
@@ -353,6 +353,79 @@ describe('createPodAdmissionRouter', () => {
       expect(body.response.allowed).toBe(false);
       expect(body.response.status.code).toBe(500);
       expect(body.response.status.message).not.toContain('db down');
+    } finally {
+      await new Promise<void>((r) => s.close(() => r()));
+    }
+  });
+});
+
+describe('a forged AdmissionReview (issue 35: strangers learn nothing, ADR 0034)', () => {
+  // A pod of team-a posts reviews naming namespace team-b; the refusals must not tell apart a Reservation that does
+  // not exist from one that exists but is not booked, is being deleted or has ended, nor carry a ledger id.
+  const more: ReservationRef[] = [
+    { namespace: 'team-b', name: 'waiting', uid: 'u-b-waiting', tenant: 'bcorp', deleting: false },
+    { namespace: 'team-b', name: 'over', uid: 'u-b-over', tenant: 'bcorp', deleting: false },
+    { namespace: 'team-b', name: 'leaving', uid: 'u-b-leaving', tenant: 'bcorp', deleting: true },
+  ];
+  const moreBookings: Booking[] = [
+    { id: id('m'), tenantId: 'bcorp', idempotencyKey: 'u-b-over', state: 'released', ended: true },
+    { id: id('n'), tenantId: 'bcorp', idempotencyKey: 'u-b-leaving', state: 'confirmed', ended: false },
+  ];
+  const all = [...RESERVATIONS, ...more];
+  const allBookings = [...BOOKINGS, ...moreBookings];
+  const ctx: AdmissionLookups = {
+    reservation: async (ns, name) => all.find((r) => r.namespace === ns && r.name === name),
+    reservationsIn: async (ns) => all.filter((r) => r.namespace === ns),
+    bookings: {
+      byReservationUid: async (tenant, uid) => allBookings.find((b) => b.tenantId === tenant && b.idempotencyKey === uid),
+      byId: async (i) => allBookings.find((b) => b.id === i),
+    },
+  };
+  const answer = async (p: PodLike, name: string) => {
+    const a = await admitPod(p, ctx);
+    expect(a.allowed).toBe(false);
+    const message = (a as { message: string }).message.replaceAll(name, '<name>');
+    for (const b of allBookings) expect(message).not.toContain(b.id.slice(4));
+    return message;
+  };
+
+  it('by label: none, not booked, being deleted and ended get one answer', async () => {
+    const answers = await Promise.all(['nope', 'waiting', 'over', 'leaving'].map((n) => answer(pod({ ns: 'team-b', label: n, containers: [{ limits: gpu('1') }] }), n)));
+    expect(new Set(answers).size).toBe(1);
+  });
+
+  it('by resource: none, another tenant’s, ended and being deleted get one answer', async () => {
+    const answers = await Promise.all(['g', 'a', 'm', 'n'].map((c) => answer(pod({ ns: 'team-b', containers: [{ limits: { [res(c)]: '1' } }] }), res(c))));
+    expect(new Set(answers).size).toBe(1);
+  });
+
+  it('labelled and naming a resource: the refusal does not name the Reservation’s own resource', async () => {
+    const a = await admitPod(pod({ ns: 'team-b', label: 'other', containers: [{ limits: { [res('g')]: '1' } }] }), ctx);
+    expect(a.allowed).toBe(false);
+    expect((a as { message: string }).message).not.toContain(res('d'));
+  });
+
+  it('with callerVerified, an unverified caller is refused before its body is read, and no lookup runs', async () => {
+    let looked = 0;
+    const app = express();
+    const counting: AdmissionLookups = { ...lookups, reservation: async (ns, n) => (looked++, lookups.reservation(ns, n)) };
+    app.use('/admission', createPodAdmissionRouter({ ...counting, log: silentLogger, callerVerified: (req) => req.headers['x-test-verified'] === 'yes' }));
+    const s = http.createServer(app);
+    await new Promise<void>((r) => s.listen(0, '127.0.0.1', r));
+    try {
+      const url = `http://127.0.0.1:${(s.address() as AddressInfo).port}/admission/pods`;
+      const body = JSON.stringify({
+        apiVersion: 'admission.k8s.io/v1',
+        kind: 'AdmissionReview',
+        request: { uid: 'r', operation: 'CREATE', namespace: 'team-b', object: pod({ ns: 'team-b', label: 'other', containers: [{ limits: gpu('1') }] }) },
+      });
+      const forged = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json' }, body });
+      expect(forged.status).toBe(403);
+      expect(await forged.text()).not.toContain('rsv');
+      expect(looked).toBe(0);
+      const real = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json', 'x-test-verified': 'yes' }, body });
+      expect(((await real.json()) as { response: { allowed: boolean } }).response.allowed).toBe(true);
+      expect(looked).toBe(1);
     } finally {
       await new Promise<void>((r) => s.close(() => r()));
     }

@@ -17,6 +17,8 @@
 // admitPod() decides from a pod and lookups (no I/O of its own); createPodAdmissionRouter() is the AdmissionReview v1
 // transport the controller mounts at /admission (so the webhook path is /admission/pods).
 import express, { type Router } from 'express';
+import type { IncomingMessage } from 'node:http';
+import type { TLSSocket } from 'node:tls';
 import { z } from 'zod';
 import { GENERIC_RESOURCES, RESERVATION_GROUP, RESERVATION_LABEL, RESERVATION_MARKER, reservationIdOfResource, reservationResourceName } from '../extender/resources.ts';
 import type { Informer } from '../kube/informer.ts';
@@ -150,33 +152,41 @@ const deny = (message: string, code = 403): Admission => ({ allowed: false, mess
 
 type Resolved = { ok: true; resource: string; bookingId: string } | { ok: false; message: string };
 
+/**
+ * The one refusal of a Reservation named by its label, whatever the reason (none by that name, being deleted, not
+ * booked yet, ended): the webhook's caller is not authenticated (ADR 0034), so the answer must not tell a caller who
+ * forged a review naming another namespace whether a Reservation exists there, what state it is in, or its ledger id.
+ * The user who may read the Reservation learns the reason from `kubectl describe`.
+ */
+const unusableByName = (who: string, namespace: string, name: string) =>
+  `pod ${who} is labelled ${RESERVATION_LABEL}=${name}, but namespace ${namespace} has no Reservation ${name} that it may use now: there is none by that name, or it is not booked yet, is being deleted, or has ended (kubectl -n ${namespace} describe reservation ${name}); create the pod once it is Reserved`;
+
 /** The booking of Reservation `namespace/name`, refused unless it is booked and running or to come. */
 async function resolveByName(ctx: AdmissionLookups, who: string, namespace: string, name: string): Promise<Resolved> {
+  const refused: Resolved = { ok: false, message: unusableByName(who, namespace, name) };
   const r = await ctx.reservation(namespace, name);
-  if (!r) {
-    return { ok: false, message: `pod ${who} is labelled ${RESERVATION_LABEL}=${name}, but namespace ${namespace} has no Reservation ${name} (kubectl -n ${namespace} get reservations)` };
-  }
-  if (r.deleting) return { ok: false, message: `pod ${who} names Reservation ${namespace}/${name}, which is being deleted` };
+  if (!r || r.deleting) return refused;
   const b = await ctx.bookings.byReservationUid(r.tenant, r.uid);
-  if (!b) {
-    return { ok: false, message: `pod ${who} names Reservation ${namespace}/${name}, which is not booked yet (kubectl -n ${namespace} describe reservation ${name}); create the pod once it is Reserved` };
-  }
-  if (b.ended) return { ok: false, message: `pod ${who} names Reservation ${namespace}/${name}, whose booking ${b.id} has ended (${b.state === 'held' || b.state === 'confirmed' ? 'its window is over' : b.state})` };
+  if (!b || b.ended) return refused;
   return { ok: true, resource: reservationResourceName(b.id), bookingId: b.id };
 }
 
-/** A reservation resource named directly: its booking must be a Reservation's of the pod's own namespace. */
+/**
+ * A reservation resource named directly: its booking must be a live Reservation's of the pod's own namespace. Every
+ * refusal is the same answer (ADR 0034): nothing says whether the booking exists, whose it is or whether it ended.
+ */
 async function resolveByResource(ctx: AdmissionLookups, who: string, namespace: string, resource: string): Promise<Resolved> {
   const id = reservationIdOfResource(resource);
   if (!id) return { ok: false, message: `pod ${who} requests ${resource}, which names no reservation (expected ${RESERVATION_GROUP}/rsv-<id>)` };
-  const notOurs = `pod ${who} requests ${resource}, which is not a Reservation of namespace ${namespace}: a pod may use only the Reservations of its own namespace (label it ${RESERVATION_LABEL}: <Reservation name> and request bettercompute.io/gpu instead)`;
+  const refused: Resolved = {
+    ok: false,
+    message: `pod ${who} requests ${resource}, which is not a Reservation of namespace ${namespace} that it may use now: a pod may use only the Reservations of its own namespace, booked and not ended (label it ${RESERVATION_LABEL}: <Reservation name> and request bettercompute.io/gpu instead)`,
+  };
   const b = await ctx.bookings.byId(id);
-  if (!b) return { ok: false, message: notOurs };
+  if (!b) return refused;
   // A recurring Reservation's window is keyed `${uid}:${start}` (ADR 0013).
   const owner = (await ctx.reservationsIn(namespace)).find((r) => (r.uid === b.idempotencyKey || b.idempotencyKey.startsWith(`${r.uid}:`)) && r.tenant === b.tenantId);
-  if (!owner) return { ok: false, message: notOurs };
-  if (owner.deleting) return { ok: false, message: `pod ${who} requests ${resource} of Reservation ${namespace}/${owner.name}, which is being deleted` };
-  if (b.ended) return { ok: false, message: `pod ${who} requests ${resource} of Reservation ${namespace}/${owner.name}, whose booking has ended` };
+  if (!owner || owner.deleting || b.ended) return refused;
   return { ok: true, resource, bookingId: id };
 }
 
@@ -201,7 +211,8 @@ export async function admitPod(pod: PodLike, ctx: AdmissionLookups): Promise<Adm
   if (byLabel) {
     target = await resolveByName(ctx, who, namespace, label);
     if (target.ok && named.length && named[0] !== target.resource) {
-      return deny(`pod ${who} is labelled ${RESERVATION_LABEL}=${label}, whose resource is ${target.resource}, but requests ${named[0]}`);
+      // The Reservation's resource is not named: a refusal carries no ledger id (ADR 0034).
+      return deny(`pod ${who} is labelled ${RESERVATION_LABEL}=${label} and requests ${named[0]}, which is not that Reservation's resource: request bettercompute.io/gpu and admission rewrites it`);
     }
   } else if (named.length) {
     if (generic.length) return deny(`pod ${who} requests ${named[0]} and ${generic.join(', ')}: a pod draws from a reservation or on demand, not both`);
@@ -245,6 +256,17 @@ export interface PodAdmissionDeps extends AdmissionLookups {
   log: Logger;
   /** False until the lookups' caches have synced: pods that need them are refused (503) rather than misjudged. */
   synced?: () => boolean;
+  /**
+   * Where the cluster sends the API server's webhook client certificate (ADR 0034): true when this request's caller
+   * is verified (tlsClientVerified). Absent: every caller is answered, and the answers reveal nothing that a refusal
+   * could tell apart. A caller not verified is refused (403) before its body is read.
+   */
+  callerVerified?: (req: IncomingMessage) => boolean;
+}
+
+/** The request came over TLS with a client certificate that the listener's client CA verified. */
+export function tlsClientVerified(req: IncomingMessage): boolean {
+  return (req.socket as TLSSocket).authorized === true;
 }
 
 function response(uid: string, a: Admission) {
@@ -261,6 +283,14 @@ function response(uid: string, a: Admission) {
 /** POST /pods: AdmissionReview admission.k8s.io/v1 in, AdmissionReview out (mounted at /admission). */
 export function createPodAdmissionRouter(deps: PodAdmissionDeps): Router {
   const router = express.Router();
+  if (deps.callerVerified) {
+    const verified = deps.callerVerified;
+    router.use((req, res, next) => {
+      if (verified(req)) return next();
+      res.set('Connection', 'close');
+      res.status(403).json({ error: { code: 'FORBIDDEN', message: 'the admission endpoint answers only the API server (a verified client certificate)' } });
+    });
+  }
   router.use(capDeclaredBody(MAX_REVIEW_BYTES));
   router.use(express.json({ limit: MAX_REVIEW_BYTES, type: ['application/json'] }));
   router.post('/pods', async (req, res) => {
