@@ -9,6 +9,7 @@ import { startEmbedded, type EmbeddedServer } from '../../src/db/embedded.ts';
 import { createPool, type Db } from '../../src/db/pool.ts';
 import { silentLogger } from '../../src/log.ts';
 import { freePort } from '../../src/db/embedded.ts';
+import { eventually } from '../support/eventually.ts';
 
 let dir: string;
 let server: EmbeddedServer | undefined;
@@ -26,19 +27,6 @@ afterAll(async () => {
 
 async function postmasterPid(dataDir: string): Promise<number> {
   return Number((await fs.readFile(path.join(dataDir, 'postmaster.pid'), 'utf8')).split('\n')[0]);
-}
-
-/** Runs `fn` until it succeeds (the server is back) or `ms` have passed. */
-async function eventually<T>(fn: () => Promise<T>, ms: number): Promise<T> {
-  const until = performance.now() + ms;
-  for (;;) {
-    try {
-      return await fn();
-    } catch (e) {
-      if (performance.now() > until) throw e;
-      await new Promise((r) => setTimeout(r, 100));
-    }
-  }
 }
 
 it('a killed embedded server is restarted with its data, and the same pool reads the row again', async () => {

@@ -8,6 +8,7 @@ import { migrate } from '../../src/db/migrate.ts';
 import { createPool, type Db } from '../../src/db/pool.ts';
 import { makeNode, makePool, reservation } from '../support/builders.ts';
 import { checkInvariants, CLEAN } from '../support/invariants.ts';
+import { eventually } from '../support/eventually.ts';
 import { startPair, type PgPair } from '../support/pg-pair.ts';
 
 let pair: PgPair;
@@ -26,19 +27,6 @@ afterAll(async () => {
   await db?.end();
   await pair?.stop();
 }, 60_000);
-
-/** Retries what fails while the database is away (the controller's loops do so); gives up after `ms`. */
-async function soon<T>(ms: number, fn: () => Promise<T>): Promise<T> {
-  const deadline = Date.now() + ms;
-  for (;;) {
-    try {
-      return await fn();
-    } catch (e) {
-      if (Date.now() > deadline) throw e;
-      await new Promise((r) => setTimeout(r, 200));
-    }
-  }
-}
 
 describe('database failover', () => {
   it('the primary killed mid-booking and the standby promoted: every committed booking is there, none overlap, and booking goes on through the same URL', async () => {
@@ -73,9 +61,9 @@ describe('database failover', () => {
         );
       }
     })();
-    await soon(10_000, async () => {
+    await eventually(async () => {
       if (committed.length < 20) throw new Error(`only ${committed.length} bookings before the kill`);
-    });
+    }, 10_000, 200);
     const beforeKill = committed.length;
     await pair.killPrimary();
     process.stderr.write(`[failover] primary killed after ${beforeKill} bookings\n`);
@@ -83,14 +71,14 @@ describe('database failover', () => {
     process.stderr.write('[failover] standby promoted\n');
     // The next bookings after the promotion succeed on the same pool, with no change to its URL.
     const promotedAt = committed.length;
-    await soon(30_000, async () => {
+    await eventually(async () => {
       if (committed.length < promotedAt + 5) throw new Error(`${committed.length - promotedAt} bookings since the promotion; the last failure: ${lastError}`);
-    });
+    }, 30_000, 200);
     stop = true;
     await writer;
 
     expect(beforeKill).toBeGreaterThanOrEqual(20);
-    const { rows } = await soon(10_000, () => db.query<{ id: string }>('SELECT id FROM reservations WHERE id = ANY($1)', [committed]));
+    const { rows } = await eventually(() => db.query<{ id: string }>('SELECT id FROM reservations WHERE id = ANY($1)', [committed]), 10_000, 200);
     expect(rows.map((r) => r.id).sort()).toEqual([...committed].sort());
     const { rows: standby } = await db.query<{ standby: boolean }>('SELECT pg_is_in_recovery() AS standby');
     expect(standby[0]?.standby).toBe(false);
