@@ -13,7 +13,7 @@ const USAGE = `usage: better-compute <command> [options]
 commands:
   migrate            apply the database migrations (embedded PostgreSQL unless DATABASE_URL is set)
   serve              run the capacity API and /metrics (migrates first; see serve --help)
-  controller         run the controller: reservations, pools, nodes and inventory from Kubernetes (see README "Controller")
+  controller         run the controller: reservations, pools, nodes and inventory from Kubernetes (see docs/operations.md)
   agent              run the node agent: device discovery, NodeDevices, kubelet device plugins (see agent --help)
   capacity           capacity summary, pool rows, placement preview, GPU timeline, quota, per domain (see capacity --help)
   usage              hourly usage windows: GPU-hours and more per pool and resource over a period (see usage --help)

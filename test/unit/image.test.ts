@@ -119,10 +119,10 @@ describe('container image', () => {
     for (const src of sources) expect(allowed).toContain(src.replace(/\/$/, ''));
   });
 
-  it('tags the image with the package version, and the README says so', () => {
+  it('tags the image with the package version, and docs/operations.md says so', () => {
     expect(script).toMatch(/^version="\$\(node -p 'require\("\.\/package\.json"\)\.version'\)"$/m);
     expect(script).toMatch(/^app_image="better-compute:\$version"$/m);
     expect(pkg.scripts.image).toBe('bash scripts/image/build.sh');
-    expect(read('README.md')).toContain(`docker build -t better-compute:${pkg.version} .`);
+    expect(read('docs/operations.md')).toContain(`docker build -t better-compute:${pkg.version} .`);
   });
 });
