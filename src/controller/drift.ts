@@ -44,7 +44,10 @@ export interface DriftRun {
   fixed: DriftFix[];
   failed: number;
   pods: number;
+  /** Quota keys whose counters had drifted (see QUOTA_DRIFT_SQL). */
   quota: number;
+  /** By resource, how many atoms those counters were off by: the size of the quota drift. */
+  quotaAtoms: Record<string, number>;
 }
 
 /** The ledger side, in one snapshot; read before the cluster view (see LedgerView). */
@@ -70,22 +73,36 @@ export async function readLedgerView(db: Db): Promise<LedgerView> {
 // reserved` lies between the charges not yet ended and all its charges. (An unlimited key is only counted by the
 // rebuild, so it has no drift to speak of.)
 const QUOTA_DRIFT_SQL = `
-  SELECT count(*)::int AS n
+  SELECT resource, count(*)::int AS keys,
+         sum(greatest(coalesce(c.live, 0) - (q.used + q.reserved), (q.used + q.reserved) - coalesce(c.ever, 0)))::int AS atoms
   FROM quotas q LEFT JOIN (
     SELECT tenant_id, pool_id, resource, sum(amount) FILTER (WHERE upper(during) > compute_now()) AS live, sum(amount) AS ever
     FROM quota_charges WHERE NOT isempty(during) GROUP BY 1, 2, 3
   ) c USING (tenant_id, pool_id, resource)
   WHERE q.max IS NOT NULL
-    AND (q.used + q.reserved < coalesce(c.live, 0) OR q.used + q.reserved > coalesce(c.ever, 0))`;
+    AND (q.used + q.reserved < coalesce(c.live, 0) OR q.used + q.reserved > coalesce(c.ever, 0))
+  GROUP BY resource`;
 
-/** Counts the quota keys whose counters drifted, then rebuilds every key's counters; one fenced transaction. */
-export async function rebuildQuotas(db: Db, fence: Fence): Promise<number> {
+export interface QuotaDrift {
+  /** Keys whose counters had drifted. */
+  keys: number;
+  /** By resource, the atoms by which they lay outside what time explains. */
+  atoms: Record<string, number>;
+}
+
+/** Measures the quota keys' drift, then rebuilds every key's counters; one fenced transaction. */
+export async function rebuildQuotas(db: Db, fence: Fence): Promise<QuotaDrift> {
   return fenced(db, fence, async (tx) => {
     // The rebuild's locks, in its order, first: no booking changes a key between the count and the rebuild.
     await tx.query('SELECT 1 FROM quotas ORDER BY tenant_id, pool_id, resource FOR UPDATE');
-    const { rows } = await tx.query<{ n: number }>(QUOTA_DRIFT_SQL);
+    const { rows } = await tx.query<{ resource: string; keys: number; atoms: number }>(QUOTA_DRIFT_SQL);
     await tx.query('SELECT bc_rebuild_quotas()');
-    return rows[0]!.n;
+    const drift: QuotaDrift = { keys: 0, atoms: {} };
+    for (const r of rows) {
+      drift.keys += r.keys;
+      drift.atoms[r.resource] = r.atoms;
+    }
+    return drift;
   });
 }
 
@@ -130,7 +147,7 @@ async function apply(d: DriftDeps, fix: DriftFix): Promise<boolean> {
 /** One drift reconcile. Throws FencedError when another replica leads; any other failure is counted and logged. */
 export async function runDrift(d: DriftDeps): Promise<DriftRun> {
   const started = performance.now();
-  const run: DriftRun = { complete: false, fixed: [], failed: 0, pods: 0, quota: 0 };
+  const run: DriftRun = { complete: false, fixed: [], failed: 0, pods: 0, quota: 0, quotaAtoms: {} };
   // The ledger first: a row the cluster view then lacks was made from an object the caches held earlier, so the
   // object was deleted since (not created after the view was taken).
   const ledger = await readLedgerView(d.db);
@@ -173,10 +190,13 @@ export async function runDrift(d: DriftDeps): Promise<DriftRun> {
     });
   }
   await step('quota', async () => {
-    run.quota = await rebuildQuotas(d.db, d.fence());
+    const drift = await rebuildQuotas(d.db, d.fence());
+    run.quota = drift.keys;
+    run.quotaAtoms = drift.atoms;
     if (run.quota > 0) {
       d.metrics?.found('quota', 'corrected', run.quota);
-      d.log.info('drift fixed', { kind: 'quota', action: 'corrected', keys: run.quota });
+      for (const [resource, atoms] of Object.entries(drift.atoms)) d.metrics?.quotaDrift(resource, atoms);
+      d.log.info('drift fixed', { kind: 'quota', action: 'corrected', keys: run.quota, atoms: drift.atoms });
     }
   });
 

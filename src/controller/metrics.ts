@@ -66,9 +66,14 @@ export function extenderMetrics(registry: Registry): { onCall(verb: string, seco
 /** The drift reconcile's counts (drift.ts): what it found and fixed, and when it last completed. */
 export interface DriftMetrics {
   found(kind: string, action: string, n?: number): void;
+  /** Quota counters of `resource` found off by `atoms` (beyond what the passage of time explains), and rebuilt. */
+  quotaDrift(resource: string, atoms: number): void;
   /** A run that saw a complete view and applied every fix, at `seconds` since the epoch. */
   completed(seconds: number): void;
 }
+
+/** The resources a quota limits on GPUs; their drift series exist from the start. */
+const QUOTA_DRIFT_RESOURCES = ['gpu', 'gpu.mig', 'gpu.slot'] as const;
 
 export function driftMetrics(registry: Registry, series: readonly { kind: string; action: string }[]): DriftMetrics {
   const found = new Counter({
@@ -79,6 +84,13 @@ export function driftMetrics(registry: Registry, series: readonly { kind: string
   });
   // Every series from the start at 0: increase() over a series that first appears at 1 would see no increase.
   for (const s of series) found.inc(s, 0);
+  const quotaAtoms = new Counter({
+    name: 'bettercompute_drift_quota_atoms_total',
+    help: 'The size of the quota drift the leader found and rebuilt: by resource, the atoms by which limited quota counters lay outside what their charges and the passage of time explain.',
+    labelNames: ['resource'] as const,
+    registers: [registry],
+  });
+  for (const resource of QUOTA_DRIFT_RESOURCES) quotaAtoms.inc({ resource }, 0);
   const last = new Gauge({
     name: 'bettercompute_drift_last_complete_timestamp_seconds',
     help: 'When this replica last completed a drift reconcile (a complete cluster view, every fix applied); 0: never. Only the leader runs it.',
@@ -87,6 +99,7 @@ export function driftMetrics(registry: Registry, series: readonly { kind: string
   last.set(0);
   return {
     found: (kind, action, n = 1) => found.inc({ kind, action }, n),
+    quotaDrift: (resource, atoms) => quotaAtoms.inc({ resource }, atoms),
     completed: (seconds) => last.set(seconds),
   };
 }

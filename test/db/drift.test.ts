@@ -5,6 +5,7 @@
 import { randomUUID } from 'node:crypto';
 import { Registry } from 'prom-client';
 import { beforeAll, describe, expect, it } from 'vitest';
+import { setQuota } from '../../src/db/inventory.ts';
 import { FencedError, Ledger } from '../../src/db/ledger.ts';
 import { DRIFT_SERIES, type ClusterView } from '../../src/controller/drift-plan.ts';
 import { runDrift, startDriftReconcile, type DriftDeps } from '../../src/controller/drift.ts';
@@ -87,6 +88,11 @@ function deps(cluster: DriftDeps['cluster'], more: Partial<DriftDeps> = {}): Dri
     },
     ...more,
   };
+}
+
+async function quotaDriftAtoms(resource: string): Promise<number> {
+  const m = await registry.getSingleMetric('bettercompute_drift_quota_atoms_total')!.get();
+  return m.values.find((v) => v.labels.resource === resource)?.value ?? 0;
 }
 
 async function driftCount(kind: string, action: string): Promise<number> {
@@ -260,11 +266,31 @@ describe('drift reconcile at leadership start', () => {
     expect(await driftCount('quota', 'corrected')).toBe(quota);
 
     // A counter that lost a booking (a write behind the ledger's back): counted, and rebuilt.
+    const atoms = await quotaDriftAtoms('gpu');
     await ctx.db.query(`UPDATE quotas SET used = 0 WHERE tenant_id = 'beta' AND pool_id = $1 AND resource = 'gpu'`, [poolId]);
     const fixed = await runDrift(deps(() => cluster));
-    expect(fixed).toMatchObject({ complete: true, quota: 1 });
+    expect(fixed).toMatchObject({ complete: true, quota: 1, quotaAtoms: { gpu: 2 } });
     expect(await driftCount('quota', 'corrected')).toBe(quota + 1);
+    expect(await quotaDriftAtoms('gpu')).toBe(atoms + 2);
     expect((await ctx.db.query(`SELECT used, reserved FROM quotas WHERE tenant_id = 'beta' AND pool_id = $1 AND resource = 'gpu'`, [poolId])).rows[0]).toEqual({ used: 2, reserved: 2 });
+  });
+
+  it('a key that becomes limited is counted at once: its stale counters are not quota drift', async () => {
+    const poolId = await makePool('quota-newly-limited').offer('gamma').create(ctx.db);
+    await makeNode('quota-newly-limited-n1').gpus(4).create(ctx.db, poolId);
+    const r = await new Ledger(ctx.db).reserve(reservation(poolId, { tenantId: 'gamma', devices: [{ class: 'gpu', count: 3 }] }), ctx.clock.now());
+    expect(r.ok).toBe(true);
+    const cluster = await agreeingCluster();
+    await takeOver();
+    await runDrift(deps(() => cluster)); // the periodic rebuild counts the unlimited key
+    // Its booking ends behind the counters' back (as time would), then the tenant gets a limit.
+    await ctx.db.query(`UPDATE quotas SET used = 7 WHERE tenant_id = 'gamma' AND pool_id = $1 AND resource = 'gpu'`, [poolId]);
+    await setQuota(ctx.db, 'gamma', poolId, 'gpu', 4);
+    expect((await ctx.db.query(`SELECT used, max FROM quotas WHERE tenant_id = 'gamma' AND pool_id = $1 AND resource = 'gpu'`, [poolId])).rows[0]).toEqual({ used: 3, max: 4 });
+    const quota = await driftCount('quota', 'corrected');
+    const run = await runDrift(deps(() => cluster));
+    expect(run).toMatchObject({ complete: true, quota: 0, quotaAtoms: {} });
+    expect(await driftCount('quota', 'corrected')).toBe(quota);
   });
 
   it('a failed step leaves the run incomplete (last complete time unchanged); a deposed leader writes nothing', async () => {
