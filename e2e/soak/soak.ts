@@ -43,6 +43,7 @@ import {
   type List,
   type Pod,
 } from '../cluster/harness.ts';
+import { startPair } from '../../test/support/pg-pair.ts';
 import { TcpProxy } from '../../test/support/tcp-proxy.ts';
 
 export interface SoakOptions {
@@ -52,6 +53,12 @@ export interface SoakOptions {
   checkpointEveryMs?: number;
   /** Progress lines. */
   log?: (line: string) => void;
+  /**
+   * `embedded` (the default): one durable embedded PostgreSQL, killed by the `postgres-kill` fault and restarted by its
+   * supervisor. `replicated`: a primary and its synchronous standby (test/support/pg-pair.ts) behind one two-host
+   * URL; the `postgres-failover` fault kills the primary, promotes the standby and makes a new standby.
+   */
+  database?: 'embedded' | 'replicated';
 }
 
 export interface Checkpoint {
@@ -65,6 +72,7 @@ export interface Checkpoint {
 export interface SoakReport {
   seed: number;
   minutes: number;
+  database: 'embedded' | 'replicated';
   ops: Record<string, number>;
   faults: Record<string, number>;
   checkpoints: Checkpoint[];
@@ -96,17 +104,15 @@ export async function runSoak(o: SoakOptions): Promise<SoakReport> {
   const pick = <T>(xs: readonly T[]): T | undefined => (xs.length ? xs[Math.floor(random() * xs.length)] : undefined);
   const say = o.log ?? ((line: string) => process.stderr.write(`[soak] ${line}\n`));
   const c = clusterInfo();
-  const report: SoakReport = { seed, minutes: o.minutes, ops: {}, faults: {}, checkpoints: [], violations: [], leaderChanges: 0 };
+  const report: SoakReport = { seed, minutes: o.minutes, database: o.database ?? 'embedded', ops: {}, faults: {}, checkpoints: [], violations: [], leaderChanges: 0 };
   const count = (bag: Record<string, number>, k: string) => (bag[k] = (bag[k] ?? 0) + 1);
   const t0 = Date.now();
   const elapsed = () => Math.round((Date.now() - t0) / 1000);
 
   const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'bc-soak-'));
   fs.chmodSync(tmp, 0o755);
-  const pgDir = path.join(tmp, 'pg');
-  // Durable (not `fast`): the soak kills the server, and a crash must lose no committed booking.
-  const pg: EmbeddedServer = await startEmbedded({ dataDir: pgDir, logger: createLogger({ level: 'warn' }) });
-  const db: Db = createPool(pg.url, 8);
+  const database = await startDatabase(o.database ?? 'embedded', path.join(tmp, 'pg'));
+  const db: Db = createPool(database.url, 8);
   {
     const client = await db.connect();
     await migrate(client);
@@ -143,7 +149,7 @@ export async function runSoak(o: SoakOptions): Promise<SoakReport> {
     // Never two processes of one name: they would share the Lease identity and both lead.
     const running = replicas.get(name);
     if (isUp(running)) return running!;
-    const r = await startReplica({ name, databaseUrl: pg.url, namespace: ctrlNs, env: replicaEnv });
+    const r = await startReplica({ name, databaseUrl: database.url, namespace: ctrlNs, env: replicaEnv });
     replicas.set(name, r);
     everyReplica.push(r);
     return r;
@@ -162,7 +168,7 @@ export async function runSoak(o: SoakOptions): Promise<SoakReport> {
   await restartScheduler(schedulerConfigWithExtender(`http://127.0.0.1:${extenderProxy.port}/scheduler`));
 
   // The agent on the real node: it reads the node's state by the function the controller's agent API serves.
-  const agentDb = createPool(pg.url, 4);
+  const agentDb = createPool(database.url, 4);
   const clock = await DbClock.create(agentDb);
   const devicesFile = path.join(tmp, 'devices.json');
   fs.writeFileSync(devicesFile, JSON.stringify(simulatedSpec(c.nodeName, GPUS_PER_NODE)));
@@ -288,21 +294,16 @@ export async function runSoak(o: SoakOptions): Promise<SoakReport> {
   const restartReplica = async (name: string) => {
     await startNamed(name);
   };
-  const killPg = async () => {
-    // A crash, not a shutdown: SIGKILL the postmaster; the embedded server's supervisor starts it again on its data.
-    const before = pg.restarts;
-    const pid = Number(fs.readFileSync(path.join(pgDir, 'postmaster.pid'), 'utf8').split('\n')[0]);
-    process.kill(pid, 'SIGKILL');
-    await waitFor('PostgreSQL started again', async () => pg.restarts > before && (await db.query('SELECT 1').then(() => true, () => false)), {
-      timeoutMs: 60_000,
-      intervalMs: 200,
-    });
-  };
+  const databaseBack = () =>
+    waitFor('PostgreSQL taking writes again', async () => db.query('SELECT 1').then(() => true, () => false), { timeoutMs: 60_000, intervalMs: 200 });
   const faultOps: [number, string, () => Promise<void>][] = [
     [2, 'api-stall', () => apiProxy.stallFor(3000 + random() * 7000)],
     [2, 'api-reset', async () => void apiProxy.reset()],
     [1, 'api-refuse', () => apiProxy.refuse(2000 + random() * 4000)],
-    [2, 'postgres-kill', killPg],
+    [2, database.fault, async () => {
+      await database.inject();
+      await databaseBack();
+    }],
     [2, 'leader-kill', async () => {
       const l = leader();
       if (!l) return;
@@ -530,10 +531,39 @@ export async function runSoak(o: SoakOptions): Promise<SoakReport> {
     await extenderProxy.close();
     await agentDb.end();
     await db.end();
-    await pg.stop();
+    await database.stop();
     fs.rmSync(tmp, { recursive: true, force: true });
   }
   return report;
+}
+
+interface SoakDatabase {
+  url: string;
+  /** The fault's name in the report, and the fault itself. */
+  fault: 'postgres-kill' | 'postgres-failover';
+  inject(): Promise<void>;
+  stop(): Promise<void>;
+}
+
+async function startDatabase(kind: 'embedded' | 'replicated', dataDir: string): Promise<SoakDatabase> {
+  if (kind === 'replicated') {
+    const pair = await startPair();
+    return { url: pair.url, fault: 'postgres-failover', inject: () => pair.failover(), stop: () => pair.stop() };
+  }
+  // Durable (not `fast`): the soak kills the server, and a crash must lose no committed booking.
+  const pg: EmbeddedServer = await startEmbedded({ dataDir, logger: createLogger({ level: 'warn' }) });
+  return {
+    url: pg.url,
+    fault: 'postgres-kill',
+    // A crash, not a shutdown: SIGKILL the postmaster; the embedded server's supervisor starts it again on its data.
+    async inject() {
+      const before = pg.restarts;
+      const pid = Number(fs.readFileSync(path.join(dataDir, 'postmaster.pid'), 'utf8').split('\n')[0]);
+      process.kill(pid, 'SIGKILL');
+      await waitFor('PostgreSQL started again', async () => pg.restarts > before, { timeoutMs: 60_000, intervalMs: 200 });
+    },
+    stop: () => pg.stop(),
+  };
 }
 
 /** Rollup rows `(total,allocatable,allocated,reserved,provisioning,unhealthy,maintenance,unreachable)` equal but for allocated and reserved. */
@@ -551,7 +581,7 @@ export function quotaLagOnly(m: { total: number; booked: number }, endedSince: n
 /** The report as a few lines of text (README, CI log). */
 export function formatReport(r: SoakReport): string {
   const lines = [
-    `soak: ${r.minutes} min, seed ${r.seed}, ${r.checkpoints.length} checkpoints, ${r.leaderChanges} leaderships taken`,
+    `soak: ${r.minutes} min, seed ${r.seed}, ${r.database} database, ${r.checkpoints.length} checkpoints, ${r.leaderChanges} leaderships taken`,
     `operations: ${Object.entries(r.ops).map(([k, v]) => `${k} ${v}`).join(', ')}`,
     `faults:     ${Object.entries(r.faults).map(([k, v]) => `${k} ${v}`).join(', ')}`,
     `invariants: ${r.violations.length ? `${r.violations.length} VIOLATIONS` : 'all held at every checkpoint'}`,
