@@ -48,7 +48,7 @@ export function dbTimeoutsFrom(c: {
 
 /**
  * A client class whose connections go to the ring's current host, and which refuses a server that cannot take writes
- * when the URL asks for read-write (or primary): the ring then moves on, and the pool's next connection tries the next
+ * when the URL asks for read-write (or primary): the ring then moves on, and the pool (FailoverPool) tries the next
  * host. A standby promoted to primary is found so, with no change to the URL.
  */
 function failoverClient(targets: DbTargets, ring: HostRing): typeof pg.Client {
@@ -80,16 +80,53 @@ function failoverClient(targets: DbTargets, ring: HostRing): typeof pg.Client {
       if (rows[0]?.standby) {
         ring.failed(this.target);
         await this.end().catch(() => undefined);
-        throw new Error(`database host ${this.target.host}:${this.target.port} is a standby (in recovery), not the primary; the next connection tries the next host`);
+        throw new Error(`database host ${this.target.host}:${this.target.port} is a standby (in recovery), not the primary`);
       }
     }
   };
 }
 
+type PoolCallback = (err: Error | undefined, client: pg.PoolClient | undefined, done: (release?: unknown) => void) => void;
+
+/**
+ * A pool over several hosts: a connection refused by one host (down, or a standby) is tried on the next, each host
+ * at most once per connect, as libpq does; so the first connection after a failover finds the primary, wherever it
+ * is in the URL's list. pg-pool's query() connects through connect(), so queries are covered too.
+ */
+class FailoverPool extends pg.Pool {
+  constructor(
+    config: pg.PoolConfig,
+    private readonly hostCount: number,
+  ) {
+    super(config);
+  }
+  override connect(): Promise<pg.PoolClient>;
+  override connect(callback: PoolCallback): void;
+  override connect(callback?: PoolCallback): Promise<pg.PoolClient> | void {
+    const done = this.connectToSomeHost();
+    if (!callback) return done;
+    done.then(
+      (c) => callback(undefined, c, (release) => c.release(release as Error | boolean | undefined)),
+      (e: Error) => callback(e, undefined, () => undefined),
+    );
+  }
+  private async connectToSomeHost(): Promise<pg.PoolClient> {
+    let last: unknown;
+    for (let i = 0; i < this.hostCount; i++) {
+      try {
+        return await super.connect();
+      } catch (e) {
+        last = e;
+      }
+    }
+    throw last;
+  }
+}
+
 export function createPool(url: string, max = 10, timeouts: Partial<DbTimeouts> = {}): Db {
   const t = { ...DEFAULT_DB_TIMEOUTS, ...timeouts };
   const targets = parseDbTargets(url);
-  const pool = new pg.Pool({
+  const config: pg.PoolConfig = {
     connectionString: targets ? targets.urlFor(targets.hosts[0]!) : url,
     ...(targets ? { Client: failoverClient(targets, new HostRing(targets.hosts)) } : {}),
     max,
@@ -99,7 +136,8 @@ export function createPool(url: string, max = 10, timeouts: Partial<DbTimeouts> 
     query_timeout: t.queryMs,
     keepAlive: true,
     keepAliveInitialDelayMillis: t.keepAliveDelayMs,
-  });
+  };
+  const pool = targets && targets.hosts.length > 1 ? new FailoverPool(config, targets.hosts.length) : new pg.Pool(config);
   // An idle client's error (e.g. the server restarting) must not crash the process; the next query reconnects.
   pool.on('error', () => undefined);
   return pool;

@@ -119,5 +119,16 @@ describe('database failover', () => {
     expect(rows.map((r) => r.id).sort()).toEqual([...committed].sort());
     expect(pair.failovers).toBe(3);
     expect(await checkInvariants(db)).toEqual(CLEAN);
+
+    // A process started now (a controller's first connection, its migration) whose URL names the standby first
+    // finds the primary on its first try, as libpq does: the soak's restarted replica exited 1 on it.
+    expect(new URL(pair.standbyUrl).port).toBe(pair.url.split(',')[0]!.split(':').pop());
+    const fresh = createPool(pair.url, 2, { connectMs: 2_000 });
+    try {
+      const { rows: first } = await fresh.query<{ standby: boolean }>('SELECT pg_is_in_recovery() AS standby');
+      expect(first[0]?.standby).toBe(false);
+    } finally {
+      await fresh.end();
+    }
   }, 180_000);
 });
