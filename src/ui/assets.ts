@@ -5,7 +5,7 @@
 
 export const CALENDAR_CSS = `
 :root { --own: #1f4e99; --pod: #0b6b5d; --booked: #59616b; --now: #c0161b; --line: #c9ced6; --bg: #ffffff; --fg: #1a1d21;
-  --muted: #4d5560; --label: 13rem; --hour: 1.6rem; --lane-h: 1.5rem; font-family: system-ui, sans-serif; color: var(--fg); background: var(--bg); }
+  --muted: #4d5560; --label: 13rem; --hour: 2rem; --lane-h: 1.5rem; font-family: system-ui, sans-serif; color: var(--fg); background: var(--bg); }
 body { margin: 0; font-size: 15px; line-height: 1.4; }
 a { color: #174a96; }
 :focus-visible { outline: 3px solid #f2a900; outline-offset: 1px; }
@@ -46,12 +46,11 @@ button { font: inherit; padding: 0.3rem 0.8rem; border: 1px solid #3d4450; backg
 .bar.own-reservation { background: var(--own); } .bar.own-pod { background: var(--pod); }
 .bar.booked { background: repeating-linear-gradient(135deg, var(--booked) 0, var(--booked) 6px, #4a5058 6px, #4a5058 12px); }
 .bar[aria-pressed="true"], .bar.selected { box-shadow: 0 0 0 3px #f2a900; }
-.now-line { position: absolute; top: 0; bottom: 0; width: 2px; background: var(--now); z-index: 2; pointer-events: none;
-  left: calc(var(--label) + (100% - var(--label)) * var(--now) / 100); }
+.now-mark { position: absolute; top: 0; bottom: 0; width: 2px; margin-left: -1px; background: var(--now); z-index: 2; pointer-events: none; }
 .side section { border: 1px solid var(--line); padding: 0 0.8rem 0.6rem; margin-bottom: 1rem; }
 .detail dl { display: grid; grid-template-columns: auto 1fr; gap: 0.2rem 0.8rem; margin: 0; } .detail dt { font-weight: 600; }
 .detail dd { margin: 0; overflow-wrap: anywhere; }
-.summary table { border-collapse: collapse; width: 100%; } .summary th, .summary td { text-align: right; padding: 0.2rem 0.4rem; border-bottom: 1px solid #eceef1; }
+.summary table { border-collapse: collapse; width: 100%; font-size: 0.9rem; } .summary th[scope="row"] { white-space: nowrap; } abbr { text-decoration: none; } .summary th, .summary td { text-align: right; padding: 0.2rem 0.4rem; border-bottom: 1px solid #eceef1; }
 .summary th[scope="row"], .summary thead th:first-child { text-align: left; } .summary tr.current { background: #eef3fb; }
 .find-form { display: flex; gap: 0.5rem; align-items: center; flex-wrap: wrap; } .find-form input { width: 5rem; font: inherit; padding: 0.2rem; }
 .slots { padding-left: 1.4rem; } .slots ul { margin: 0.2rem 0 0.5rem; }
@@ -114,7 +113,8 @@ export const CALENDAR_JS = `'use strict';
   if (now && scroller) {
     var label = scroller.querySelector('.row .label');
     var offset = label ? label.getBoundingClientRect().width : 0;
-    scroller.scrollLeft = Math.max(0, now.offsetLeft - offset - scroller.clientWidth * 0.15);
+    var x = now.getBoundingClientRect().left - scroller.getBoundingClientRect().left + scroller.scrollLeft;
+    scroller.scrollLeft = Math.max(0, x - offset - scroller.clientWidth * 0.15);
   }
 })();
 `;

@@ -70,7 +70,8 @@ function sendHtml(res: Response, status: number, body: string): void {
     'Content-Security-Policy': CSP,
     'X-Content-Type-Options': 'nosniff',
     'X-Frame-Options': 'DENY',
-    'Referrer-Policy': 'no-referrer',
+    // same-origin, not no-referrer: with no-referrer a browser posts the sign-in form with `Origin: null`.
+    'Referrer-Policy': 'same-origin',
     'Cache-Control': 'no-store',
   });
   res.send(body);

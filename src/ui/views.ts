@@ -125,14 +125,13 @@ const legend = () => html`<ul class="legend" aria-label="Legend">
 
 function grid(m: CalendarModel, place: Place): Html {
   return html`<div class="scroller" id="scroller" tabindex="0" role="region" aria-label="Calendar of pool ${m.pool.name}: nodes by hour; scroll sideways for 7 days">
-<div class="grid" style="--hours:${m.hours}">
+<div class="grid" style="--hours:${m.hours}" data-from="${m.from}" data-to="${m.to}">
 <div class="row axis" aria-hidden="true"><div class="label">UTC</div><div class="track">${m.ticks.map(
     (t) => html`<span class="tick${t.day ? ' day' : ''}" style="left:${t.leftPct}%">${t.day ? day(t.at) : hhmm(t.at)}</span>`,
-  )}</div></div>
+  )}${nowMark(m, true)}</div></div>
 <div class="row free" role="group" aria-label="Free GPUs per hour"><div class="label">free GPUs</div><div class="track">${m.free.map(
     (c) => html`<span class="cell ${c.level}" style="left:${c.leftPct}%;width:${c.widthPct}%" title="${utc(c.start)}: ${c.free} of ${c.allocatable} free" data-start="${c.start}" data-free="${c.free}">${c.free}</span>`,
-  )}</div></div>
-${m.nowPct !== undefined ? html`<div class="now-line" style="--now:${m.nowPct}" id="now" aria-label="now, ${utc(m.now)}" role="img"></div>` : ''}
+  )}${nowMark(m)}</div></div>
 ${m.groups.map(
     (g) => html`<div class="domain" role="group" aria-label="placement domain ${g.domain}">
 <div class="row domain-name"><div class="label">${g.domain}</div><div class="track"></div></div>
@@ -143,11 +142,19 @@ ${g.nodes.map((n) => nodeRow(n, m.bars.filter((b) => b.nodeId === n.id), m, plac
 </div>`;
 }
 
+/** The "now" line, drawn in every track (the axis's one is named, for the script's scroll and for screen readers). */
+function nowMark(m: CalendarModel, named = false): Html | '' {
+  if (m.nowPct === undefined) return '';
+  return named
+    ? html`<span class="now-mark" id="now" style="left:${m.nowPct}%" role="img" aria-label="now, ${utc(m.now)}"></span>`
+    : html`<span class="now-mark" style="left:${m.nowPct}%" aria-hidden="true"></span>`;
+}
+
 function nodeRow(n: { id: string; atoms: number }, bars: Bar[], m: CalendarModel, place: Place): Html {
   const lanes = Math.max(1, ...bars.map((b) => b.lane + 1));
   return html`<div class="row node" role="group" aria-label="node ${n.id}, ${n.atoms} GPUs" data-node="${n.id}">
 <div class="label">${n.id} <span class="muted">(${n.atoms})</span></div>
-<div class="track" style="--lanes:${lanes}">${bars.map((b) => bar(b, m, place))}</div>
+<div class="track" style="--lanes:${lanes}">${bars.map((b) => bar(b, m, place))}${nowMark(m)}</div>
 </div>`;
 }
 
@@ -219,7 +226,7 @@ function summaryTable(m: CalendarModel): Html {
 <h2 id="summary-h">Capacity by pool</h2>
 <table>
 <caption class="muted">GPUs now</caption>
-<thead><tr><th scope="col">pool</th><th scope="col">allocatable</th><th scope="col">allocated</th><th scope="col">reserved</th><th scope="col">available</th></tr></thead>
+<thead><tr><th scope="col">pool</th><th scope="col"><abbr title="allocatable">GPUs</abbr></th><th scope="col"><abbr title="allocated">in use</abbr></th><th scope="col">reserved</th><th scope="col"><abbr title="available">free</abbr></th></tr></thead>
 <tbody>${m.pools.map((p) => {
     const gpu = p.capacity.find((r) => r.resource === 'gpu');
     const current = p.poolId === m.pool.id;
