@@ -87,6 +87,16 @@ describe('the GPU calendar over HTTP', () => {
     expect(body).not.toContain(DEMO_TENANT + '/');
   });
 
+  it('without the script, a bar’s link shows its details on the page; another tenant’s id shows nothing', async () => {
+    const b = seed.booked['train-now']!;
+    const own = await (await get(page('demo-local', `&rsv=${b.id}`), bearer(TEAM_A))).text();
+    expect(own).toContain(`<dd data-field="id">${b.id}</dd>`);
+    expect(own).toContain('<dd data-field="name">demo-team-a/train-now</dd>');
+    const theirs = await (await get(page('demo-local', `&rsv=${seed.other.id}`), bearer(TEAM_A))).text();
+    expect(theirs).not.toContain(seed.other.id);
+    expect(theirs).not.toContain('data-field="id"');
+  });
+
   it('a tenant the token may not read: 403, no data', async () => {
     const r = await get(`/calendar?tenant=${OTHER_TENANT}&pool=demo-local`, bearer(TEAM_A));
     expect(r.status).toBe(403);
