@@ -1,6 +1,6 @@
 import tseslint from 'typescript-eslint';
 
-const SERVICES = ['api', 'extender', 'agentapi', 'admission', 'jobs', 'metrics', 'agent'];
+const SERVICES = ['api', 'ui', 'extender', 'agentapi', 'admission', 'jobs', 'metrics', 'agent'];
 const ABOVE_DB = [...SERVICES, 'controller', 'cli', 'demo'].map((d) => `**/${d}/**`);
 const PURE = ['pg', '@kubernetes/*', 'express', '@grpc/*', 'node:fs', 'node:net', 'node:http', 'node:https', 'node:child_process'];
 

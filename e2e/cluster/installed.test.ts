@@ -259,6 +259,43 @@ describe('installed from the image with helm install of the chart (deploy/, rend
     }
   });
 
+  it('the GPU calendar through the installed controller: the sign-in without a token; with one, the Reservation by its Kubernetes name (docs/calendar.md)', async () => {
+    const { ip } = await installed.controllerPod();
+    const rsv = uniqueName('cal');
+    const booked = await reserveAndWait(NS, rsv, POOL, 1, '1h');
+    await apply([
+      { apiVersion: 'rbac.authorization.k8s.io/v1', kind: 'Role', metadata: { name: 'calendar-reader', namespace: NS }, rules: [{ apiGroups: ['bettercompute.io'], resources: ['capacity'], verbs: ['get'] }] },
+      {
+        apiVersion: 'rbac.authorization.k8s.io/v1',
+        kind: 'RoleBinding',
+        metadata: { name: 'calendar-reader', namespace: NS },
+        roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'Role', name: 'calendar-reader' },
+        subjects: [{ kind: 'ServiceAccount', name: 'default', namespace: NS }],
+      },
+    ]);
+    await waitFor('default service account', async () => (await kubectlResult(['-n', NS, 'get', 'sa', 'default'])).code === 0, { timeoutMs: 30_000 });
+    const url = `http://${ip}:8080/calendar?tenant=${TENANT}&pool=${POOL}`;
+    const anonymous = await fetch(url);
+    expect(anonymous.status).toBe(401);
+    const signIn = await anonymous.text();
+    expect(signIn).toContain('action="/calendar/session"');
+    expect(signIn).not.toContain(booked.reservationId);
+    // Signing in as the browser does: the token in a form, back an HttpOnly cookie, the page with it.
+    const bearer = await token(NS);
+    const session = await fetch(`http://${ip}:8080/calendar/session`, { method: 'POST', body: new URLSearchParams({ token: bearer, tenant: TENANT, pool: POOL }), redirect: 'manual' });
+    expect(session.status).toBe(303);
+    const cookie = session.headers.get('set-cookie')!.split(';')[0]!;
+    // The informer's copy may lag the status write by a moment: the name shows once it has the object.
+    const body = await waitFor('the calendar to show the Reservation by name', async () => {
+      const r = await fetch(url, { headers: { cookie } });
+      const text = r.status === 200 ? await r.text() : '';
+      return text.includes(`${NS}/${rsv}`) ? text : undefined;
+    }, { timeoutMs: 30_000, intervalMs: 1000 });
+    expect(body).toContain(`data-rsv="${booked.reservationId}"`);
+    expect(body).toMatch(new RegExp(`data-node="${booked.allocations[0]!.node}"[^>]*data-rsv="${booked.reservationId}"`));
+    await kubectlResult(['-n', NS, 'delete', 'reservation', rsv, '--wait=false']);
+  });
+
   it('an on-demand pod is scheduled by better-compute-scheduler and gets the atoms it was booked', async () => {
     const name = uniqueName('od');
     await apply(gpuPod(name, { gpus: 2 }));

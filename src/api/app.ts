@@ -10,6 +10,8 @@ import { bearerToken, type Authorizer, type CapacityReadTarget, type Principal }
 import type { CapacityService } from './capacity-service.ts';
 import { capDeclaredBody } from './body-cap.ts';
 import { ApiError, invalidInput, toErrorResponse } from './errors.ts';
+import { mountCalendar } from '../ui/routes.ts';
+import type { ReservationDirectory } from '../ui/reservations.ts';
 import { ByDomainInput, ByPoolInput, parseInput, PreviewInput, QuotaInput, SummaryInput, TimelineInput, UsageInput } from '../core/schemas.ts';
 
 /** The largest request body read, in bytes; a larger one is INVALID_INPUT. */
@@ -43,6 +45,8 @@ export interface AppDeps {
   live?: () => void;
   http?: HttpMetrics;
   maxBodyBytes?: number;
+  /** The GPU calendar's names and conditions of Kubernetes Reservations (the controller's informer); see src/ui/. */
+  reservationDirectory?: ReservationDirectory;
 }
 
 interface Locals {
@@ -154,6 +158,9 @@ export function createApp(deps: AppDeps): express.Express {
   // The quota method reads one pool (authorized on it) or every pool the tenant sees (on the tenant).
   const onPoolOrTenant = (i: QuotaInput) => (i.poolId ? onPool({ tenantId: i.tenantId, poolId: i.poolId }) : onTenant(i));
   method(CAPACITY_PATHS.quota, QuotaInput, onPoolOrTenant, (i) => deps.service.quota(i));
+
+  // The GPU calendar (src/ui/, docs/calendar.md): GET /calendar, its sign-in and assets.
+  mountCalendar(app, { service: deps.service, authorizer: deps.authorizer, log: deps.log, ...(deps.reservationDirectory ? { directory: deps.reservationDirectory } : {}) });
 
   app.use((req, _res, next) => {
     next(new ApiError('NOT_FOUND', `no route ${req.method} ${req.path}`));

@@ -1,6 +1,7 @@
 // The capacity methods behind the HTTP routes (and the CLI's --direct mode): visibility (NOT_FOUND) rules, the
 // clock-dependent timeline defaults, and the shape of each answer. Reads only; nothing here writes.
 import { DbClock, type Clock } from '../db/clock.ts';
+import { calendarBookings, calendarNodes, calendarReservations, type CalendarBooking, type CalendarNode, type CalendarReservation } from '../db/calendar.ts';
 import {
   capacitySummary,
   domainCapacity,
@@ -81,6 +82,14 @@ export interface TimelineResult {
   stepMinutes: number;
   allocatable: number;
   buckets: TimelineBucket[];
+}
+
+/** The GPU calendar's rows (src/ui/): every booking in the pool; masking other tenants' is src/ui/layout.ts's. */
+export interface CalendarRows {
+  nodes: CalendarNode[];
+  bookings: CalendarBooking[];
+  /** The tenant's own reservations among the bookings (no one else's is read). */
+  reservations: CalendarReservation[];
 }
 
 export interface UsageResult {
@@ -186,6 +195,22 @@ export class CapacityService {
     await this.visiblePool(input.poolId, input.tenantId);
     const { allocatable, buckets } = await gpuTimeline(this.deps.db, input.poolId, w.from, w.to, w.stepMs);
     return { poolId: input.poolId, from: w.from, to: w.to, stepMinutes: w.stepMinutes, allocatable, buckets };
+  }
+
+  /** The database clock's now (epoch ms): the calendar's window and "now" marker. */
+  now(): number {
+    return this.deps.clock.now();
+  }
+
+  /** The pool's nodes and bookings overlapping [from, to) and the tenant's own reservations among them, for the GPU calendar. */
+  async calendar(input: { tenantId: string; poolId: string; from: number; to: number }): Promise<CalendarRows> {
+    await this.visiblePool(input.poolId, input.tenantId);
+    const [nodes, bookings] = await Promise.all([
+      calendarNodes(this.deps.db, input.poolId),
+      calendarBookings(this.deps.db, input.poolId, input.from, input.to),
+    ]);
+    const own = [...new Set(bookings.filter((b) => b.tenantId === input.tenantId && b.reservationId).map((b) => b.reservationId!))];
+    return { nodes, bookings, reservations: await calendarReservations(this.deps.db, input.tenantId, own) };
   }
 
   /**

@@ -46,6 +46,7 @@ import { startUsageWindows } from './usage.ts';
 import { productWebhookRouters } from './webhooks.ts';
 import { setupControllers, type Controllers } from './setup.ts';
 import type { ControllerServices } from './services.ts';
+import { directoryOf } from '../ui/reservations.ts';
 export type { ControllerServices } from './services.ts';
 
 export type { WebhookMount } from './listeners.ts';
@@ -177,6 +178,7 @@ export async function runController(config: Config, log: Logger, opts: RunContro
       http: httpMetrics(registry),
       ready: health.ready,
       live: health.live,
+      reservationDirectory: directoryOf(() => controllers.ctx.informers.reservations.list()),
     });
     // The scheduler extender on every replica, with an unfenced ledger: its binds are not leader work (the database
     // arbitrates between replicas). Filter and prioritize answer from the ledger in memory (ADR 0010).

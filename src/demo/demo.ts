@@ -58,6 +58,9 @@ interface Rsv {
   status?: { phase?: string; resourceName?: string; conditions?: { type: string; reason?: string; message?: string }[] };
 }
 
+/** The GPU calendar on the capacity API's listener, for the demo's tenant (src/ui/, docs/calendar.md). */
+export const calendarAddress = (apiUrl: string) => `${apiUrl}/calendar?tenant=${DEMO_TENANT}`;
+
 /** A YAML file of examples/ with ${VAR} filled in, as objects. */
 export function exampleObjects(file: string, vars: Record<string, string> = {}): Record<string, unknown>[] {
   const text = fs.readFileSync(path.join(EXAMPLES, file), 'utf8').replace(/\$\{(\w+)\}/g, (m, name: string) => vars[name] ?? m);
@@ -294,6 +297,8 @@ export class Demo {
     out(`$ better-compute capacity --tenant ${DEMO_TENANT} --server ${url} --token "$(kubectl -n ${DEMO_NAMESPACE} create token capacity-reader)"`);
     out(summary.trimEnd());
     out('');
+    out(`GPU calendar: ${calendarAddress(url)} (sign in with the token of capacity-reader, docs/calendar.md)`);
+    out('');
     out(`Started in ${seconds(startupMs)} (${reused ? 'cluster reused' : 'cluster brought up by the demo'}).`);
     return { url, metricsUrl: url.replace(/:8080$/, ':9090').replace(/^http:/, 'https:'), token, reservationsTable, summary, startupMs };
   }
@@ -314,6 +319,7 @@ export class Demo {
       `                curl -s -H "authorization: Bearer $TOKEN" -H 'content-type: application/json' \\`,
       `                  -d '{"tenantId":"${DEMO_TENANT}"}' ${r.url}/api/compute/capacity/summary`,
       `                npx better-compute capacity --tenant ${DEMO_TENANT} --server ${r.url} --token "$TOKEN"`,
+      `  calendar      ${calendarAddress(r.url)}  (in a browser; sign in with $TOKEN, docs/calendar.md)`,
       `  /metrics      ${r.metricsUrl}/metrics  (TLS: CA in Secret ${ns}/better-compute-tls, key ca.crt; a bearer`,
       `                token allowed to get the non-resource URL /metrics, deploy/monitoring/rbac.yaml)`,
       `  kubectl       export KUBECONFIG=${c.kubeconfig}`,

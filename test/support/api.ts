@@ -10,6 +10,7 @@ import { silentLogger, type Logger } from '../../src/log.ts';
 import { registerCapacityGauges, registerDomainGauges } from '../../src/metrics/capacity.ts';
 import { ledgerMetrics, type LedgerMetricsSink } from '../../src/metrics/ledger.ts';
 import { createRegistry, httpMetrics } from '../../src/metrics/registry.ts';
+import type { ReservationDirectory } from '../../src/ui/reservations.ts';
 import { HttpClient } from './http.ts';
 
 /** Tokens of the test token file. */
@@ -44,7 +45,7 @@ export interface TestApi {
 
 export async function startTestApi(
   db: Db,
-  opts: { authorizer?: Authorizer; log?: Logger; token?: string; previewer?: Previewer; maxSockets?: number; defaultMetrics?: boolean } = {},
+  opts: { authorizer?: Authorizer; log?: Logger; token?: string; previewer?: Previewer; maxSockets?: number; defaultMetrics?: boolean; reservationDirectory?: ReservationDirectory } = {},
 ): Promise<TestApi> {
   const registry = createRegistry({ defaultMetrics: opts.defaultMetrics ?? false });
   registerCapacityGauges(registry, db);
@@ -58,6 +59,7 @@ export async function startTestApi(
     registry,
     log: opts.log ?? silentLogger,
     http: httpMetrics(registry),
+    ...(opts.reservationDirectory ? { reservationDirectory: opts.reservationDirectory } : {}),
     async ready() {
       await db.query('SELECT 1');
     },
