@@ -18,6 +18,7 @@ import type { Db } from '../db/pool.ts';
 import { tenantReservations, type ReservationRow } from '../db/reservations.ts';
 import { CliError, reportFailure } from './capacity.ts';
 import { renderPreview } from './render.ts';
+import { formatOutput, OUTPUT_HELP, outputUsageMessage, parseOutput } from './output.ts';
 import { renderReservation, renderReservationList, type ReservationDetails } from './render-reservations.ts';
 
 export const RESERVATIONS_USAGE = `usage: better-compute reservations <command> --tenant T [options]
@@ -33,7 +34,7 @@ commands:
 
 options:
   --tenant T                   the tenant (BETTER_COMPUTE_TENANT)
-  -o, --output table|json      output format (default table)
+${OUTPUT_HELP}
   --all                        list: ended reservations (released, expired) too
   -f, --filename FILE          preview: the manifest
 
@@ -90,10 +91,10 @@ export async function reservationsCommand(argv: string[], config: Config, io: Re
     io.stdout(RESERVATIONS_USAGE);
     return 0;
   }
-  const output = values.output ?? 'table';
+  const output = parseOutput(values.output);
   const [verb, ...args] = positionals;
   try {
-    if (output !== 'table' && output !== 'json') throw usage(`-o: table or json, not ${output}`);
+    if (!output) throw usage(outputUsageMessage(values.output!));
     const tenantId = values.tenant ?? config.tenant;
     if (!tenantId) throw usage('--tenant is required (or set BETTER_COMPUTE_TENANT)');
     const arity: Record<string, number> = { list: 0, get: 1, preview: 0, confirm: 1 };
@@ -126,23 +127,28 @@ export async function reservationsCommand(argv: string[], config: Config, io: Re
       };
 
       let result: unknown;
-      let text: string;
+      let render: { table: () => string; wide?: () => string };
       if (verb === 'list') {
         const rows = await tenantReservations(database.db, tenantId, { all: values.all ?? false });
         const byUid = await names(rows);
         const list = rows.map((r) => ({ ...r, name: byUid.get(r.idempotencyKey) ?? null }));
         result = { tenantId, reservations: list };
-        text = renderReservationList(tenantId, list, values.all ?? false);
+        render = {
+          table: () => renderReservationList(tenantId, list, values.all ?? false),
+          wide: () => renderReservationList(tenantId, list, values.all ?? false, { wide: true }),
+        };
       } else if (verb === 'get') {
-        result = await details(args[0]!);
-        text = renderReservation(result as ReservationDetails);
+        const r = await details(args[0]!);
+        result = r;
+        render = { table: () => renderReservation(r), wide: () => renderReservation(r, { wide: true }) };
       } else if (verb === 'confirm') {
         const id = args[0]!;
         await details(id); // another tenant's reservation is not found, and not confirmed
         const out = await ledger.confirm(id);
         if ('error' in out) throw new CliError('NOT_HELD', out.error);
-        result = await details(id);
-        text = renderReservation(result as ReservationDetails);
+        const r = await details(id);
+        result = r;
+        render = { table: () => renderReservation(r), wide: () => renderReservation(r, { wide: true }) };
       } else {
         const m = manifest!;
         const { rows } = await database.db.query<{ id: string }>('SELECT id FROM pools WHERE name = $1', [m.spec.pool]);
@@ -152,15 +158,15 @@ export async function reservationsCommand(argv: string[], config: Config, io: Re
         const r = await service.preview(input);
         result = r;
         const who = `${m.metadata.namespace ? `${m.metadata.namespace}/` : ''}${m.metadata.name}`;
-        text = `Reservation ${who}: pool ${m.spec.pool} (${rows[0].id}), tenant ${tenantId}\n${renderPreview(r)}`;
+        render = { table: () => `Reservation ${who}: pool ${m.spec.pool} (${rows[0]!.id}), tenant ${tenantId}\n${renderPreview(r)}` };
       }
-      io.stdout(output === 'json' ? `${JSON.stringify(result, null, 2)}\n` : text);
+      io.stdout(formatOutput(output, result, render));
       return 0;
     } finally {
       await database.close();
     }
   } catch (e) {
-    return reportFailure(e, output, io.stderr);
+    return reportFailure(e, output ?? 'table', io.stderr);
   }
 }
 

@@ -8,6 +8,7 @@ import { parseInput, UsageInput } from '../core/schemas.ts';
 import type { Config } from '../config.ts';
 import { openDatabase } from '../db/connect.ts';
 import { CliError, httpCall, reportFailure } from './capacity.ts';
+import { formatOutput, OUTPUT_HELP, outputUsageMessage, parseOutput } from './output.ts';
 import { renderUsage } from './render.ts';
 
 export const USAGE_USAGE = `usage: better-compute usage --tenant T [period] [options]
@@ -21,7 +22,7 @@ options:
   --tenant T                   the tenant (BETTER_COMPUTE_TENANT)
   --pool P                     one pool only
   --hourly                     one row per hour (a window of at most 31 days)
-  -o, --output table|json      output format (default table)
+${OUTPUT_HELP}
   --server URL                 the capacity API (BETTER_COMPUTE_SERVER, default http://127.0.0.1:8080)
   --token TOKEN                bearer token (BETTER_COMPUTE_TOKEN)
   --direct                     read the database directly instead of the API (no authorization)
@@ -85,9 +86,9 @@ export async function usageCommand(argv: string[], config: Config, io: UsageIo):
     io.stdout(USAGE_USAGE);
     return 0;
   }
-  const output = values.output ?? 'table';
+  const output = parseOutput(values.output);
   try {
-    if (output !== 'table' && output !== 'json') throw usage(`-o: table or json, not ${output}`);
+    if (!output) throw usage(outputUsageMessage(values.output!));
     const tenantId = values.tenant ?? config.tenant;
     if (!tenantId) throw usage('--tenant is required (or set BETTER_COMPUTE_TENANT)');
     if (values.period !== undefined && (values.from !== undefined || values.to !== undefined)) {
@@ -110,12 +111,12 @@ export async function usageCommand(argv: string[], config: Config, io: UsageIo):
     const client = await makeClient({ direct: values.direct ?? false, server: values.server ?? config.serverUrl, token: values.token ?? config.token });
     try {
       const r = await client.usage(body);
-      io.stdout(output === 'json' ? `${JSON.stringify(r, null, 2)}\n` : renderUsage(r));
+      io.stdout(formatOutput(output, r, { table: () => renderUsage(r), wide: () => renderUsage(r, { wide: true }) }));
       return 0;
     } finally {
       await client.close();
     }
   } catch (e) {
-    return reportFailure(e, output, io.stderr);
+    return reportFailure(e, output ?? 'table', io.stderr);
   }
 }
