@@ -20,6 +20,7 @@ import type { Summary } from '../db/capacity.ts';
 import { openDatabase } from '../db/connect.ts';
 import { renderDomains, renderPoolRows, renderPreview, renderQuota, renderSummary, renderTimeline } from './render.ts';
 import { formatFailure, formatOutput, OUTPUT_HELP, outputUsageMessage, parseOutput } from './output.ts';
+import { createProgress, openingStep } from './progress.ts';
 import { selectorTextToObject } from './selector-object.ts';
 
 export const CAPACITY_USAGE = `usage: better-compute capacity --tenant T [what] [options]
@@ -49,6 +50,8 @@ ${OUTPUT_HELP}
   --server URL                 the capacity API (BETTER_COMPUTE_SERVER, default http://127.0.0.1:8080)
   --token TOKEN                bearer token (BETTER_COMPUTE_TOKEN)
   --direct                     read the database directly instead of the API (no authorization)
+  --progress                   the slow steps (starting the embedded PostgreSQL with --direct, the call) on stderr;
+                               the default when stderr is a terminal
 `;
 
 export class CliError extends Error {
@@ -168,6 +171,8 @@ export interface CapacityIo {
   stderr: (text: string) => void;
   /** Overrides how the client is made (tests); default: HTTP, or the database with --direct. */
   client?: (opts: { direct: boolean; server: string; token: string | undefined }) => Promise<CapacityClient>;
+  /** Whether stderr is a terminal: progress is shown then (as with --progress). */
+  stderrIsTTY?: boolean;
 }
 
 export async function capacityCommand(argv: string[], config: Config, io: CapacityIo): Promise<number> {
@@ -200,6 +205,7 @@ export async function capacityCommand(argv: string[], config: Config, io: Capaci
         server: { type: 'string' },
         token: { type: 'string' },
         direct: { type: 'boolean' },
+        progress: { type: 'boolean' },
         help: { type: 'boolean', short: 'h' },
       },
     }));
@@ -229,7 +235,11 @@ export async function capacityCommand(argv: string[], config: Config, io: Capaci
       io.client ??
       (async (o: { direct: boolean; server: string; token: string | undefined }) =>
         o.direct ? directClient(config) : httpClient(o.server, o.token));
-    const client = await makeClient({ direct: values.direct ?? false, server: values.server ?? config.serverUrl, token: values.token ?? config.token });
+    const progress = createProgress({ flag: values.progress, isTTY: io.stderrIsTTY, write: io.stderr });
+    const server = values.server ?? config.serverUrl;
+    if (values.direct) progress.step(openingStep(config));
+    const client = await makeClient({ direct: values.direct ?? false, server, token: values.token ?? config.token });
+    progress.step(values.direct ? 'reading the database' : `asking ${server}`);
     try {
       let result: unknown;
       let render: { table: () => string; wide?: () => string };
@@ -297,6 +307,7 @@ export async function capacityCommand(argv: string[], config: Config, io: Capaci
         result = r;
         render = { table: () => renderSummary(r), wide: () => renderSummary(r, { wide: true }) };
       }
+      progress.done();
       io.stdout(formatOutput(output, result, render));
       return 0;
     } finally {

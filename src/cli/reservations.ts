@@ -19,6 +19,7 @@ import { tenantReservations, type ReservationRow } from '../db/reservations.ts';
 import { CliError, reportFailure } from './capacity.ts';
 import { renderPreview } from './render.ts';
 import { formatOutput, OUTPUT_HELP, outputUsageMessage, parseOutput } from './output.ts';
+import { createProgress, openingStep } from './progress.ts';
 import { renderReservation, renderReservationList, type ReservationDetails } from './render-reservations.ts';
 
 export const RESERVATIONS_USAGE = `usage: better-compute reservations <command> --tenant T [options]
@@ -37,6 +38,8 @@ options:
 ${OUTPUT_HELP}
   --all                        list: ended reservations (released, expired) too
   -f, --filename FILE          preview: the manifest
+  --progress                   the slow steps (starting the embedded PostgreSQL, asking the cluster) on stderr;
+                               the default when stderr is a terminal
 
 It reads and writes the database directly (DATABASE_URL, else the embedded one): no authorization.
 `;
@@ -58,6 +61,8 @@ export interface ReservationsIo {
   database?: () => Promise<{ db: Db; close(): Promise<void> }>;
   /** Overrides the lookup of Reservation names by metadata.uid (tests); default: the cluster's, with a kubeconfig. */
   names?: (uids: readonly string[]) => Promise<Map<string, string>>;
+  /** Whether stderr is a terminal: progress is shown then (as with --progress). */
+  stderrIsTTY?: boolean;
 }
 
 /** `namespace/name` of the cluster's Reservations by metadata.uid (one LIST). */
@@ -80,6 +85,7 @@ export async function reservationsCommand(argv: string[], config: Config, io: Re
         output: { type: 'string', short: 'o' },
         all: { type: 'boolean' },
         filename: { type: 'string', short: 'f' },
+        progress: { type: 'boolean' },
         help: { type: 'boolean', short: 'h' },
       },
     }));
@@ -105,12 +111,15 @@ export async function reservationsCommand(argv: string[], config: Config, io: Re
     // Read before opening the database: a missing file costs no database start.
     const manifest = verb === 'preview' ? await readManifest(values.filename!) : undefined;
 
+    const progress = createProgress({ flag: values.progress, isTTY: io.stderrIsTTY, write: io.stderr });
+    progress.step(io.database ? 'opening the database' : openingStep(config));
     const database = io.database ? await io.database() : await openDatabase(config, { migrate: false, poolSize: 2 });
     try {
       const { service, ledger } = await createCapacityService(database.db);
       const names = async (rows: readonly ReservationRow[]): Promise<Map<string, string>> => {
         const lookup = io.names ?? (config.kubeconfig ? (uids: readonly string[]) => clusterNames(config.kubeconfig!).then((m) => pick(m, uids)) : undefined);
         if (!lookup || rows.length === 0) return new Map();
+        progress.step('asking the cluster for the Reservations\' names');
         try {
           return await lookup(rows.map((r) => r.idempotencyKey));
         } catch (e) {
@@ -128,6 +137,7 @@ export async function reservationsCommand(argv: string[], config: Config, io: Re
 
       let result: unknown;
       let render: { table: () => string; wide?: () => string };
+      progress.step(verb === 'list' ? 'reading the reservations' : verb === 'preview' ? 'asking the placer' : `reading reservation ${args[0]}`);
       if (verb === 'list') {
         const rows = await tenantReservations(database.db, tenantId, { all: values.all ?? false });
         const byUid = await names(rows);
@@ -144,6 +154,7 @@ export async function reservationsCommand(argv: string[], config: Config, io: Re
       } else if (verb === 'confirm') {
         const id = args[0]!;
         await details(id); // another tenant's reservation is not found, and not confirmed
+        progress.step(`confirming ${id}`);
         const out = await ledger.confirm(id);
         if ('error' in out) throw new CliError('NOT_HELD', out.error);
         const r = await details(id);
@@ -160,6 +171,7 @@ export async function reservationsCommand(argv: string[], config: Config, io: Re
         const who = `${m.metadata.namespace ? `${m.metadata.namespace}/` : ''}${m.metadata.name}`;
         render = { table: () => `Reservation ${who}: pool ${m.spec.pool} (${rows[0]!.id}), tenant ${tenantId}\n${renderPreview(r)}` };
       }
+      progress.done();
       io.stdout(formatOutput(output, result, render));
       return 0;
     } finally {
