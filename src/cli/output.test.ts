@@ -39,7 +39,7 @@ describe('formatOutput', () => {
   it('failures: a line for people, the error body for data formats', () => {
     expect(formatFailure('table', 'NOT_FOUND', 'pool x not found')).toBe('error NOT_FOUND: pool x not found\n');
     expect(formatFailure('wide', 'NOT_FOUND', 'x')).toBe('error NOT_FOUND: x\n');
-    expect(JSON.parse(formatFailure('json', 'NOT_FOUND', 'x'))).toEqual({ error: { code: 'NOT_FOUND', message: 'x' } });
+    expect(formatFailure('json', 'NOT_FOUND', 'x')).toBe('{"error":{"code":"NOT_FOUND","message":"x"}}\n');
     expect(YAML.parse(formatFailure('yaml', 'NOT_FOUND', 'x'))).toEqual({ error: { code: 'NOT_FOUND', message: 'x' } });
   });
 });

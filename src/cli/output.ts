@@ -34,8 +34,9 @@ export function formatOutput(format: OutputFormat, data: unknown, render: { tabl
   return format === 'wide' && render.wide ? render.wide() : render.table();
 }
 
-/** A failure on stderr: `error CODE: message`, or `{"error": {code, message}}` as JSON or YAML with a data format. */
+/** A failure on stderr: `error CODE: message`, or `{"error": {code, message}}` as one line of JSON, or as YAML. */
 export function formatFailure(format: string, code: string, message: string): string {
-  if (format === 'json' || format === 'yaml') return formatData(format, { error: { code, message } });
+  if (format === 'json') return `${JSON.stringify({ error: { code, message } })}\n`;
+  if (format === 'yaml') return formatData('yaml', { error: { code, message } });
   return `error ${code}: ${message}\n`;
 }

@@ -16,10 +16,13 @@ import { API_VERSION, type Reservation } from '../kube/types.ts';
 import { openDatabase } from '../db/connect.ts';
 import type { Db } from '../db/pool.ts';
 import { tenantReservations, type ReservationRow } from '../db/reservations.ts';
+import type { ReservationState } from '../db/ledger.ts';
+import { DurationError, parseDuration } from '../core/duration.ts';
 import { CliError, reportFailure } from './capacity.ts';
 import { renderPreview } from './render.ts';
 import { formatOutput, OUTPUT_HELP, outputUsageMessage, parseOutput } from './output.ts';
 import { createProgress, openingStep } from './progress.ts';
+import { parseWaitStates, WAIT_STATES, waitForState, WaitFailure } from './reservation-wait.ts';
 import { renderReservation, renderReservationList, type ReservationDetails } from './render-reservations.ts';
 
 export const RESERVATIONS_USAGE = `usage: better-compute reservations <command> --tenant T [options]
@@ -32,12 +35,16 @@ commands:
                                validated as the controller validates it; nothing is booked
   confirm ID                   confirm a held reservation (as its first pod's bind, or the annotation
                                bettercompute.io/confirm=true, would); the Reservation's status follows
+  wait ID                      wait until the reservation is in a state (--for, default confirmed; at most
+                               --timeout, default 10m), then show it; each change is reported as progress
 
 options:
   --tenant T                   the tenant (BETTER_COMPUTE_TENANT)
 ${OUTPUT_HELP}
   --all                        list: ended reservations (released, expired) too
   -f, --filename FILE          preview: the manifest
+  --for STATE[,STATE]          wait: held, confirmed, released or expired
+  --timeout D                  wait: how long at most (90s, 10m, 1h); then exit 1 with TIMEOUT
   --progress                   the slow steps (starting the embedded PostgreSQL, asking the cluster) on stderr;
                                the default when stderr is a terminal
 
@@ -85,6 +92,8 @@ export async function reservationsCommand(argv: string[], config: Config, io: Re
         output: { type: 'string', short: 'o' },
         all: { type: 'boolean' },
         filename: { type: 'string', short: 'f' },
+        for: { type: 'string' },
+        timeout: { type: 'string' },
         progress: { type: 'boolean' },
         help: { type: 'boolean', short: 'h' },
       },
@@ -103,10 +112,12 @@ export async function reservationsCommand(argv: string[], config: Config, io: Re
     if (!output) throw usage(outputUsageMessage(values.output!));
     const tenantId = values.tenant ?? config.tenant;
     if (!tenantId) throw usage('--tenant is required (or set BETTER_COMPUTE_TENANT)');
-    const arity: Record<string, number> = { list: 0, get: 1, preview: 0, confirm: 1 };
-    if (verb === undefined || arity[verb] === undefined) throw usage(`a command: list, get ID, preview -f FILE or confirm ID${verb ? `, not ${verb}` : ''}`);
+    const arity: Record<string, number> = { list: 0, get: 1, preview: 0, confirm: 1, wait: 1 };
+    if (verb === undefined || arity[verb] === undefined) throw usage(`a command: list, get ID, preview -f FILE, confirm ID or wait ID${verb ? `, not ${verb}` : ''}`);
     if (args.length !== arity[verb]) throw usage(`${verb} takes ${arity[verb] === 1 ? 'one reservation id' : 'no arguments'}`);
     if (values.all && verb !== 'list') throw usage('--all goes with list');
+    const wait = verb === 'wait' ? waitOptions(values.for, values.timeout) : undefined;
+    if (!wait && (values.for !== undefined || values.timeout !== undefined)) throw usage('--for and --timeout go with wait');
     if ((values.filename !== undefined) !== (verb === 'preview')) throw usage(verb === 'preview' ? 'preview needs -f FILE' : '-f goes with preview');
     // Read before opening the database: a missing file costs no database start.
     const manifest = verb === 'preview' ? await readManifest(values.filename!) : undefined;
@@ -137,7 +148,7 @@ export async function reservationsCommand(argv: string[], config: Config, io: Re
 
       let result: unknown;
       let render: { table: () => string; wide?: () => string };
-      progress.step(verb === 'list' ? 'reading the reservations' : verb === 'preview' ? 'asking the placer' : `reading reservation ${args[0]}`);
+      if (verb !== 'wait') progress.step(verb === 'list' ? 'reading the reservations' : verb === 'preview' ? 'asking the placer' : `reading reservation ${args[0]}`);
       if (verb === 'list') {
         const rows = await tenantReservations(database.db, tenantId, { all: values.all ?? false });
         const byUid = await names(rows);
@@ -149,6 +160,21 @@ export async function reservationsCommand(argv: string[], config: Config, io: Re
         };
       } else if (verb === 'get') {
         const r = await details(args[0]!);
+        result = r;
+        render = { table: () => renderReservation(r), wide: () => renderReservation(r, { wide: true }) };
+      } else if (verb === 'wait') {
+        const id = args[0]!;
+        try {
+          await waitForState(id, wait!.states, wait!.timeoutMs, {
+            read: async () => (await tenantReservations(database.db, tenantId, { ids: [id] }))[0],
+            progress,
+            now: () => Date.now(),
+            sleep: (ms) => new Promise((resolve) => setTimeout(resolve, ms)),
+          });
+        } catch (e) {
+          throw e instanceof WaitFailure ? new CliError(e.code, e.message) : e;
+        }
+        const r = await details(id);
         result = r;
         render = { table: () => renderReservation(r), wide: () => renderReservation(r, { wide: true }) };
       } else if (verb === 'confirm') {
@@ -179,6 +205,18 @@ export async function reservationsCommand(argv: string[], config: Config, io: Re
     }
   } catch (e) {
     return reportFailure(e, output ?? 'table', io.stderr);
+  }
+}
+
+/** `wait`'s --for (default confirmed) and --timeout (default 10m), checked before the database is opened. */
+function waitOptions(forText: string | undefined, timeoutText: string | undefined): { states: ReservationState[]; timeoutMs: number } {
+  const states = parseWaitStates(forText ?? 'confirmed');
+  if (!states) throw usage(`--for: states among ${WAIT_STATES.join(', ')}, not ${forText}`);
+  try {
+    return { states, timeoutMs: parseDuration(timeoutText ?? '10m') * 1000 };
+  } catch (e) {
+    if (e instanceof DurationError) throw usage(`--timeout: ${e.message}`);
+    throw e;
   }
 }
 
