@@ -1,6 +1,7 @@
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import YAML from 'yaml';
 import { describe, expect, it, vi } from 'vitest';
 import { loadConfig } from '../config.ts';
 import { createLogger } from '../log.ts';
@@ -259,7 +260,16 @@ describe('better-compute agent --discover', () => {
     expect(r.err).toMatch(/^discovery failed \(nvidia-smi\): nvidia-smi topo -m failed/);
   });
 
-  it('-o takes json only', async () => {
-    expect((await discover(['--devices-file', '/nonexistent', '-o', 'yaml'])).rc).toBe(2);
+  it('-o yaml prints the same spec as -o json', async () => {
+    const args = ['--nvidia-smi', fakeSmi('a100-mig'), '--node', 'n1'];
+    const [json, yaml] = [await discover([...args, '-o', 'json']), await discover([...args, '-o', 'yaml'])];
+    expect(yaml).toMatchObject({ rc: 0, err: '' });
+    expect(YAML.parse(yaml.out)).toEqual(JSON.parse(json.out));
+  });
+
+  it('-o takes table, wide, json or yaml only', async () => {
+    const r = await discover(['--devices-file', '/nonexistent', '-o', 'xml']);
+    expect(r.rc).toBe(2);
+    expect(r.err).toMatch(/^-o: one of table, wide, json, yaml, not xml\n/);
   });
 });

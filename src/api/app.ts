@@ -1,4 +1,4 @@
-// The HTTP API: the four capacity methods and the quota method (ADR 0012), health, readiness and (given a registry) /metrics. Routes are thin: authenticate, read the
+// The HTTP API: the four capacity methods and the quota method (ADR 0012), health, readiness, the OpenAPI document and (given a registry) /metrics. Routes are thin: authenticate, read the
 // JSON body, validate with the zod schema, authorize on the tenant (or the pool), call the service, encode. Every
 // failure goes through one translator (toErrorResponse).
 import express, { type NextFunction, type Request, type RequestHandler, type Response } from 'express';
@@ -12,6 +12,7 @@ import { capDeclaredBody } from './body-cap.ts';
 import { ApiError, invalidInput, toErrorResponse } from './errors.ts';
 import { mountCalendar } from '../ui/routes.ts';
 import type { ReservationDirectory } from '../ui/reservations.ts';
+import { OPENAPI_PATH, openApiJson } from './openapi.ts';
 import { ByDomainInput, ByPoolInput, parseInput, PreviewInput, QuotaInput, SummaryInput, TimelineInput, UsageInput } from '../core/schemas.ts';
 
 /** The largest request body read, in bytes; a larger one is INVALID_INPUT. */
@@ -92,6 +93,14 @@ export function createApp(deps: AppDeps): express.Express {
     } catch (e) {
       res.status(503).json({ error: { code: 'UNAVAILABLE', message: `not ready: ${(e as Error).message}` } });
     }
+  });
+
+  // The OpenAPI document (src/api/openapi.ts): the same for every caller and nothing tenant-specific, so no token (ADR 0038).
+  let openapi: string | undefined;
+  app.get(OPENAPI_PATH, (_req, res) => {
+    locals(res).route = OPENAPI_PATH;
+    openapi ??= openApiJson(CAPACITY_PATHS);
+    res.type('application/json').send(openapi);
   });
 
   const registry = deps.registry;

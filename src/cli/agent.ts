@@ -10,10 +10,11 @@ import { Agent } from '../agent/agent.ts';
 import { ControllerClient } from '../agent/controller-client.ts';
 import { cdiAnnotationPrefixSchema, cdiKindSchema, deviceListStrategiesSchema, type DeviceListSettings } from '../core/device-list.ts';
 import { fileSource, NodeDevicesSpecSchema, nvidiaSmiSource, type DeviceSource } from '../agent/discovery.ts';
+import { formatOutput, outputUsageMessage, parseOutput, type OutputFormat } from './output.ts';
 
 const HELP = `usage: better-compute agent [--node NAME] [--devices-file FILE] [--nvidia-smi PATH]
                             [--device-list-strategy LIST] [--cdi-device-kind KIND] [--cdi-annotation-prefix PREFIX]
-       better-compute agent --discover [-o json] [--node NAME] [--devices-file FILE] [--nvidia-smi PATH]
+       better-compute agent --discover [-o table|wide|json|yaml] [--node NAME] [--devices-file FILE] [--nvidia-smi PATH]
 
 --discover reads the node's devices once, as the agent would publish them in NodeDevices, prints them and exits: 0 when
 read, 1 when discovery failed (the reason on stderr). It needs neither the controller nor the kubelet; without --node
@@ -56,8 +57,9 @@ export async function agentCommand(argv: string[], config: Config, log: Logger):
     process.stdout.write(HELP);
     return 0;
   }
-  if (values.output !== undefined && values.output !== 'json') {
-    process.stderr.write(`-o takes json only\n${HELP}`);
+  const output = parseOutput(values.output);
+  if (!output) {
+    process.stderr.write(`${outputUsageMessage(values.output!)}\n${HELP}`);
     return 2;
   }
   const deviceList = deviceListSettings(values, config);
@@ -67,7 +69,7 @@ export async function agentCommand(argv: string[], config: Config, log: Logger):
   }
   const file = values['devices-file'] ?? config.devicesFile;
   const sourceFor = (node: string) => (file ? fileSource(file) : nvidiaSmiSource(node, values['nvidia-smi'] ?? 'nvidia-smi'));
-  if (values.discover) return discoverOnce(sourceFor(values.node ?? config.nodeName ?? os.hostname()), values.output === 'json');
+  if (values.discover) return discoverOnce(sourceFor(values.node ?? config.nodeName ?? os.hostname()), output);
   const nodeName = values.node ?? config.nodeName;
   if (!nodeName) {
     process.stderr.write(`the agent needs its node's name (NODE_NAME or --node)\n${HELP}`);
@@ -124,7 +126,7 @@ export function deviceListSettings(
 }
 
 /** `agent --discover`: one discovery, checked as the controller checks a NodeDevices spec, printed. */
-async function discoverOnce(source: DeviceSource, json: boolean): Promise<number> {
+async function discoverOnce(source: DeviceSource, output: OutputFormat): Promise<number> {
   let spec;
   try {
     spec = NodeDevicesSpecSchema.parse(await source.discover());
@@ -132,6 +134,7 @@ async function discoverOnce(source: DeviceSource, json: boolean): Promise<number
     process.stderr.write(`discovery failed (${source.kind}): ${e instanceof Error ? e.message : String(e)}\n`);
     return 1;
   }
-  process.stdout.write(json ? `${JSON.stringify(spec, null, 2)}\n` : renderNodeDevices(spec));
+  // wide: the table already shows every field.
+  process.stdout.write(formatOutput(output, spec, { table: () => renderNodeDevices(spec) }));
   return 0;
 }

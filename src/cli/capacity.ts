@@ -19,6 +19,8 @@ import { SelectorError } from '../core/selector.ts';
 import type { Summary } from '../db/capacity.ts';
 import { openDatabase } from '../db/connect.ts';
 import { renderDomains, renderPoolRows, renderPreview, renderQuota, renderSummary, renderTimeline } from './render.ts';
+import { formatFailure, formatOutput, OUTPUT_HELP, outputUsageMessage, parseOutput } from './output.ts';
+import { createProgress, openingStep } from './progress.ts';
 import { selectorTextToObject } from './selector-object.ts';
 
 export const CAPACITY_USAGE = `usage: better-compute capacity --tenant T [what] [options]
@@ -44,10 +46,12 @@ what:
 
 options:
   --tenant T                   the tenant (BETTER_COMPUTE_TENANT)
-  -o, --output table|json      output format (default table)
+${OUTPUT_HELP}
   --server URL                 the capacity API (BETTER_COMPUTE_SERVER, default http://127.0.0.1:8080)
   --token TOKEN                bearer token (BETTER_COMPUTE_TOKEN)
   --direct                     read the database directly instead of the API (no authorization)
+  --progress                   the slow steps (starting the embedded PostgreSQL with --direct, the call) on stderr;
+                               the default when stderr is a terminal
 `;
 
 export class CliError extends Error {
@@ -62,19 +66,15 @@ export class CliError extends Error {
 }
 
 /**
- * How a CLI command reports a failure it knows (a usage error, an API answer, invalid input): one line on stderr, as
- * JSON with `-o json`, and its exit code (2 for usage, 1 otherwise). Anything else is rethrown.
+ * How a CLI command reports a failure it knows (a usage error, an API answer, invalid input): one line on stderr (as
+ * JSON or YAML with `-o json`/`-o yaml`), and its exit code (2 for usage, 1 otherwise). Anything else is rethrown.
  */
 export function reportFailure(e: unknown, output: string, stderr: (text: string) => void): number {
   let failure: { code: string; message: string; exitCode: number };
   if (e instanceof CliError) failure = { code: e.code, message: e.message, exitCode: e.exitCode };
   else if (e instanceof ApiError || e instanceof ValidationError) failure = { code: e.code, message: e.message, exitCode: 1 };
   else throw e;
-  stderr(
-    output === 'json'
-      ? `${JSON.stringify({ error: { code: failure.code, message: failure.message } })}\n`
-      : `error ${failure.code}: ${failure.message}\n`,
-  );
+  stderr(formatFailure(output, failure.code, failure.message));
   return failure.exitCode;
 }
 
@@ -171,6 +171,8 @@ export interface CapacityIo {
   stderr: (text: string) => void;
   /** Overrides how the client is made (tests); default: HTTP, or the database with --direct. */
   client?: (opts: { direct: boolean; server: string; token: string | undefined }) => Promise<CapacityClient>;
+  /** Whether stderr is a terminal: progress is shown then (as with --progress). */
+  stderrIsTTY?: boolean;
 }
 
 export async function capacityCommand(argv: string[], config: Config, io: CapacityIo): Promise<number> {
@@ -203,6 +205,7 @@ export async function capacityCommand(argv: string[], config: Config, io: Capaci
         server: { type: 'string' },
         token: { type: 'string' },
         direct: { type: 'boolean' },
+        progress: { type: 'boolean' },
         help: { type: 'boolean', short: 'h' },
       },
     }));
@@ -214,9 +217,9 @@ export async function capacityCommand(argv: string[], config: Config, io: Capaci
     io.stdout(CAPACITY_USAGE);
     return 0;
   }
-  const output = values.output ?? 'table';
+  const output = parseOutput(values.output);
   try {
-    if (output !== 'table' && output !== 'json') throw usage(`-o: table or json, not ${output}`);
+    if (!output) throw usage(outputUsageMessage(values.output!));
     const tenantId = values.tenant ?? config.tenant;
     if (!tenantId) throw usage('--tenant is required (or set BETTER_COMPUTE_TENANT)');
     const views = (['preview', 'timeline', 'domains', 'quota'] as const).filter((v) => values[v]);
@@ -232,10 +235,14 @@ export async function capacityCommand(argv: string[], config: Config, io: Capaci
       io.client ??
       (async (o: { direct: boolean; server: string; token: string | undefined }) =>
         o.direct ? directClient(config) : httpClient(o.server, o.token));
-    const client = await makeClient({ direct: values.direct ?? false, server: values.server ?? config.serverUrl, token: values.token ?? config.token });
+    const progress = createProgress({ flag: values.progress, isTTY: io.stderrIsTTY, write: io.stderr });
+    const server = values.server ?? config.serverUrl;
+    if (values.direct) progress.step(openingStep(config));
+    const client = await makeClient({ direct: values.direct ?? false, server, token: values.token ?? config.token });
+    progress.step(values.direct ? 'reading the database' : `asking ${server}`);
     try {
       let result: unknown;
-      let text: string;
+      let render: { table: () => string; wide?: () => string };
       if (values.preview) {
         let selector: Record<string, unknown> | undefined;
         if (values.selector !== undefined) {
@@ -268,7 +275,7 @@ export async function capacityCommand(argv: string[], config: Config, io: Capaci
         };
         const r = await client.preview(body);
         result = r;
-        text = renderPreview(r);
+        render = { table: () => renderPreview(r) };
       } else if (values.timeline) {
         const r = await client.timeline({
           tenantId,
@@ -278,7 +285,7 @@ export async function capacityCommand(argv: string[], config: Config, io: Capaci
           ...(values.step !== undefined ? { stepMinutes: parseInteger('step', values.step) } : {}),
         });
         result = r;
-        text = renderTimeline(r);
+        render = { table: () => renderTimeline(r) };
       } else if (values.domains) {
         const r = await client.byDomain({
           tenantId,
@@ -286,26 +293,27 @@ export async function capacityCommand(argv: string[], config: Config, io: Capaci
           ...(values['topology-key'] !== undefined ? { topologyKey: values['topology-key'] } : {}),
         });
         result = r;
-        text = renderDomains(r);
+        render = { table: () => renderDomains(r) };
       } else if (values.quota) {
         const r = await client.quota({ tenantId, ...(values.pool ? { poolId: values.pool } : {}) });
         result = r;
-        text = renderQuota(r);
+        render = { table: () => renderQuota(r) };
       } else if (values.pool) {
         const r = await client.byPool({ tenantId, poolId: values.pool });
         result = r;
-        text = renderPoolRows(r);
+        render = { table: () => renderPoolRows(r) };
       } else {
         const r = await client.summary({ tenantId });
         result = r;
-        text = renderSummary(r);
+        render = { table: () => renderSummary(r), wide: () => renderSummary(r, { wide: true }) };
       }
-      io.stdout(output === 'json' ? `${JSON.stringify(result, null, 2)}\n` : text);
+      progress.done();
+      io.stdout(formatOutput(output, result, render));
       return 0;
     } finally {
       await client.close();
     }
   } catch (e) {
-    return reportFailure(e, output, io.stderr);
+    return reportFailure(e, output ?? 'table', io.stderr);
   }
 }

@@ -5,10 +5,14 @@ import { openDatabase } from '../db/connect.ts';
 import { migrate } from '../db/migrate.ts';
 import { createLogger } from '../log.ts';
 import { capacityCommand } from './capacity.ts';
+import { createProgress, openingStep } from './progress.ts';
 import { serveCommand } from './serve.ts';
 import { usageCommand } from './usage.ts';
 
-const USAGE = `usage: better-compute <command> [options]
+/** How the command is called: `better-compute`, or `kubectl bettercompute` as a kubectl plugin (bin/kubectl-bettercompute.js). */
+const PROG = process.env.BETTER_COMPUTE_PROG ?? 'better-compute';
+
+const USAGE = `usage: ${PROG} <command> [options]
 
 commands:
   migrate            apply the database migrations (embedded PostgreSQL unless DATABASE_URL is set)
@@ -18,19 +22,25 @@ commands:
   capacity           capacity summary, pool rows, placement preview, GPU timeline, quota, per domain (see capacity --help)
   usage              hourly usage windows: GPU-hours and more per pool and resource over a period (see usage --help)
   reservations       a tenant's reservations: list, get, preview of a Reservation file, confirm (see reservations --help)
+
+Listing and get commands take -o table|wide|json|yaml. As a kubectl plugin: kubectl bettercompute <command> ...
 `;
 
 type Command = (argv: string[]) => Promise<number>;
 
 const commands: Record<string, Command> = {
   async migrate(argv) {
-    const { values } = parseArgs({ args: argv, options: { output: { type: 'string', short: 'o' } } });
+    const { values } = parseArgs({ args: argv, options: { output: { type: 'string', short: 'o' }, progress: { type: 'boolean' } } });
     const config = loadConfig();
+    const progress = createProgress({ flag: values.progress, isTTY: process.stderr.isTTY, write: (t) => process.stderr.write(t) });
+    progress.step(openingStep(config));
     const database = await openDatabase(config);
     try {
       const client = await database.db.connect();
       try {
+        progress.step('applying the migrations');
         const applied = await migrate(client);
+        progress.done();
         if (values.output === 'json') console.log(JSON.stringify({ applied }));
         else console.log(applied.length ? `applied migrations ${applied.join(', ')}` : 'schema is up to date');
       } finally {
@@ -56,11 +66,13 @@ const commands: Record<string, Command> = {
     capacityCommand(argv, loadConfig(), {
       stdout: (text) => process.stdout.write(text),
       stderr: (text) => process.stderr.write(text),
+      stderrIsTTY: process.stderr.isTTY,
     }),
   usage: (argv) =>
     usageCommand(argv, loadConfig(), {
       stdout: (text) => process.stdout.write(text),
       stderr: (text) => process.stderr.write(text),
+      stderrIsTTY: process.stderr.isTTY,
     }),
   async reservations(argv) {
     // Loaded on use: it brings the Kubernetes client (Reservation names) and the reconciler's translation.
@@ -68,6 +80,7 @@ const commands: Record<string, Command> = {
     return reservationsCommand(argv, loadConfig(), {
       stdout: (text) => process.stdout.write(text),
       stderr: (text) => process.stderr.write(text),
+      stderrIsTTY: process.stderr.isTTY,
     });
   },
 };

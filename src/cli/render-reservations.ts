@@ -16,17 +16,28 @@ function stateText(r: Pick<ReservationDetails, 'state' | 'leaseExpiresAt' | 'spo
   return r.spot ? `${s}, spot` : s;
 }
 
-export function renderReservationList(tenantId: string, rows: readonly ReservationDetails[], all: boolean): string {
+/** `wide`: also the pool's id, the nodes and the Reservation's uid (the ledger's idempotency key). */
+export function renderReservationList(tenantId: string, rows: readonly ReservationDetails[], all: boolean, o: { wide?: boolean } = {}): string {
   const what = all ? 'reservations' : 'live reservations';
   if (rows.length === 0) return `Tenant ${tenantId}: no ${what}\n`;
   const body = table(
-    ['ID', 'NAME', 'POOL', 'STATE', 'START', 'END', 'ATOMS'],
-    rows.map((r) => [r.id, r.name ?? '-', r.pool, stateText(r), formatTime(r.start), formatTime(r.end), r.atoms]),
+    ['ID', 'NAME', 'POOL', 'STATE', 'START', 'END', 'ATOMS', ...(o.wide ? ['POOL ID', 'NODES', 'UID'] : [])],
+    rows.map((r) => [
+      r.id,
+      r.name ?? '-',
+      r.pool,
+      stateText(r),
+      formatTime(r.start),
+      formatTime(r.end),
+      r.atoms,
+      ...(o.wide ? [r.poolId, r.nodes.join(',') || '-', r.idempotencyKey] : []),
+    ]),
   );
   return `Tenant ${tenantId}: ${rows.length} ${rows.length === 1 ? what.replace(/s$/, '') : what}\n\n${body}\n`;
 }
 
-export function renderReservation(r: ReservationDetails): string {
+/** `wide`: also the Reservation's uid (the ledger's idempotency key). */
+export function renderReservation(r: ReservationDetails, o: { wide?: boolean } = {}): string {
   const fields: [string, string][] = [
     ['Name', r.name ?? '-'],
     ['Pool', `${r.pool} (${r.poolId})`],
@@ -40,6 +51,7 @@ export function renderReservation(r: ReservationDetails): string {
     fields.push(['Confirmed', `${formatTime(r.hold.confirmedAt)}${r.hold.confirmedByPod ? ` by pod ${r.hold.confirmedByPod}` : ''}`]);
   }
   fields.push(['Atoms', `${r.atoms} on ${r.nodes.length} node${r.nodes.length === 1 ? '' : 's'}`]);
+  if (o.wide) fields.push(['UID', r.idempotencyKey]);
   const width = Math.max(...fields.map(([k]) => k.length)) + 1;
   const lines = [`Reservation ${r.id}`, ...fields.map(([k, v]) => `${`${k}:`.padEnd(width)}  ${v}`)];
   const allocs = r.allocations ?? [];

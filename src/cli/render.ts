@@ -31,18 +31,22 @@ export function formatTime(ms: number, withTime = true): string {
   return withTime ? `${iso.slice(0, 10)} ${iso.slice(11, 16)}Z` : iso.slice(0, 10);
 }
 
-export function renderSummary(s: Summary): string {
+/** `wide`: also each pool's owner and each row's update time. */
+export function renderSummary(s: Summary, o: { wide?: boolean } = {}): string {
   const out: string[] = [];
   const n = s.pools.length;
   out.push(`Tenant ${s.tenantId}: ${n} pool${n === 1 ? '' : 's'}`);
   if (n === 0) return `${out[0]}\n`;
   const rows: (string | number)[][] = [];
+  const wide = (owner: string, updated: string) => (o.wide ? [owner, updated] : []);
   for (const p of s.pools) {
     const name = p.archived ? `${p.name} (archived)` : p.name;
-    if (p.capacity.length === 0) rows.push([name, p.poolId, p.gpuModel ?? '-', '-', ...COLUMNS.map(() => '-')]);
-    for (const r of p.capacity) rows.push([name, p.poolId, p.gpuModel ?? '-', r.resource, ...numbers(r)]);
+    if (p.capacity.length === 0) rows.push([name, p.poolId, p.gpuModel ?? '-', '-', ...COLUMNS.map(() => '-'), ...wide(p.ownerTenant, '-')]);
+    for (const r of p.capacity) rows.push([name, p.poolId, p.gpuModel ?? '-', r.resource, ...numbers(r), ...wide(p.ownerTenant, formatTime(r.updatedAt))]);
   }
-  out.push('', table(['POOL', 'POOL ID', 'MODEL', 'RESOURCE', ...COLUMN_HEADERS], rows, ['left', 'left', 'left', 'left', ...COLUMNS.map(() => 'right' as const)]));
+  const headers = ['POOL', 'POOL ID', 'MODEL', 'RESOURCE', ...COLUMN_HEADERS, ...(o.wide ? ['OWNER', 'UPDATED'] : [])];
+  const align = ['left', 'left', 'left', 'left', ...COLUMNS.map(() => 'right' as const), ...(o.wide ? (['left', 'left'] as const) : [])] as Align[];
+  out.push('', table(headers, rows, align));
   const models = Object.entries(s.byGpuModel).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
   if (models.length > 0) {
     out.push(
@@ -152,9 +156,9 @@ const hoursText = (h: number) => h.toFixed(3);
 
 /**
  * `better-compute usage`: the window and how much of it is final, then per pool and resource the hours burned; with
- * hourly rows, one line per hour, marked `open` while the hour may still change.
+ * hourly rows, one line per hour, marked `open` while the hour may still change. `wide`: also the exact atom-seconds.
  */
-export function renderUsage(u: UsageResult): string {
+export function renderUsage(u: UsageResult, o: { wide?: boolean } = {}): string {
   const from = Date.parse(u.from);
   const to = Date.parse(u.to);
   const final = u.finalUntil === null ? 'no hour is final yet' : `final before ${formatTime(Date.parse(u.finalUntil))}`;
@@ -163,9 +167,9 @@ export function renderUsage(u: UsageResult): string {
   out.push(
     '',
     table(
-      ['POOL ID', 'RESOURCE', 'HOURS', 'UNIT'],
-      u.totals.map((t) => [t.poolId, t.resource, hoursText(t.hours), usageUnit(t.resource)]),
-      ['left', 'left', 'right', 'left'],
+      ['POOL ID', 'RESOURCE', 'HOURS', 'UNIT', ...(o.wide ? ['ATOM-SECONDS'] : [])],
+      u.totals.map((t) => [t.poolId, t.resource, hoursText(t.hours), usageUnit(t.resource), ...(o.wide ? [String(t.atomSeconds)] : [])]),
+      ['left', 'left', 'right', 'left', 'right'],
     ),
   );
   if (u.hours !== undefined) {
@@ -175,9 +179,16 @@ export function renderUsage(u: UsageResult): string {
       u.hours.length === 0
         ? 'No hourly rows.'
         : table(
-            ['HOUR', 'POOL ID', 'RESOURCE', 'HOURS', 'FINAL'],
-            u.hours.map((h) => [formatTime(Date.parse(h.hour)), h.poolId, h.resource, hoursText(h.hours), Date.parse(h.hour) < finalUntil ? 'yes' : 'open']),
-            ['left', 'left', 'left', 'right', 'left'],
+            ['HOUR', 'POOL ID', 'RESOURCE', 'HOURS', 'FINAL', ...(o.wide ? ['ATOM-SECONDS'] : [])],
+            u.hours.map((h) => [
+              formatTime(Date.parse(h.hour)),
+              h.poolId,
+              h.resource,
+              hoursText(h.hours),
+              Date.parse(h.hour) < finalUntil ? 'yes' : 'open',
+              ...(o.wide ? [String(h.atomSeconds)] : []),
+            ]),
+            ['left', 'left', 'left', 'right', 'left', 'right'],
           ),
     );
   }

@@ -102,7 +102,7 @@ describe('usageCommand', () => {
   });
 
   it('usage errors exit 2 without a call', async () => {
-    for (const argv of [['--period', '24h', '--from', '2026-11-01'], ['--to', '2026-11-02'], ['-o', 'yaml'], ['--bogus']]) {
+    for (const argv of [['--period', '24h', '--from', '2026-11-01'], ['--to', '2026-11-02'], ['-o', 'xml'], ['--bogus']]) {
       const r = await run(argv);
       expect(r.code, argv.join(' ')).toBe(2);
       expect(r.bodies).toEqual([]);

@@ -8,6 +8,8 @@ import { parseInput, UsageInput } from '../core/schemas.ts';
 import type { Config } from '../config.ts';
 import { openDatabase } from '../db/connect.ts';
 import { CliError, httpCall, reportFailure } from './capacity.ts';
+import { createProgress, openingStep } from './progress.ts';
+import { formatOutput, OUTPUT_HELP, outputUsageMessage, parseOutput } from './output.ts';
 import { renderUsage } from './render.ts';
 
 export const USAGE_USAGE = `usage: better-compute usage --tenant T [period] [options]
@@ -21,10 +23,12 @@ options:
   --tenant T                   the tenant (BETTER_COMPUTE_TENANT)
   --pool P                     one pool only
   --hourly                     one row per hour (a window of at most 31 days)
-  -o, --output table|json      output format (default table)
+${OUTPUT_HELP}
   --server URL                 the capacity API (BETTER_COMPUTE_SERVER, default http://127.0.0.1:8080)
   --token TOKEN                bearer token (BETTER_COMPUTE_TOKEN)
   --direct                     read the database directly instead of the API (no authorization)
+  --progress                   the slow steps (starting the embedded PostgreSQL with --direct, the call) on stderr;
+                               the default when stderr is a terminal
 `;
 
 export interface UsageClient {
@@ -52,6 +56,8 @@ export interface UsageIo {
   stderr: (text: string) => void;
   /** Overrides how the client is made (tests); default: HTTP, or the database with --direct. */
   client?: (opts: { direct: boolean; server: string; token: string | undefined }) => Promise<UsageClient>;
+  /** Whether stderr is a terminal: progress is shown then (as with --progress). */
+  stderrIsTTY?: boolean;
 }
 
 const usage = (message: string) => new CliError('USAGE', message, 2);
@@ -74,6 +80,7 @@ export async function usageCommand(argv: string[], config: Config, io: UsageIo):
         server: { type: 'string' },
         token: { type: 'string' },
         direct: { type: 'boolean' },
+        progress: { type: 'boolean' },
         help: { type: 'boolean', short: 'h' },
       },
     }));
@@ -85,9 +92,9 @@ export async function usageCommand(argv: string[], config: Config, io: UsageIo):
     io.stdout(USAGE_USAGE);
     return 0;
   }
-  const output = values.output ?? 'table';
+  const output = parseOutput(values.output);
   try {
-    if (output !== 'table' && output !== 'json') throw usage(`-o: table or json, not ${output}`);
+    if (!output) throw usage(outputUsageMessage(values.output!));
     const tenantId = values.tenant ?? config.tenant;
     if (!tenantId) throw usage('--tenant is required (or set BETTER_COMPUTE_TENANT)');
     if (values.period !== undefined && (values.from !== undefined || values.to !== undefined)) {
@@ -107,15 +114,20 @@ export async function usageCommand(argv: string[], config: Config, io: UsageIo):
       io.client ??
       (async (o: { direct: boolean; server: string; token: string | undefined }) =>
         o.direct ? directUsageClient(config) : httpUsageClient(o.server, o.token));
-    const client = await makeClient({ direct: values.direct ?? false, server: values.server ?? config.serverUrl, token: values.token ?? config.token });
+    const progress = createProgress({ flag: values.progress, isTTY: io.stderrIsTTY, write: io.stderr });
+    const server = values.server ?? config.serverUrl;
+    if (values.direct) progress.step(openingStep(config));
+    const client = await makeClient({ direct: values.direct ?? false, server, token: values.token ?? config.token });
+    progress.step(values.direct ? 'reading the database' : `asking ${server}`);
     try {
       const r = await client.usage(body);
-      io.stdout(output === 'json' ? `${JSON.stringify(r, null, 2)}\n` : renderUsage(r));
+      progress.done();
+      io.stdout(formatOutput(output, r, { table: () => renderUsage(r), wide: () => renderUsage(r, { wide: true }) }));
       return 0;
     } finally {
       await client.close();
     }
   } catch (e) {
-    return reportFailure(e, output, io.stderr);
+    return reportFailure(e, output ?? 'table', io.stderr);
   }
 }

@@ -7,7 +7,7 @@
 // `devices[].selector`, whose keys are device attribute names, checked by selectorFromObject.
 
 import { z } from 'zod';
-import { DurationError, MAX_DURATION_STRING_LENGTH, parseDuration } from './duration.ts';
+import { DurationError, MAX_DURATION_SECONDS, MAX_DURATION_STRING_LENGTH, MIN_DURATION_SECONDS, parseDuration } from './duration.ts';
 import { SelectorError, selectorFromObject } from './selector.ts';
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -114,9 +114,9 @@ export function parseInput<T>(schema: z.ZodType<T>, body: unknown): T {
 
 /** A JSON integer in [min, max]: no fractions, no numeric strings, no NaN or Infinity. */
 function int(min: number, max: number = Number.MAX_SAFE_INTEGER) {
+  // z.int(): a safe integer, and `type: integer` in the JSON Schema (src/api/openapi.ts) with the bounds below.
   return z
-    .number({ error: (iss) => (iss.code === 'invalid_type' && iss.input !== undefined ? 'must be an integer' : undefined) })
-    .refine(Number.isInteger, { error: 'must be an integer', abort: true })
+    .int({ error: (iss) => (iss.code === 'invalid_type' && iss.input !== undefined ? 'must be an integer' : undefined) })
     .min(min)
     .max(max);
 }
@@ -168,6 +168,11 @@ export const SelectorObject = z
       if (!(err instanceof SelectorError)) throw err;
       ctx.addIssue({ code: 'custom', message: `invalid selector: ${err.message}` });
     }
+  })
+  // What the JSON Schema (src/api/openapi.ts) says of it: the checks above are code, not schema.
+  .meta({
+    type: 'object',
+    description: 'Device attribute name → a value (equality) or an operator object, e.g. {"vramGiB": {"gte": 80}}.',
   });
 
 /** `duration`: a string or an integer, checked by parseDuration; the parsed value is whole seconds. */
@@ -183,6 +188,13 @@ export const Duration = z
       ctx.addIssue({ code: 'custom', message: err.message });
       return z.NEVER;
     }
+  })
+  .meta({
+    description: `${MIN_DURATION_SECONDS} second to 366 days: whole seconds (3600, "3600"), units (90s, 1h30m, 2d, 1w) or ISO 8601 (PT1H30M, P1D)`,
+    anyOf: [
+      { type: 'string', maxLength: MAX_DURATION_STRING_LENGTH },
+      { type: 'integer', minimum: MIN_DURATION_SECONDS, maximum: MAX_DURATION_SECONDS },
+    ],
   });
 
 export const DeviceRequest = z.strictObject({

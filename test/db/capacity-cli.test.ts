@@ -202,7 +202,7 @@ describe('usage and transport errors', () => {
     [['--pool', 'P', '--tenant', 'acme', '--gpus', '2'], /--gpus needs --preview/],
     [['--tenant', 'acme', '--preview'], /--preview needs --pool/],
     [['--tenant', 'acme', '--timeline', '--preview', '--pool', 'P'], /do not go together/],
-    [['--tenant', 'acme', '-o', 'yaml'], /-o: table or json/],
+    [['--tenant', 'acme', '-o', 'xml'], /-o: one of table, wide, json, yaml, not xml/],
     [['--tenant', 'acme', '--preview', '--pool', 'P', '--gpus', 'many'], /--gpus: not a whole number/],
     [['--tenant', 'acme', '--timeline', '--pool', 'P', '--from', 'tomorrow'], /--from: not a time/],
   ])('%j → exit 2', async (argv, message) => {

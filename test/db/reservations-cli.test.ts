@@ -163,10 +163,10 @@ ${spec}`;
 
 describe('usage', () => {
   it('refuses what does not go together, with exit code 2', async () => {
-    expect(await cli([])).toMatchObject({ code: 2, stderr: 'error USAGE: a command: list, get ID, preview -f FILE or confirm ID\n' });
+    expect(await cli([])).toMatchObject({ code: 2, stderr: 'error USAGE: a command: list, get ID, preview -f FILE, confirm ID or wait ID\n' });
     expect(await cli(['get'])).toMatchObject({ code: 2, stderr: 'error USAGE: get takes one reservation id\n' });
     expect(await cli(['preview'])).toMatchObject({ code: 2, stderr: 'error USAGE: preview needs -f FILE\n' });
     expect(await cli(['get', 'x', '--all'])).toMatchObject({ code: 2, stderr: 'error USAGE: --all goes with list\n' });
-    expect(await cli(['list', '-o', 'yaml'])).toMatchObject({ code: 2, stderr: 'error USAGE: -o: table or json, not yaml\n' });
+    expect(await cli(['list', '-o', 'xml'])).toMatchObject({ code: 2, stderr: 'error USAGE: -o: one of table, wide, json, yaml, not xml\n' });
   });
 });
