@@ -14,7 +14,7 @@ CREATE TABLE clock (
 );
 INSERT INTO clock DEFAULT VALUES;
 
--- compute_now: migrations/functions/compute_now.sql (a placeholder until the functions are applied, ADR 0032)
+-- A placeholder, so that what follows can name it; its body is functions/compute_now.sql (ADR 0032).
 CREATE FUNCTION compute_now() RETURNS timestamptz LANGUAGE sql STABLE AS 'SELECT now()';
 
 CREATE TABLE pools (
@@ -140,7 +140,7 @@ CREATE TABLE device_bookings (
 );
 CREATE INDEX index$device_bookings$allocation ON device_bookings (allocation_id);
 
--- bc_check_booking_target: migrations/functions/bc_check_booking_target.sql (a placeholder until the functions are applied, ADR 0032)
+-- A placeholder, so that what follows can name it; its body is functions/bc_check_booking_target.sql (ADR 0032).
 CREATE FUNCTION bc_check_booking_target() RETURNS trigger LANGUAGE plpgsql AS 'BEGIN RETURN NULL; END';
 CREATE TRIGGER trigger$device_bookings$bookable BEFORE INSERT ON device_bookings
   FOR EACH ROW EXECUTE FUNCTION bc_check_booking_target();
@@ -187,4 +187,4 @@ CREATE TABLE quota_charges (
 CREATE INDEX index$quota_charges$key_during ON quota_charges USING gist (tenant_id, pool_id, resource, during);
 CREATE INDEX index$quota_charges$allocation ON quota_charges (allocation_id);
 
--- bc_quota_peak: migrations/functions/bc_quota_peak.sql
+-- Functions, one file each in migrations/functions/ (ADR 0032): bc_quota_peak.

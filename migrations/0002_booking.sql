@@ -9,10 +9,5 @@
 --   idempotency_mismatch  the idempotency key was used before with a different request
 --   pool_unavailable    the pool is archived, or neither owned by nor offered to the tenant
 
--- bc_refresh_quota: migrations/functions/bc_refresh_quota.sql
-
--- bc_rebuild_quotas: migrations/functions/bc_rebuild_quotas.sql
-
--- bc_place: migrations/functions/bc_place.sql
-
--- bc_release_allocations: migrations/functions/bc_release_allocations.sql
+-- Functions, one file each in migrations/functions/ (ADR 0032): bc_refresh_quota, bc_rebuild_quotas, bc_place,
+-- bc_release_allocations.

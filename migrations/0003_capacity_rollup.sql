@@ -11,7 +11,7 @@
 
 -- Tests freeze time to compare the incremental rollup with a rebuild at one instant.
 ALTER TABLE clock ADD COLUMN frozen_at timestamptz;
--- compute_now: migrations/functions/compute_now.sql
+-- Functions, one file each in migrations/functions/ (ADR 0032): compute_now.
 
 CREATE TABLE pool_capacity_rollup (
   pool_id text NOT NULL REFERENCES pools (id) ON DELETE CASCADE,
@@ -45,18 +45,14 @@ CREATE TABLE pool_capacity_deltas (
 );
 CREATE INDEX index$pool_capacity_deltas$pool ON pool_capacity_deltas (pool_id, resource);
 
--- bc_bucket: migrations/functions/bc_bucket.sql
+-- Functions, one file each in migrations/functions/ (ADR 0032): bc_bucket, bc_contrib, bc_append_deltas.
 
--- bc_contrib: migrations/functions/bc_contrib.sql
-
--- bc_append_deltas: migrations/functions/bc_append_deltas.sql
-
--- bc_rollup_nodes_changed: migrations/functions/bc_rollup_nodes_changed.sql (a placeholder until the functions are applied, ADR 0032)
+-- A placeholder, so that what follows can name it; its body is functions/bc_rollup_nodes_changed.sql (ADR 0032).
 CREATE FUNCTION bc_rollup_nodes_changed() RETURNS trigger LANGUAGE plpgsql AS 'BEGIN RETURN NULL; END';
 CREATE TRIGGER trigger$nodes$rollup AFTER UPDATE ON nodes REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
   FOR EACH STATEMENT EXECUTE FUNCTION bc_rollup_nodes_changed();
 
--- bc_rollup_node_parts_changed: migrations/functions/bc_rollup_node_parts_changed.sql (a placeholder until the functions are applied, ADR 0032)
+-- A placeholder, so that what follows can name it; its body is functions/bc_rollup_node_parts_changed.sql (ADR 0032).
 CREATE FUNCTION bc_rollup_node_parts_changed() RETURNS trigger LANGUAGE plpgsql AS 'BEGIN RETURN NULL; END';
 CREATE TRIGGER trigger$devices$rollup_insert AFTER INSERT ON devices REFERENCING NEW TABLE AS new_rows
   FOR EACH STATEMENT EXECUTE FUNCTION bc_rollup_node_parts_changed();
@@ -68,11 +64,11 @@ CREATE TRIGGER trigger$node_resources$rollup_update AFTER UPDATE ON node_resourc
   REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
   FOR EACH STATEMENT EXECUTE FUNCTION bc_rollup_node_parts_changed();
 
--- bc_booking_counts: migrations/functions/bc_booking_counts.sql
+-- Functions, one file each in migrations/functions/ (ADR 0032): bc_booking_counts.
 
--- bc_rollup_bookings_changed: migrations/functions/bc_rollup_bookings_changed.sql (a placeholder until the functions are applied, ADR 0032)
+-- A placeholder, so that what follows can name it; its body is functions/bc_rollup_bookings_changed.sql (ADR 0032).
 CREATE FUNCTION bc_rollup_bookings_changed() RETURNS trigger LANGUAGE plpgsql AS 'BEGIN RETURN NULL; END';
--- bc_rollup_bookings_inserted: migrations/functions/bc_rollup_bookings_inserted.sql (a placeholder until the functions are applied, ADR 0032)
+-- A placeholder, so that what follows can name it; its body is functions/bc_rollup_bookings_inserted.sql (ADR 0032).
 CREATE FUNCTION bc_rollup_bookings_inserted() RETURNS trigger LANGUAGE plpgsql AS 'BEGIN RETURN NULL; END';
 CREATE TRIGGER trigger$device_bookings$rollup_insert AFTER INSERT ON device_bookings REFERENCING NEW TABLE AS new_rows
   FOR EACH STATEMENT EXECUTE FUNCTION bc_rollup_bookings_inserted();
@@ -99,8 +95,4 @@ CREATE VIEW pool_capacity AS
     GROUP BY pool_id, resource
   ) summed;
 
--- bc_compute_rollup: migrations/functions/bc_compute_rollup.sql
-
--- bc_rebuild_rollup: migrations/functions/bc_rebuild_rollup.sql
-
--- bc_fold_rollup: migrations/functions/bc_fold_rollup.sql
+-- Functions, one file each in migrations/functions/ (ADR 0032): bc_compute_rollup, bc_rebuild_rollup, bc_fold_rollup.

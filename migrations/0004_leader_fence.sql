@@ -8,6 +8,4 @@ CREATE TABLE leader_fences (
   acquired_at timestamptz
 );
 
--- bc_take_fence: migrations/functions/bc_take_fence.sql
-
--- bc_check_fence: migrations/functions/bc_check_fence.sql
+-- Functions, one file each in migrations/functions/ (ADR 0032): bc_take_fence, bc_check_fence.

@@ -11,9 +11,9 @@
 -- every booking statement goes with one on its allocation (bc_place, bc_release_allocations, a layout change), and the
 -- periodic full resync repairs anything a notification missed.
 
--- bc_extender_notify: migrations/functions/bc_extender_notify.sql
+-- Functions, one file each in migrations/functions/ (ADR 0032): bc_extender_notify.
 
--- bc_extender_row_changed: migrations/functions/bc_extender_row_changed.sql (a placeholder until the functions are applied, ADR 0032)
+-- A placeholder, so that what follows can name it; its body is functions/bc_extender_row_changed.sql (ADR 0032).
 CREATE FUNCTION bc_extender_row_changed() RETURNS trigger LANGUAGE plpgsql AS 'BEGIN RETURN NULL; END';
 
 CREATE TRIGGER trigger$pools$extender AFTER INSERT OR UPDATE OR DELETE ON pools
@@ -32,21 +32,21 @@ CREATE TRIGGER trigger$quotas$extender_insert AFTER INSERT OR DELETE ON quotas
 CREATE TRIGGER trigger$quotas$extender_update AFTER UPDATE ON quotas
   FOR EACH ROW WHEN (OLD.max IS DISTINCT FROM NEW.max) EXECUTE FUNCTION bc_extender_row_changed();
 
--- bc_extender_allocations_changed: migrations/functions/bc_extender_allocations_changed.sql (a placeholder until the functions are applied, ADR 0032)
+-- A placeholder, so that what follows can name it; its body is functions/bc_extender_allocations_changed.sql (ADR 0032).
 CREATE FUNCTION bc_extender_allocations_changed() RETURNS trigger LANGUAGE plpgsql AS 'BEGIN RETURN NULL; END';
 CREATE TRIGGER trigger$allocations$extender_insert AFTER INSERT ON allocations REFERENCING NEW TABLE AS new_rows
   FOR EACH STATEMENT EXECUTE FUNCTION bc_extender_allocations_changed();
 CREATE TRIGGER trigger$allocations$extender_update AFTER UPDATE ON allocations REFERENCING NEW TABLE AS new_rows
   FOR EACH STATEMENT EXECUTE FUNCTION bc_extender_allocations_changed();
 
--- bc_extender_charges_changed: migrations/functions/bc_extender_charges_changed.sql (a placeholder until the functions are applied, ADR 0032)
+-- A placeholder, so that what follows can name it; its body is functions/bc_extender_charges_changed.sql (ADR 0032).
 CREATE FUNCTION bc_extender_charges_changed() RETURNS trigger LANGUAGE plpgsql AS 'BEGIN RETURN NULL; END';
 CREATE TRIGGER trigger$quota_charges$extender_insert AFTER INSERT ON quota_charges REFERENCING NEW TABLE AS new_rows
   FOR EACH STATEMENT EXECUTE FUNCTION bc_extender_charges_changed();
 CREATE TRIGGER trigger$quota_charges$extender_update AFTER UPDATE ON quota_charges REFERENCING NEW TABLE AS new_rows
   FOR EACH STATEMENT EXECUTE FUNCTION bc_extender_charges_changed();
 
--- bc_extender_node_parts_changed: migrations/functions/bc_extender_node_parts_changed.sql (a placeholder until the functions are applied, ADR 0032)
+-- A placeholder, so that what follows can name it; its body is functions/bc_extender_node_parts_changed.sql (ADR 0032).
 CREATE FUNCTION bc_extender_node_parts_changed() RETURNS trigger LANGUAGE plpgsql AS 'BEGIN RETURN NULL; END';
 CREATE TRIGGER trigger$devices$extender_insert AFTER INSERT ON devices REFERENCING NEW TABLE AS new_rows
   FOR EACH STATEMENT EXECUTE FUNCTION bc_extender_node_parts_changed();

@@ -1,1 +1,2 @@
--- bc_place_batch: migrations/functions/bc_place_batch.sql
+-- Group commit for the placer: bc_place_batch commits the placements that one process has waiting in one statement and
+-- one transaction, each item in a subtransaction of its own (migrations/functions/bc_place_batch.sql, ADR 0032).

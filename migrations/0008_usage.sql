@@ -33,6 +33,4 @@ CREATE TABLE usage_watermark (
 );
 INSERT INTO usage_watermark DEFAULT VALUES;
 
--- bc_compute_usage: migrations/functions/bc_compute_usage.sql
-
--- bc_run_usage: migrations/functions/bc_run_usage.sql
+-- Functions, one file each in migrations/functions/ (ADR 0032): bc_compute_usage, bc_run_usage.

@@ -29,24 +29,11 @@ CREATE TABLE quota_overrides (
     EXCLUDE USING gist (tenant_id WITH =, pool_id WITH =, resource WITH =, during WITH &&)
 );
 
--- bc_quota_limit: migrations/functions/bc_quota_limit.sql
-
--- bc_quota_excess: migrations/functions/bc_quota_excess.sql
-
--- bc_quota_period: migrations/functions/bc_quota_period.sql
-
--- bc_quota_hours: migrations/functions/bc_quota_hours.sql
-
--- bc_quota_hours_excess: migrations/functions/bc_quota_hours_excess.sql
-
--- bc_set_quota_overrides: migrations/functions/bc_set_quota_overrides.sql
-
--- bc_quota_status: migrations/functions/bc_quota_status.sql
+-- Functions, one file each in migrations/functions/ (ADR 0032): bc_quota_limit, bc_quota_excess, bc_quota_period,
+-- bc_quota_hours, bc_quota_hours_excess, bc_set_quota_overrides, bc_quota_status.
 
 -- The extender's filter reloads a key whose overrides come or go (it leaves such a key to bind; see ADR 0012).
 CREATE TRIGGER trigger$quotas$extender_overrides AFTER UPDATE ON quotas
   FOR EACH ROW WHEN (OLD.has_overrides IS DISTINCT FROM NEW.has_overrides) EXECUTE FUNCTION bc_extender_row_changed();
 
--- bc_place: migrations/functions/bc_place.sql
-
--- bc_place_batch: migrations/functions/bc_place_batch.sql
+-- Functions, one file each in migrations/functions/ (ADR 0032): bc_place, bc_place_batch.

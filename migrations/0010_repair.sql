@@ -8,7 +8,7 @@
 ALTER TABLE nodes ADD COLUMN unreachable_since timestamptz;
 UPDATE nodes SET unreachable_since = updated_at WHERE connectivity <> 'connected';
 
--- bc_node_unreachable_since: migrations/functions/bc_node_unreachable_since.sql (a placeholder until the functions are applied, ADR 0032)
+-- A placeholder, so that what follows can name it; its body is functions/bc_node_unreachable_since.sql (ADR 0032).
 CREATE FUNCTION bc_node_unreachable_since() RETURNS trigger LANGUAGE plpgsql AS 'BEGIN RETURN NULL; END';
 CREATE TRIGGER trigger$nodes$unreachable_since BEFORE INSERT OR UPDATE OF connectivity ON nodes
   FOR EACH ROW EXECUTE FUNCTION bc_node_unreachable_since();
@@ -23,8 +23,4 @@ ALTER TABLE reservations
 -- current atoms (Ledger.get leaves it out of allocations).
 ALTER TABLE device_bookings ADD COLUMN lost_at timestamptz;
 
--- bc_lost_atoms: migrations/functions/bc_lost_atoms.sql
-
--- bc_repair_cut: migrations/functions/bc_repair_cut.sql
-
--- bc_place: migrations/functions/bc_place.sql
+-- Functions, one file each in migrations/functions/ (ADR 0032): bc_lost_atoms, bc_repair_cut, bc_place.

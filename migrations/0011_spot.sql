@@ -15,4 +15,4 @@ ALTER TABLE reservations
   ADD CONSTRAINT check$reservations$preempt_spot CHECK (preempt_at IS NULL OR spot);
 CREATE INDEX index$reservations$preempting ON reservations (preempt_at) WHERE preempt_at IS NOT NULL AND evicted_at IS NULL;
 
--- bc_preempt_allocations: migrations/functions/bc_preempt_allocations.sql
+-- bc_preempt_allocations truncated allocations at the deadline until 0013 folded it into bc_release_allocations.

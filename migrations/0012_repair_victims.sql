@@ -1,1 +1,4 @@
--- bc_lost_atoms: migrations/functions/bc_lost_atoms.sql
+-- A spot reservation under a preemption notice (0011) has its allocations' released_at set to the deadline ahead.
+-- BookingRepair looked only at allocations with released_at IS NULL, so a victim that lost an atom before its deadline
+-- was neither re-placed nor reported short: bc_lost_atoms now counts an allocation until it is actually released
+-- (migrations/functions/bc_lost_atoms.sql, ADR 0032).

@@ -1,3 +1,5 @@
--- bc_take_admission: migrations/functions/bc_take_admission.sql
-
--- bc_place_batch: migrations/functions/bc_place_batch.sql
+-- An on-demand pod's booking and its node's admission lease in one write (the extender's bind, issue 14): a placement
+-- item of bc_place_batch that carries "admission" ({nodeId, podUid, namespace, podName, ttlSeconds}) takes the node's
+-- lease for the pod (bc_take_admission), with the atoms just booked, in the same subtransaction as the booking. Before
+-- this, the bind took the lease, booked, then wrote the atoms on the lease: three transactions.
+-- Functions, one file each in migrations/functions/ (ADR 0032): bc_take_admission, bc_place_batch.

@@ -1,1 +1,3 @@
--- bc_refresh_quota: migrations/functions/bc_refresh_quota.sql
+-- Quota counters recomputed at the moment of the refresh (docs/adr/0021-placement-batches-in-flight.md): bc_refresh_quota
+-- splits charges into used and reserved at the time it runs, not at the writing transaction's start
+-- (migrations/functions/bc_refresh_quota.sql, ADR 0032).

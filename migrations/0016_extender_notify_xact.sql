@@ -1,1 +1,4 @@
--- bc_extender_notify: migrations/functions/bc_extender_notify.sql
+-- The extender's bind applies its own booking to its in-memory state at once (src/extender/state-sync.ts, ADR 0023):
+-- the statement-level notifications (0006) carry the writing transaction's id as their last element, e.g.
+-- ["n", node, "1234"] (bc_extender_notify, migrations/functions/bc_extender_notify.sql, ADR 0032). The per-row
+-- notifications keep their payloads: without an id, they are always reloaded.

@@ -6,6 +6,6 @@
 --    server's CPU went to planning the same statements over and over. The setting is the function's (restored when it
 --    returns): the SET clause of migrations/functions/bc_place_batch.sql.
 
--- bc_rollup_bookings_inserted: migrations/functions/bc_rollup_bookings_inserted.sql
-
--- bc_extender_notify: migrations/functions/bc_extender_notify.sql
+-- 2. The booking rollup counts inserted bookings in its own query (bc_rollup_bookings_inserted), and 3. the extender's
+--    notifications come from PL/pgSQL (bc_extender_notify), whose plans are kept, not from SQL functions parsed on
+--    every call. Both in migrations/functions/ (ADR 0032).

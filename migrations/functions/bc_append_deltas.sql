@@ -1,4 +1,3 @@
--- last defined in 0003_capacity_rollup.sql
 -- Appends new-minus-old as delta rows (only the pools and resources that changed).
 CREATE OR REPLACE FUNCTION bc_append_deltas(p_old_nodes nodes[], p_old_devices devices[], p_old_resources node_resources[],
                                  p_new_nodes nodes[], p_new_devices devices[], p_new_resources node_resources[])

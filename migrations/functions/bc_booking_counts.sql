@@ -1,4 +1,3 @@
--- last defined in 0003_capacity_rollup.sql
 -- Bookings: the hot path, so counted directly (allocated/reserved only, on allocatable atoms).
 CREATE OR REPLACE FUNCTION bc_booking_counts(p_bookings device_bookings[])
 RETURNS TABLE (pool_id text, resource text, live bigint, future bigint) LANGUAGE sql STABLE AS $$

@@ -1,4 +1,3 @@
--- last defined in 0003_capacity_rollup.sql
 -- Where one atom (or a node's scalar capacity) counts, from its node's state.
 -- An archived pool takes no new bookings: its atoms count under maintenance.
 CREATE OR REPLACE FUNCTION bc_bucket(n nodes, pool_owner text, pool_archived boolean, healthy boolean) RETURNS text

@@ -1,4 +1,3 @@
--- last defined in 0001_ledger.sql
 -- Guard 2, backstop: only atoms are booked, except by a layout change, which books every atom of a GPU, parent included.
 CREATE OR REPLACE FUNCTION bc_check_booking_target() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN

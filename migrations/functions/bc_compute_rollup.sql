@@ -1,4 +1,3 @@
--- last defined in 0003_capacity_rollup.sql
 -- The full computation from nodes, devices, bookings and counters, for every pool (or one).
 CREATE OR REPLACE FUNCTION bc_compute_rollup(p_pool text DEFAULT NULL)
 RETURNS TABLE (pool_id text, resource text, total bigint, allocatable bigint, allocated bigint, reserved bigint,

@@ -1,4 +1,3 @@
--- last defined in 0008_usage.sql
 -- Recomputes the usage rows of the hours in [p_from, p_to) (whole UTC hours) from the booking history, counting time
 -- up to compute_now(). Idempotent: the same history gives the same rows. Returns the number of rows written.
 CREATE OR REPLACE FUNCTION bc_compute_usage(p_from timestamptz, p_to timestamptz) RETURNS integer LANGUAGE plpgsql AS $$

@@ -1,4 +1,3 @@
--- last defined in 0003_capacity_rollup.sql
 -- The contribution of a set of atom images (devices) on a set of node images, with their live bookings, and of the
 -- nodes' scalar counters. Used with the whole ledger by the rebuild and with before/after images by the triggers.
 CREATE OR REPLACE FUNCTION bc_contrib(p_nodes nodes[], p_devices devices[], p_resources node_resources[])

@@ -1,4 +1,3 @@
--- last defined in 0006_extender_notify.sql
 -- Per statement: allocations (node, reservation, pod), quota charges (key), devices and scalar counters (node).
 CREATE OR REPLACE FUNCTION bc_extender_allocations_changed() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN

@@ -1,4 +1,3 @@
--- last defined in 0006_extender_notify.sql
 -- Only a limited key's charges matter to filter. A limit set later notifies through its quota row, and its reload
 -- reads the charges: bc_place holds a share lock on an unlimited key's row, so a limit waits for charges in flight.
 CREATE OR REPLACE FUNCTION bc_extender_charges_changed() RETURNS trigger LANGUAGE plpgsql AS $$

@@ -1,4 +1,3 @@
--- last defined in 0006_extender_notify.sql
 -- An update may move a device to another node: both nodes are named.
 CREATE OR REPLACE FUNCTION bc_extender_node_parts_changed() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN

@@ -1,6 +1,5 @@
--- last defined in 0017_placer_plans.sql
--- 3. The extender's notifications (0006, 0016) from PL/pgSQL, whose plan is kept, instead of an SQL function parsed on
---    every call: each distinct payload once, with the writing transaction's id appended.
+-- The extender's notifications (migrations/0006) on channel bc_extender: each distinct payload once, with the
+-- writing transaction's id appended (ADR 0023). PL/pgSQL, whose plan is kept, not an SQL function parsed on every call.
 CREATE OR REPLACE FUNCTION bc_extender_notify(p_payloads text[]) RETURNS void LANGUAGE plpgsql AS $$
 DECLARE
   v_tx text := pg_current_xact_id()::text;

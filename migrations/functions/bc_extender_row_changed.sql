@@ -1,4 +1,3 @@
--- last defined in 0006_extender_notify.sql
 -- Per row: pools, offerings, nodes, reservations, assignments, quota limits.
 CREATE OR REPLACE FUNCTION bc_extender_row_changed() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE

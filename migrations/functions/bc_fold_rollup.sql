@@ -1,4 +1,3 @@
--- last defined in 0003_capacity_rollup.sql
 -- Folds the deltas into the rollup without recomputing (cheap; any replica may run it).
 CREATE OR REPLACE FUNCTION bc_fold_rollup() RETURNS integer LANGUAGE plpgsql AS $$
 DECLARE

@@ -1,9 +1,9 @@
--- last defined in 0012_repair_victims.sql
--- A spot reservation under a preemption notice (0011) has its allocations' released_at set to the deadline ahead.
--- BookingRepair looked only at allocations with released_at IS NULL, so a victim that lost an atom before its deadline
--- was neither re-placed nor reported short. bc_lost_atoms (body of 0010_repair.sql; changed: the released_at test) now
--- counts an allocation until it is actually released; the repair pass reports such a victim Degraded and does not
--- re-place it (its pods cannot move, and its bookings end at the deadline anyway; ADR 0016).
+-- The atoms out of service under live or future bookings of live reservations, with why: the node deleted (out of the
+-- allocation's pool), in maintenance (the bettercompute.io/maintenance label), not connected for longer than the grace,
+-- or the device gone (no longer present or bookable: also a MIG layout change) or unhealthy. A cordon alone is not a
+-- loss (a drain keeps its bookings), nor is a node NotReady within the grace. An allocation counts until it is actually
+-- released: a spot victim under a preemption notice (released_at at its deadline ahead) is reported Degraded and not
+-- re-placed (its pods cannot move, its bookings end at the deadline anyway; ADR 0016).
 CREATE OR REPLACE FUNCTION bc_lost_atoms(p_grace_seconds numeric)
 RETURNS TABLE (reservation_id text, allocation_id text, node_id text, device_id text, class text, reason text)
 LANGUAGE sql STABLE AS $$

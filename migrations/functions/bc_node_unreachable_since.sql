@@ -1,4 +1,5 @@
--- last defined in 0010_repair.sql
+-- Keeps nodes.unreachable_since (migrations/0010): when the node last stopped being connected, NULL while it is;
+-- the repair's grace for a NotReady node is measured from it.
 CREATE OR REPLACE FUNCTION bc_node_unreachable_since() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
   IF NEW.connectivity = 'connected' THEN

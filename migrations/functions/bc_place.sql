@@ -1,7 +1,20 @@
--- last defined in 0010_repair.sql
--- bc_place (body of migrations/0009_quota_budget.sql; changed: `repairOf`, a live reservation's id, books the
--- allocations as that reservation's (kind 'reservation', no new reservation row) over its own window from now on: from
--- greatest(now, its start) to its end. Every guard applies as to any booking.
+-- The commit of a placement. Runs in the caller's transaction (or autocommit), in one round trip, inside a
+-- subtransaction (a savepoint): a lost race or a refused guard undoes everything it wrote and returns
+-- {"ok": false, "code": ...} instead of raising, so the caller replans with fresh data. Codes:
+--   node_unschedulable  a node failed the schedulability predicate when locked (guard 4)
+--   atom_unavailable    an atom is unhealthy, unbookable or gone when locked (guard 4)
+--   conflict            an atom was booked by someone else in the window (guard 1, a lost race)
+--   scalar              a node's scalar counter would be overdrawn (guard 3)
+--   quota               the tenant's quota would be exceeded (guard 5; the refusal carries its numbers in `details`)
+--   idempotency_mismatch  the idempotency key was used before with a different request
+--   pool_unavailable    the pool is archived, or neither owned by nor offered to the tenant
+-- Guard 5 (ADR 0012): a key is guarded when it has an instantaneous limit, an hour limit or overrides. Under its FOR
+-- UPDATE lock the instantaneous check compares the charges at every instant with the limit in force then
+-- (bc_quota_excess), and the hour check each period the window touches (bc_quota_hours_excess); an unguarded key takes
+-- only a share lock (no hot row), and the rebuild counts its use.
+-- `repairOf`, a live reservation's id, books the allocations as that reservation's (kind 'reservation', no new
+-- reservation row) over its own window from now on: from greatest(now, its start) to its end (ADR 0016). Every guard
+-- applies as to any booking.
 CREATE OR REPLACE FUNCTION bc_place(p jsonb) RETURNS jsonb LANGUAGE plpgsql AS $$
 DECLARE
   v_now timestamptz := compute_now();

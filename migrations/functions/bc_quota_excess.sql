@@ -1,4 +1,3 @@
--- last defined in 0009_quota_budget.sql
 -- The first instant of `win` at which the key's charges plus `p_amount` would exceed the limit in force then (`p_max`,
 -- or an override's), with the charges then and that limit; no row when the amount fits at every instant. The sweep
 -- of bc_quota_peak, cut also at the overrides' bounds, with each instant's exact load (grouped by instant).

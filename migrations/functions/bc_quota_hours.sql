@@ -1,4 +1,3 @@
--- last defined in 0009_quota_budget.sql
 -- Atom-hours of one key's charges inside [p_from, p_to) (both finite).
 CREATE OR REPLACE FUNCTION bc_quota_hours(p_tenant text, p_pool text, p_resource text, p_from timestamptz, p_to timestamptz)
 RETURNS numeric LANGUAGE sql STABLE AS $$

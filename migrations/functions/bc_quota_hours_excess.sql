@@ -1,4 +1,3 @@
--- last defined in 0009_quota_budget.sql
 -- The GPU-hour check of one booking: in each period its window touches (an open-ended window: the period it starts
 -- in), used + reserved + requested must not exceed the limit. Returns the first period that would, with the numbers;
 -- no row when the booking fits. Called under the key's FOR UPDATE lock.

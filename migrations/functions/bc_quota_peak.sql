@@ -1,4 +1,3 @@
--- last defined in 0001_ledger.sql
 -- The largest sum of charges at any instant of `win` for one quota key, by a sweep over the charges' start and end
 -- points (ends sort before starts at the same instant: ranges are half-open).
 CREATE OR REPLACE FUNCTION bc_quota_peak(p_tenant text, p_pool text, p_resource text, win tstzrange) RETURNS integer

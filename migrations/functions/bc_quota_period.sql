@@ -1,4 +1,3 @@
--- last defined in 0009_quota_budget.sql
 -- The calendar period (UTC) that contains `t`.
 CREATE OR REPLACE FUNCTION bc_quota_period(p_period text, t timestamptz) RETURNS tstzrange LANGUAGE sql STABLE AS $$
   SELECT tstzrange(date_trunc(p_period, t AT TIME ZONE 'UTC') AT TIME ZONE 'UTC',

@@ -1,4 +1,3 @@
--- last defined in 0009_quota_budget.sql
 -- What a quota key stands at now, for status, metrics and the CLI: the limit in force (override included), the atoms
 -- charged now (used) and later (reserved), from the charges themselves (an unlimited key's counters wait for the
 -- rebuild); and, with an hour limit, the hours used and reserved in the current period.

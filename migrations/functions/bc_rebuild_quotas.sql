@@ -1,4 +1,3 @@
--- last defined in 0002_booking.sql
 -- The periodic quota rebuild: moves charges that have started from reserved to used, drops ended ones.
 CREATE OR REPLACE FUNCTION bc_rebuild_quotas() RETURNS integer LANGUAGE plpgsql AS $$
 DECLARE

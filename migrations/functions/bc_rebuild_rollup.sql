@@ -1,4 +1,3 @@
--- last defined in 0003_capacity_rollup.sql
 -- The periodic rebuild: in one statement (one snapshot), replace every rollup row by the computation and drop the
 -- deltas that snapshot saw; deltas of transactions it did not see stay, and add on top.
 CREATE OR REPLACE FUNCTION bc_rebuild_rollup() RETURNS integer LANGUAGE plpgsql AS $$

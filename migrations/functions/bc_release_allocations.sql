@@ -1,4 +1,3 @@
--- last defined in 0013_one_release.sql
 -- Release allocations at p_at (default compute_now()): bookings and charges are truncated (emptied when they had not
 -- started by then), scalar counters given back now (counters are not time-aware; a placement that follows in the same
 -- transaction claims its own), quota counters recomputed. Idempotent. Returns the number of allocations released.

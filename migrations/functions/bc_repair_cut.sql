@@ -1,4 +1,3 @@
--- last defined in 0010_repair.sql
 -- Cuts lost atoms out of a reservation's allocations at compute_now() (p_cuts: [{"allocationId", "atoms": [...]}]).
 -- An allocation that keeps no live atom is released whole (bc_release_allocations: bookings and charges truncated,
 -- scalars given back). Otherwise only the lost atoms' bookings are truncated (emptied when not started), and each

@@ -1,4 +1,4 @@
--- last defined in 0003_capacity_rollup.sql
+-- Bookings changed (a release truncates them): new minus old counts, on allocatable atoms.
 CREATE OR REPLACE FUNCTION bc_rollup_bookings_changed() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
   INSERT INTO pool_capacity_deltas (pool_id, resource, allocated, reserved)

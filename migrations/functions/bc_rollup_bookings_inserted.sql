@@ -1,7 +1,5 @@
--- last defined in 0017_placer_plans.sql
--- 2. The booking rollup counts the inserted bookings in its own query, with compute_now() read once, instead of
---    through the SQL function bc_booking_counts (0003), which PostgreSQL parses and plans on every call. The update
---    trigger still uses it; the counts are the same.
+-- Bookings inserted: the hot path, counted in this one query with compute_now() read once (not through
+-- bc_booking_counts, an SQL function PostgreSQL parses and plans on every call; the counts are the same).
 CREATE OR REPLACE FUNCTION bc_rollup_bookings_inserted() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
   v_now timestamptz := compute_now();

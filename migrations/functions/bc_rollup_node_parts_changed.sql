@@ -1,4 +1,3 @@
--- last defined in 0003_capacity_rollup.sql
 -- Devices (health, bookable, present) or scalar counters inserted or changed: old and new images on the current node
 -- rows. Changes of one node's devices or counters and of the node itself take turns (the node row's lock), so each
 -- trigger counts against a state that includes the other's change.

@@ -1,4 +1,3 @@
--- last defined in 0003_capacity_rollup.sql
 -- Node state or pool membership changed: its atoms and scalars, seen with the old and with the new node row.
 CREATE OR REPLACE FUNCTION bc_rollup_nodes_changed() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN

@@ -1,4 +1,3 @@
--- last defined in 0008_usage.sql
 -- One run of the leader's usage job: recomputes from the watermark (at most p_max_hours hours, up to the current
 -- hour) and moves the watermark to the hours that are now final. Without a watermark it starts at the first hour of
 -- the booking history. The watermark row's lock keeps two runs apart. Returns what it did; `caughtUp` false means

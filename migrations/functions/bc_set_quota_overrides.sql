@@ -1,4 +1,3 @@
--- last defined in 0009_quota_budget.sql
 -- Replaces the key's overrides with `p_overrides` ([{"start": ms, "end": ms, "kind": "add"|"set", "amount": n}]),
 -- under the key's row lock (created unlimited when missing), and keeps has_overrides true while any exist.
 CREATE OR REPLACE FUNCTION bc_set_quota_overrides(p_tenant text, p_pool text, p_resource text, p_overrides jsonb) RETURNS void
