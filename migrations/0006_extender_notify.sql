@@ -50,9 +50,9 @@ CREATE TRIGGER trigger$quota_charges$extender_update AFTER UPDATE ON quota_charg
 CREATE FUNCTION bc_extender_node_parts_changed() RETURNS trigger LANGUAGE plpgsql AS 'BEGIN RETURN NULL; END';
 CREATE TRIGGER trigger$devices$extender_insert AFTER INSERT ON devices REFERENCING NEW TABLE AS new_rows
   FOR EACH STATEMENT EXECUTE FUNCTION bc_extender_node_parts_changed();
-CREATE TRIGGER trigger$devices$extender_update AFTER UPDATE ON devices REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
-  FOR EACH STATEMENT EXECUTE FUNCTION bc_extender_node_parts_changed();
 CREATE TRIGGER trigger$node_resources$extender_insert AFTER INSERT ON node_resources REFERENCING NEW TABLE AS new_rows
+  FOR EACH STATEMENT EXECUTE FUNCTION bc_extender_node_parts_changed();
+CREATE TRIGGER trigger$devices$extender_update AFTER UPDATE ON devices REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
   FOR EACH STATEMENT EXECUTE FUNCTION bc_extender_node_parts_changed();
 CREATE TRIGGER trigger$node_resources$extender_update AFTER UPDATE ON node_resources
   REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
