@@ -141,7 +141,7 @@ CREATE TABLE device_bookings (
 CREATE INDEX index$device_bookings$allocation ON device_bookings (allocation_id);
 
 -- A placeholder, so that what follows can name it; its body is functions/bc_check_booking_target.sql (ADR 0032).
-CREATE FUNCTION bc_check_booking_target() RETURNS trigger LANGUAGE plpgsql AS 'BEGIN RETURN NULL; END';
+CREATE FUNCTION bc_check_booking_target() RETURNS trigger LANGUAGE plpgsql AS 'BEGIN RETURN NEW; END';
 CREATE TRIGGER trigger$device_bookings$bookable BEFORE INSERT ON device_bookings
   FOR EACH ROW EXECUTE FUNCTION bc_check_booking_target();
 

@@ -48,12 +48,12 @@ CREATE INDEX index$pool_capacity_deltas$pool ON pool_capacity_deltas (pool_id, r
 -- Functions, one file each in migrations/functions/ (ADR 0032): bc_bucket, bc_contrib, bc_append_deltas.
 
 -- A placeholder, so that what follows can name it; its body is functions/bc_rollup_nodes_changed.sql (ADR 0032).
-CREATE FUNCTION bc_rollup_nodes_changed() RETURNS trigger LANGUAGE plpgsql AS 'BEGIN RETURN NULL; END';
+CREATE FUNCTION bc_rollup_nodes_changed() RETURNS trigger LANGUAGE plpgsql AS 'BEGIN RETURN NEW; END';
 CREATE TRIGGER trigger$nodes$rollup AFTER UPDATE ON nodes REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
   FOR EACH STATEMENT EXECUTE FUNCTION bc_rollup_nodes_changed();
 
 -- A placeholder, so that what follows can name it; its body is functions/bc_rollup_node_parts_changed.sql (ADR 0032).
-CREATE FUNCTION bc_rollup_node_parts_changed() RETURNS trigger LANGUAGE plpgsql AS 'BEGIN RETURN NULL; END';
+CREATE FUNCTION bc_rollup_node_parts_changed() RETURNS trigger LANGUAGE plpgsql AS 'BEGIN RETURN NEW; END';
 CREATE TRIGGER trigger$devices$rollup_insert AFTER INSERT ON devices REFERENCING NEW TABLE AS new_rows
   FOR EACH STATEMENT EXECUTE FUNCTION bc_rollup_node_parts_changed();
 CREATE TRIGGER trigger$devices$rollup_update AFTER UPDATE ON devices REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
@@ -67,9 +67,9 @@ CREATE TRIGGER trigger$node_resources$rollup_update AFTER UPDATE ON node_resourc
 -- Functions, one file each in migrations/functions/ (ADR 0032): bc_booking_counts.
 
 -- A placeholder, so that what follows can name it; its body is functions/bc_rollup_bookings_changed.sql (ADR 0032).
-CREATE FUNCTION bc_rollup_bookings_changed() RETURNS trigger LANGUAGE plpgsql AS 'BEGIN RETURN NULL; END';
+CREATE FUNCTION bc_rollup_bookings_changed() RETURNS trigger LANGUAGE plpgsql AS 'BEGIN RETURN NEW; END';
 -- A placeholder, so that what follows can name it; its body is functions/bc_rollup_bookings_inserted.sql (ADR 0032).
-CREATE FUNCTION bc_rollup_bookings_inserted() RETURNS trigger LANGUAGE plpgsql AS 'BEGIN RETURN NULL; END';
+CREATE FUNCTION bc_rollup_bookings_inserted() RETURNS trigger LANGUAGE plpgsql AS 'BEGIN RETURN NEW; END';
 CREATE TRIGGER trigger$device_bookings$rollup_insert AFTER INSERT ON device_bookings REFERENCING NEW TABLE AS new_rows
   FOR EACH STATEMENT EXECUTE FUNCTION bc_rollup_bookings_inserted();
 CREATE TRIGGER trigger$device_bookings$rollup_update AFTER UPDATE ON device_bookings

