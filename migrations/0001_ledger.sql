@@ -14,9 +14,8 @@ CREATE TABLE clock (
 );
 INSERT INTO clock DEFAULT VALUES;
 
-CREATE FUNCTION compute_now() RETURNS timestamptz LANGUAGE sql STABLE AS $$
-  SELECT now() + make_interval(secs => (SELECT offset_ms FROM clock) / 1000.0)
-$$;
+-- A placeholder, so that what follows can name it; its body is functions/compute_now.sql (ADR 0032).
+CREATE FUNCTION compute_now() RETURNS timestamptz LANGUAGE sql STABLE AS 'SELECT now()';
 
 CREATE TABLE pools (
   id text PRIMARY KEY CONSTRAINT check$pools$id CHECK (id ~ '^pool_[0-9a-hjkmnp-tv-z]{26,52}$'),
@@ -141,17 +140,8 @@ CREATE TABLE device_bookings (
 );
 CREATE INDEX index$device_bookings$allocation ON device_bookings (allocation_id);
 
--- Guard 2, backstop: only atoms are booked, except by a layout change, which books every atom of a GPU, parent included.
-CREATE FUNCTION bc_check_booking_target() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-  IF NOT isempty(NEW.during)
-     AND NOT EXISTS (SELECT 1 FROM devices d WHERE d.id = NEW.device_id AND d.bookable)
-     AND NOT EXISTS (SELECT 1 FROM allocations a WHERE a.id = NEW.allocation_id AND a.kind = 'layout') THEN
-    RAISE EXCEPTION 'device % is not an atom (not bookable); only a layout change may book it', NEW.device_id
-      USING ERRCODE = '23514', CONSTRAINT = 'check$device_bookings$bookable';
-  END IF;
-  RETURN NEW;
-END $$;
+-- A placeholder, so that what follows can name it; its body is functions/bc_check_booking_target.sql (ADR 0032).
+CREATE FUNCTION bc_check_booking_target() RETURNS trigger LANGUAGE plpgsql AS 'BEGIN RETURN NEW; END';
 CREATE TRIGGER trigger$device_bookings$bookable BEFORE INSERT ON device_bookings
   FOR EACH ROW EXECUTE FUNCTION bc_check_booking_target();
 
@@ -197,17 +187,4 @@ CREATE TABLE quota_charges (
 CREATE INDEX index$quota_charges$key_during ON quota_charges USING gist (tenant_id, pool_id, resource, during);
 CREATE INDEX index$quota_charges$allocation ON quota_charges (allocation_id);
 
--- The largest sum of charges at any instant of `win` for one quota key, by a sweep over the charges' start and end
--- points (ends sort before starts at the same instant: ranges are half-open).
-CREATE FUNCTION bc_quota_peak(p_tenant text, p_pool text, p_resource text, win tstzrange) RETURNS integer
-LANGUAGE sql STABLE AS $$
-  WITH overlapping AS (
-    SELECT amount, during FROM quota_charges
-    WHERE tenant_id = p_tenant AND pool_id = p_pool AND resource = p_resource AND during && win
-  ), events AS (
-    SELECT greatest(lower(during), lower(win)) AS t, amount AS delta FROM overlapping
-    UNION ALL
-    SELECT upper(during), -amount FROM overlapping WHERE upper(during) < upper(win)
-  )
-  SELECT coalesce(max(running), 0)::integer FROM (SELECT sum(delta) OVER (ORDER BY t, delta) AS running FROM events) x
-$$;
+-- Functions, one file each in migrations/functions/ (ADR 0032): bc_quota_peak.

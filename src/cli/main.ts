@@ -2,7 +2,7 @@
 import { parseArgs } from 'node:util';
 import { loadConfig } from '../config.ts';
 import { openDatabase } from '../db/connect.ts';
-import { migrate } from '../db/migrate.ts';
+import { migrateSchema } from '../db/migrate.ts';
 import { createLogger } from '../log.ts';
 import { capacityCommand } from './capacity.ts';
 import { createProgress, openingStep } from './progress.ts';
@@ -39,10 +39,14 @@ const commands: Record<string, Command> = {
       const client = await database.db.connect();
       try {
         progress.step('applying the migrations');
-        const applied = await migrate(client);
+        const { migrations: applied, functions } = await migrateSchema(client);
         progress.done();
-        if (values.output === 'json') console.log(JSON.stringify({ applied }));
-        else console.log(applied.length ? `applied migrations ${applied.join(', ')}` : 'schema is up to date');
+        if (values.output === 'json') console.log(JSON.stringify({ applied, functions }));
+        else if (!applied.length && !functions.length) console.log('schema is up to date');
+        else {
+          if (applied.length) console.log(`applied migrations ${applied.join(', ')}`);
+          if (functions.length) console.log(`applied functions ${functions.join(', ')}`);
+        }
       } finally {
         client.release();
       }

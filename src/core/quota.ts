@@ -1,5 +1,5 @@
 // Quota as a budget (ADR 0012): the GPU-hour limit's period, time-bounded overrides of the instantaneous limit, and the
-// refusal's numbers. The checks themselves run in bc_place (migrations/0009_quota_budget.sql); this is what the edges
+// refusal's numbers. The checks themselves run in bc_place (migrations/functions/bc_place.sql); this is what the edges
 // validate, show and say.
 import { z } from 'zod';
 

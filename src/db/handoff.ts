@@ -93,7 +93,7 @@ export async function releaseAssignment(c: Queryable, podUid: string): Promise<b
 
 /**
  * Takes a node's on-demand admission lease for a pod, with the atoms booked for it (bc_take_admission,
- * migrations/0014): when the node has none, when it is this pod's, or when the one there has expired. False while
+ * migrations/functions/bc_take_admission.sql): when the node has none, when it is this pod's, or when the one there has expired. False while
  * another pod's admission is in flight there.
  */
 export async function takeAdmission(

@@ -115,7 +115,7 @@ export interface LedgerOptions {
   /** How long a spot reservation is warned before preemption (what preview's `preemptible.start` adds). Default 120 s. */
   spotNoticeSeconds?: number;
   /**
-   * Group commit of placements: at most `maxBatch` (default and most 32; see migrations/0007) per statement, at most
+   * Group commit of placements: at most `maxBatch` (default and most 32: bc_place_batch.sql) per statement, at most
    * `maxInFlight` (default 3) statements at once; what waits is shared out over the free ones. Placements that arrive
    * while all of them run wait for the next batch.
    */
@@ -140,7 +140,7 @@ export class PlacementError extends Error {
   }
 }
 
-/** The most items one bc_place_batch statement carries (two subtransactions each; see migrations/0007_placer.sql). */
+/** The most items one bc_place_batch statement carries (two subtransactions each: functions/bc_place_batch.sql). */
 const MAX_PLACE_BATCH = 32;
 /**
  * How many bc_place_batch statements one process writes at once by default: while one commits, the next batch's
@@ -159,7 +159,7 @@ interface CachedPool {
   summaries: Map<string, NodeSummary>;
 }
 
-/** bc_place's argument (migrations/0002), with the admission lease bc_place_batch takes for a pod (0014). */
+/** bc_place's argument (migrations/functions/bc_place.sql), with the admission lease bc_place_batch takes for a pod. */
 interface PlaceArg {
   tenantId: string;
   poolId: string;
@@ -189,7 +189,7 @@ interface PlaceResult {
   leaseExpiresAt?: number | null;
   /** A quota refusal's numbers. */
   details?: QuotaRefusal;
-  /** The writing transaction's id (the extender's notifications carry it: migrations/0016). */
+  /** The writing transaction's id (the extender's notifications carry it: functions/bc_extender_notify.sql). */
   tx?: string;
 }
 
@@ -625,7 +625,7 @@ export class Ledger {
     const order = batch.map((_, i) => i).sort((a, b) => (node[a]! < node[b]! ? -1 : node[a]! > node[b]! ? 1 : a - b));
     const items = order.map((i) => batch[i]!);
     // Named: prepared once per connection, then only bound and executed.
-    // The transaction's id too: the extender tells its own booking's notifications by it (migrations/0016).
+    // The transaction's id too: the extender tells its own booking's notifications by it (migrations/functions/bc_extender_notify.sql).
     const query = { name: 'bc_place_batch', text: 'SELECT bc_place_batch($1) AS r, pg_current_xact_id()::text AS tx', values: [JSON.stringify(items)] };
     const fence = this.opts.fence?.();
     const { rows } = fence

@@ -1,4 +1,4 @@
-// What each quota key stands at now (bc_quota_status, migrations/0009_quota_budget.sql): for Pool status, the quota
+// What each quota key stands at now (bc_quota_status, migrations/functions/bc_quota_status.sql): for Pool status, the quota
 // gauges and `better-compute capacity --quota`.
 import type { QuotaPeriod } from '../core/quota.ts';
 import type { Db } from './pool.ts';

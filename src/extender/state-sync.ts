@@ -45,8 +45,8 @@ export function listenClientFor(db: Db): () => pg.Client {
 }
 
 /**
- * Per node or pod to reload: the transactions whose notifications named it, NO_TX for one without (migrations/0016: the
- * per-row notifications carry none).
+ * Per node or pod to reload: the transactions whose notifications named it, NO_TX for one without (bc_extender_notify:
+ * the per-row notifications carry none).
  */
 type Changes = Map<string, Set<string>>;
 const NO_TX = '';
@@ -309,7 +309,7 @@ export class ExtenderStateSync extends EventEmitter {
       this.d.log.warn('extender state: unknown notification ignored', { payload: payload.slice(0, 200) });
       return;
     }
-    // A statement-level notification ends with its transaction's id (migrations/0016).
+    // A statement-level notification ends with its transaction's id (migrations/functions/bc_extender_notify.sql).
     const [kind, a, b, c] = m as string[];
     const p = this.pending;
     if (kind === 'n' && a) addChange(p.nodes, a, b ?? NO_TX);

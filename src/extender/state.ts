@@ -84,7 +84,7 @@ export function quotaKeyOf(k: QuotaKey): string {
 }
 
 /**
- * The largest sum of charges at any instant of [winStart, winEnd): bc_quota_peak (migrations/0001_ledger.sql) in
+ * The largest sum of charges at any instant of [winStart, winEnd): bc_quota_peak (migrations/functions/bc_quota_peak.sql) in
  * memory. A sweep over the charges' start points (clamped to the window's start) and end points, ends before starts
  * at the same instant (ranges are half-open). `winEnd` null is a window without an upper bound, as SQL has it: then
  * no end point counts (`upper(during) < NULL` is never true), exactly like the function.

@@ -1,6 +1,6 @@
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { migrate, readMigrations, SchemaTooNewError } from '../../src/db/migrate.ts';
+import { migrate, migrateSchema, readFunctions, readMigrations, SchemaTooNewError } from '../../src/db/migrate.ts';
 import { createTestDatabase, type TestDatabase } from '../support/db.ts';
 
 let t: TestDatabase;
@@ -21,16 +21,18 @@ describe('migrations', () => {
     }
   });
 
-  it('two migrators on an empty database at once apply each migration exactly once', async () => {
+  it('two migrators on an empty database at once apply each migration and each function file exactly once', async () => {
     const fresh = await createTestDatabase();
     try {
       await fresh.db.query('DROP SCHEMA public CASCADE; CREATE SCHEMA public');
       const clients = [new pg.Client({ connectionString: fresh.url }), new pg.Client({ connectionString: fresh.url })];
       await Promise.all(clients.map((c) => c.connect()));
-      const results = await Promise.all(clients.map((c) => migrate(c)));
+      const results = await Promise.all(clients.map((c) => migrateSchema(c)));
       await Promise.all(clients.map((c) => c.end()));
       const all = (await readMigrations()).map((m) => m.version);
-      expect([...results[0]!, ...results[1]!].sort((a, b) => a - b)).toEqual(all);
+      expect([...results[0]!.migrations, ...results[1]!.migrations].sort((a, b) => a - b)).toEqual(all);
+      // The one that waited for the lock found everything applied, the functions included.
+      expect(results.map((r) => r.functions.length).sort((a, b) => a - b)).toEqual([0, (await readFunctions()).length]);
       const { rows } = await fresh.db.query('SELECT count(*)::int AS n FROM schema_migrations');
       expect(rows[0].n).toBe(all.length);
     } finally {

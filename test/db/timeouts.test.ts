@@ -118,7 +118,8 @@ describe('server-side timeouts', () => {
       const db = pool(fresh.url, 1, { statementMs: 300, queryMs: 600 });
       const client = await db.connect();
       try {
-        const applied = await migrate(client, [{ version: 1, name: '0001_slow', sql: 'SELECT pg_sleep(1); CREATE TABLE slow_done (x int)' }]);
+        const slow = { version: 1, name: '0001_slow', sql: 'SELECT pg_sleep(1); CREATE TABLE slow_done (x int)' };
+        const applied = await migrate(client, { migrations: [slow], functions: [] });
         expect(applied).toEqual([1]);
         expect((await client.query(`SELECT current_setting('statement_timeout') AS s`)).rows).toEqual([{ s: '300ms' }]);
       } finally {

@@ -1,0 +1,194 @@
+// The schema as the migrator builds it (ADR 0032): the checked-in dump, an upgrade from databases migrated by the
+// files as they were before the functions moved to migrations/functions/ (read from git at 3d04e30), checksums of
+// applied migrations, and function files applied again when they change.
+import { execFileSync } from 'node:child_process';
+import fs from 'node:fs/promises';
+import path from 'node:path';
+import pg from 'pg';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { UNRECORDED_CHECKSUMS } from '../../src/db/migration-checksums.ts';
+import { MIGRATIONS_DIR, migrateSchema, readFunctions, readMigrations, type Migration } from '../../src/db/migrate.ts';
+import { dumpSchema, SCHEMA_DUMP_FILE } from '../../src/db/schema-dump.ts';
+import { createTestDatabase, type TestDatabase } from '../support/db.ts';
+
+const BEFORE = '3d04e30';
+const DUMP = path.join(MIGRATIONS_DIR, SCHEMA_DUMP_FILE);
+
+/** The migration files as they were at `rev`, from git. */
+function migrationsAt(rev: string): Migration[] {
+  const git = (...args: string[]) => execFileSync('git', args, { cwd: path.dirname(MIGRATIONS_DIR), encoding: 'utf8', maxBuffer: 1 << 24 });
+  let names: string[];
+  try {
+    names = git('ls-tree', '--name-only', `${rev}:migrations`).split('\n').filter((f) => /^\d{4}_.*\.sql$/.test(f));
+  } catch (e) {
+    throw new Error(`the upgrade test reads the migrations of ${rev} from git; fetch the full history (${(e as Error).message})`);
+  }
+  return names.map((f) => ({ version: Number(f.slice(0, 4)), name: f.replace(/\.sql$/, ''), sql: git('show', `${rev}:migrations/${f}`) }));
+}
+
+/** What the migrator before ADR 0032 did: each migration in a transaction, a row without checksum. */
+async function migrateTheOldWay(client: pg.ClientBase, migrations: Migration[]): Promise<void> {
+  await client.query(`CREATE TABLE schema_migrations (
+    version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())`);
+  for (const m of migrations) {
+    await client.query('BEGIN');
+    await client.query(m.sql);
+    await client.query('INSERT INTO schema_migrations (version, name) VALUES ($1, $2)', [m.version, m.name]);
+    await client.query('COMMIT');
+  }
+}
+
+/** The dump without the migrator's own bookkeeping that ADR 0032 added (schema_functions, the checksum column). */
+function withoutBookkeeping(dump: string): string {
+  return dump
+    .split('\n')
+    .filter((l) => !l.includes('schema_functions') && !l.startsWith('column schema_migrations.checksum '))
+    .join('\n');
+}
+
+async function emptyDatabase(): Promise<{ t: TestDatabase; client: pg.Client }> {
+  const t = await createTestDatabase(1);
+  await t.db.query('DROP SCHEMA public CASCADE; CREATE SCHEMA public');
+  const client = new pg.Client({ connectionString: t.url });
+  await client.connect();
+  return { t, client };
+}
+
+let t: TestDatabase;
+let checkedIn: string;
+beforeAll(async () => {
+  t = await createTestDatabase(2);
+  checkedIn = await fs.readFile(DUMP, 'utf8');
+});
+afterAll(async () => t.drop());
+
+async function withClient<T>(db: TestDatabase, fn: (c: pg.PoolClient) => Promise<T>): Promise<T> {
+  const c = await db.db.connect();
+  try {
+    return await fn(c);
+  } finally {
+    c.release();
+  }
+}
+
+describe('the checked-in schema dump', () => {
+  it('is what a fresh database migrates to', async () => {
+    const dump = await withClient(t, dumpSchema);
+    expect(dump, `migrations/${SCHEMA_DUMP_FILE} is not the migrated schema: run npm run db:dump`).toBe(checkedIn);
+  });
+
+  it('lists every function file once, with its definition', async () => {
+    for (const f of await readFunctions()) {
+      expect(checkedIn.split(`CREATE OR REPLACE FUNCTION public.${f.name}(`).length - 1, f.name).toBe(1);
+    }
+  });
+});
+
+describe('a database migrated by the files before the functions moved', () => {
+  it(`(${BEFORE}, all 18) has the same schema, and upgrades without error to the dump`, async () => {
+    const old = migrationsAt(BEFORE);
+    expect(old.map((m) => m.name)).toEqual(Object.keys(UNRECORDED_CHECKSUMS));
+    const { t: db, client } = await emptyDatabase();
+    try {
+      await migrateTheOldWay(client, old);
+      expect(await dumpSchema(client)).toBe(withoutBookkeeping(checkedIn));
+      const result = await migrateSchema(client);
+      expect(result.migrations).toEqual([]);
+      expect(result.functions).toEqual((await readFunctions()).map((f) => f.name));
+      expect(await dumpSchema(client)).toBe(checkedIn);
+      const { rows } = await client.query('SELECT count(*)::int AS n FROM schema_migrations WHERE checksum IS NULL');
+      expect(rows[0].n).toBe(0);
+      expect(await migrateSchema(client)).toEqual({ migrations: [], functions: [] });
+    } finally {
+      await client.end();
+      await db.drop();
+    }
+  });
+
+  it(`(${BEFORE}, only up to 0005, with a node) applies the rewritten rest and ends at the dump`, async () => {
+    const { t: db, client } = await emptyDatabase();
+    try {
+      await migrateTheOldWay(client, migrationsAt(BEFORE).slice(0, 5));
+      // A node off the network: 0010's backfill of unreachable_since and the triggers it fires (0003's, and 0006's
+      // placeholders) have a row to work on.
+      await client.query(`INSERT INTO pools (id, name, owner_tenant) VALUES ('pool_${'0'.repeat(26)}', 'p', 't')`);
+      await client.query(`INSERT INTO nodes (id, pool_id, connectivity) VALUES ('n1', 'pool_${'0'.repeat(26)}', 'lost')`);
+      const result = await migrateSchema(client);
+      expect(result.migrations).toEqual([6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18]);
+      expect(await dumpSchema(client)).toBe(checkedIn);
+      const { rows } = await client.query(`SELECT unreachable_since IS NOT NULL AS since FROM nodes`);
+      expect(rows).toEqual([{ since: true }]);
+    } finally {
+      await client.end();
+      await db.drop();
+    }
+  });
+});
+
+describe('checksums of applied migrations', () => {
+  it('an applied migration edited afterwards is refused with MIGRATION_CHANGED, naming the file', async () => {
+    const edited = (await readMigrations()).map((m) => (m.version === 5 ? { ...m, sql: `${m.sql}\n-- an edit`, checksum: undefined } : m));
+    await withClient(t, async (c) => {
+      await expect(migrateSchema(c, { migrations: edited })).rejects.toMatchObject({
+        code: 'MIGRATION_CHANGED',
+        file: '0005_pod_assignments.sql',
+        message: expect.stringContaining('migration 0005_pod_assignments.sql changed after it was applied'),
+      });
+      // A row from before checksums: the file must be the text this code knows it was applied as.
+      await c.query('UPDATE schema_migrations SET checksum = NULL WHERE version = 5');
+      await expect(migrateSchema(c, { migrations: edited })).rejects.toMatchObject({ code: 'MIGRATION_CHANGED' });
+      expect(await migrateSchema(c)).toEqual({ migrations: [], functions: [] });
+      const { rows } = await c.query('SELECT checksum FROM schema_migrations WHERE version = 5');
+      expect(rows[0].checksum).toBe(UNRECORDED_CHECKSUMS['0005_pod_assignments']);
+    });
+  });
+
+  it('a migration renamed after it was applied is refused too', async () => {
+    const renamed = (await readMigrations()).map((m) => (m.version === 4 ? { ...m, name: '0004_fence' } : m));
+    await withClient(t, async (c) => {
+      await expect(migrateSchema(c, { migrations: renamed })).rejects.toMatchObject({ code: 'MIGRATION_CHANGED', file: '0004_fence.sql' });
+    });
+  });
+});
+
+describe('function files', () => {
+  it('an edited one is applied again, alone, and the dump then differs', async () => {
+    const functions = await readFunctions();
+    const edited = functions.map((f) =>
+      f.name === 'bc_quota_limit' ? { ...f, sql: f.sql.replace("WHEN 'set' THEN p_amount", "WHEN 'set' THEN p_amount + 0"), checksum: undefined } : f,
+    );
+    await withClient(t, async (c) => {
+      expect(await migrateSchema(c, { functions: edited })).toEqual({ migrations: [], functions: ['bc_quota_limit'] });
+      expect(await migrateSchema(c, { functions: edited })).toEqual({ migrations: [], functions: [] });
+      const { rows } = await c.query(`SELECT pg_get_functiondef('bc_quota_limit'::regproc) AS def`);
+      expect(rows[0].def).toContain('p_amount + 0');
+      const dump = await dumpSchema(c);
+      expect(dump).not.toBe(checkedIn);
+      expect(dump).toContain('p_amount + 0');
+      expect(await migrateSchema(c)).toEqual({ migrations: [], functions: ['bc_quota_limit'] });
+      expect(await dumpSchema(c)).toBe(checkedIn);
+    });
+  });
+
+  it('a function the schema lost is created again', async () => {
+    await withClient(t, async (c) => {
+      await c.query('DROP FUNCTION bc_quota_period(text, timestamptz)');
+      expect(await migrateSchema(c)).toEqual({ migrations: [], functions: ['bc_quota_period'] });
+      expect(await dumpSchema(c)).toBe(checkedIn);
+    });
+  });
+
+  it('a body that does not check fails the whole pass, naming its file, and changes nothing', async () => {
+    const functions = await readFunctions();
+    const broken = functions.map((f) => {
+      if (f.name === 'bc_quota_hours') return { ...f, sql: f.sql.replace('FROM quota_charges', 'FROM quota_chargez'), checksum: undefined };
+      if (f.name === 'bc_quota_limit') return { ...f, sql: f.sql.replace("WHEN 'set' THEN p_amount", "WHEN 'set' THEN p_amount + 0"), checksum: undefined };
+      return f;
+    });
+    await withClient(t, async (c) => {
+      await expect(migrateSchema(c, { functions: broken })).rejects.toThrow(/functions\/bc_quota_hours\.sql failed: relation "quota_chargez"/);
+      expect(await dumpSchema(c)).toBe(checkedIn);
+      expect(await migrateSchema(c)).toEqual({ migrations: [], functions: [] });
+    });
+  });
+});
