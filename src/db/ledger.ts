@@ -19,6 +19,7 @@ import * as holds from './holds.ts';
 import * as preemption from './preemption.ts';
 import { withRetriedStatement, withRetriedTransaction, withTransaction, type Db } from './pool.ts';
 import { getPool, isPoolVisible, loadNodes, type PoolInfo } from './snapshot.ts';
+import { systemClock } from '../clock.ts';
 
 export type ReservationState = 'held' | 'confirmed' | 'released' | 'expired';
 
@@ -402,9 +403,9 @@ export class Ledger {
   }
 
   async reserve(input: ReservationCreateInput, now: number): Promise<ReserveOutcome> {
-    const started = performance.now();
+    const started = systemClock.now();
     const outcome = await this.reserveOnce(input, now);
-    this.opts.metrics?.onPlacement?.((performance.now() - started) / 1000, outcome.ok ? 'reserved' : outcome.code);
+    this.opts.metrics?.onPlacement?.((systemClock.now() - started) / 1000, outcome.ok ? 'reserved' : outcome.code);
     if (!outcome.ok && outcome.code === 'ADMISSION_BUSY') throw new Error('an admission lease outside a pod booking');
     return outcome;
   }
@@ -450,7 +451,7 @@ export class Ledger {
       binding: 'hold',
       idempotencyKey: p.podUid,
     };
-    const started = performance.now();
+    const started = systemClock.now();
     let outcome: Awaited<ReturnType<Ledger['reserveOnce']>>;
     try {
       outcome = await this.reserveOnce(input, now, {
@@ -464,7 +465,7 @@ export class Ledger {
       if (p.holdsNothing && e instanceof PlacementError && e.constraint === 'unique$allocations$live_pod') return this.bookPod({ ...p, holdsNothing: false }, now);
       throw e;
     }
-    this.opts.metrics?.onPlacement?.((performance.now() - started) / 1000, outcome.ok ? 'pod' : outcome.code);
+    this.opts.metrics?.onPlacement?.((systemClock.now() - started) / 1000, outcome.ok ? 'pod' : outcome.code);
     if (existing && outcome.ok) {
       const pool = (await this.db.query<{ pool_id: string }>('SELECT pool_id FROM allocations WHERE id = $1', [existing.allocationId])).rows[0];
       if (pool && this.pools.has(pool.pool_id)) await this.reloadNodes(pool.pool_id, [existing.nodeId]);

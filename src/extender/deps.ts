@@ -1,4 +1,5 @@
 // What the extender's parts (service.ts: the facade; judge.ts, binder.ts, admitting.ts) are handed.
+import type { MonotonicClock } from '../clock.ts';
 import type { Clock } from '../db/clock.ts';
 import type { Ledger } from '../db/ledger.ts';
 import type { Db } from '../db/pool.ts';
@@ -13,7 +14,10 @@ export interface ExtenderMetrics {
 export interface ExtenderDeps {
   db: Db;
   ledger: Ledger;
+  /** Ledger time (compute_now()): booking windows. */
   clock: Clock;
+  /** Elapsed time (src/clock.ts): the caches' TTLs, the admitting marks, the bind's waits and undo retries, call durations. */
+  monotonic?: MonotonicClock;
   kube: ExtenderKube;
   log: Logger;
   metrics?: ExtenderMetrics;

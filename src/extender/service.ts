@@ -9,6 +9,7 @@
 // Every call is logged with its pod, node(s), outcome and time. This class is the facade of three parts: the judge
 // (judge.ts: filter's and prioritize's verdicts, with their caches), the binder (binder.ts) and the admitting tracker
 // (admitting.ts: the nodes admitting an on-demand pod, ADR 0003).
+import { systemClock, type MonotonicClock } from '../clock.ts';
 import { errorFields } from '../log.ts';
 import { AdmittingTracker } from './admitting.ts';
 import { BindError, ExtenderBinder } from './binder.ts';
@@ -33,12 +34,14 @@ export class ExtenderService {
   private readonly admitting: AdmittingTracker;
   private readonly judge: ExtenderJudge;
   private readonly binder: ExtenderBinder;
+  private readonly clock: MonotonicClock;
 
   constructor(private readonly d: ExtenderDeps) {
     this.maxPriority = d.maxPriority ?? 10;
     this.filterNodes = d.filterNodes ?? DEFAULT_FILTER_NODES;
     this.bestNodeOnly = d.bestNodeOnly ?? true;
-    const now = () => performance.now();
+    const clock = (this.clock = d.monotonic ?? systemClock);
+    const now = () => clock.now();
     this.admitting = new AdmittingTracker(d.admittingMs ?? 2000, now);
     this.judge = new ExtenderJudge(d, { maxPriority: this.maxPriority, snapshotTtlMs: d.snapshotTtlMs ?? 1000, admitting: this.admitting, now });
     this.binder = new ExtenderBinder(d, {
@@ -49,20 +52,20 @@ export class ExtenderService {
       nodePools: () => this.judge.nodePools(),
       invalidate: (poolId) => this.judge.invalidate(poolId),
       now,
-      sleep: (ms) => new Promise((r) => setTimeout(r, ms)),
+      sleep: (ms) => clock.sleep(ms),
     });
   }
 
   /** One structured log line per call. */
   private logCall(verb: Verb, pod: { namespace?: string; name?: string; uid?: string }, started: number, outcome: string, fields: Record<string, unknown>) {
-    const ms = Math.round((performance.now() - started) * 100) / 100;
+    const ms = Math.round((this.clock.now() - started) * 100) / 100;
     const level = outcome === 'error' || outcome === 'refused' ? 'warn' : 'info';
     this.d.log[level]('extender call', { verb, pod: `${pod.namespace}/${pod.name}`, uid: pod.uid, ...fields, outcome, ms });
     this.d.metrics?.onCall?.(verb, ms / 1000, outcome);
   }
 
   async filter(args: ExtenderArgs): Promise<ExtenderFilterResult> {
-    const started = performance.now();
+    const started = this.clock.now();
     const names = nodeNamesOf(args);
     this.binder.rememberPod(args.Pod, started);
     try {
@@ -93,7 +96,7 @@ export class ExtenderService {
   }
 
   async prioritize(args: ExtenderArgs): Promise<HostPriority[]> {
-    const started = performance.now();
+    const started = this.clock.now();
     const names = nodeNamesOf(args);
     try {
       const judged = this.judge.filterScores(args.Pod.metadata.uid, names, started) ?? (await this.judge.judge(args.Pod, names)).scores;
@@ -113,7 +116,7 @@ export class ExtenderService {
   }
 
   async bind(args: ExtenderBindingArgs): Promise<ExtenderBindingResult> {
-    const started = performance.now();
+    const started = this.clock.now();
     const who = { namespace: args.PodNamespace, name: args.PodName, uid: args.PodUID };
     let applied = false;
     try {
