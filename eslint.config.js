@@ -46,11 +46,32 @@ export default tseslint.config(
     { files: ['src/controller/**/*.ts'], above: ['**/cli/**', '**/demo/**'] },
   ]),
   {
+    // One clock (ADR 0033): elapsed time, timers and the wall time come from src/clock.ts (injected where a decision
+    // depends on them, so that tests move a FakeClock), never from performance.now(), Date.now() or new Date().
+    files: ['src/**/*.ts'],
+    ignores: ['**/*.test.ts', 'src/clock.ts'],
+    rules: {
+      'no-restricted-properties': [
+        'error',
+        { object: 'Date', property: 'now', message: 'Use the clock (src/clock.ts: wallNow), injected where a decision depends on it (ADR 0033).' },
+        { object: 'performance', property: 'now', message: 'Use the clock (src/clock.ts: now), injected where a decision depends on it (ADR 0033).' },
+      ],
+      'no-restricted-syntax': [
+        'error',
+        { selector: "NewExpression[callee.name='Date'][arguments.length=0]", message: 'new Date() reads the wall clock: use clock.wallNow() (src/clock.ts, ADR 0033).' },
+      ],
+    },
+  },
+  {
     // The planning core is pure: no database, no Kubernetes client, no HTTP, no clock.
     files: ['src/core/**/*.ts'],
     ignores: ['**/*.test.ts'],
     rules: {
-      'no-restricted-properties': ['error', { object: 'Date', property: 'now', message: 'Pass the clock in.' }],
+      'no-restricted-properties': [
+        'error',
+        { object: 'Date', property: 'now', message: 'Pass the clock in.' },
+        { object: 'performance', property: 'now', message: 'Pass the clock in.' },
+      ],
     },
   },
 );

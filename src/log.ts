@@ -1,5 +1,6 @@
 // Structured logs: one JSON object per line. The timestamp is the process's wall clock, for people reading logs;
 // nothing decides on it.
+import { systemClock } from './clock.ts';
 export type LogLevel = 'debug' | 'info' | 'warn' | 'error';
 
 const RANK: Record<LogLevel, number> = { debug: 10, info: 20, warn: 30, error: 40 };
@@ -16,7 +17,7 @@ export function createLogger(opts: { level?: LogLevel; write?: (line: string) =>
   const write = opts.write ?? ((line: string) => process.stdout.write(`${line}\n`));
   const emit = (level: LogLevel, msg: string, fields?: Record<string, unknown>) => {
     if (RANK[level] < min) return;
-    write(JSON.stringify({ time: new Date().toISOString(), level, msg, ...fields }));
+    write(JSON.stringify({ time: systemClock.wallNow().toISOString(), level, msg, ...fields }));
   };
   return {
     debug: (m, f) => emit('debug', m, f),

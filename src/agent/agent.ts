@@ -18,6 +18,7 @@ import { readHostDeviceNodes, type HostDirs } from './device-nodes.ts';
 import { DISCOVERY_STALE_ANNOTATION, DiscoveryHistory, type DeviceSource, type NodeDevicesSpec } from './discovery.ts';
 import { DevicePluginEndpoint, RefusedError, type EndpointHandler, type PluginDevice } from './plugin.ts';
 import { podResourcesReader, type PodResourcesReader, type PodResourcesSnapshot } from './podresources.ts';
+import { systemClock } from '../clock.ts';
 
 export const API_GROUP = 'bettercompute.io';
 export const API_VERSION = 'v1alpha1';
@@ -226,7 +227,7 @@ export class Agent {
     try {
       this.spec = this.history.succeeded(await this.o.source.discover());
     } catch (e) {
-      const f = this.history.failed((e as Error).message ?? String(e), new Date().toISOString());
+      const f = this.history.failed((e as Error).message ?? String(e), systemClock.wallNow().toISOString());
       const fields = { node: this.o.nodeName, failures: f.failures, unhealthy: f.unhealthy, ...errorFields(e) };
       if (!f.spec) {
         this.o.log.error('device discovery failed; nothing to report before a first good discovery', fields);
@@ -281,7 +282,7 @@ export class Agent {
   private async refreshState(): Promise<void> {
     try {
       this.state = await this.o.backend.state();
-      this.stateAt = performance.now();
+      this.stateAt = systemClock.now();
       this.markReady(true);
       if (this.backendDown) this.o.log.info('the controller answers again', { node: this.o.nodeName });
       this.backendDown = false;
@@ -298,7 +299,7 @@ export class Agent {
     if (!f) return;
     try {
       if (ready) {
-        const now = new Date();
+        const now = systemClock.wallNow();
         fs.closeSync(fs.openSync(f, 'a'));
         fs.utimesSync(f, now, now);
       } else fs.rmSync(f, { force: true });
@@ -326,7 +327,7 @@ export class Agent {
       for (const [cls, resource] of Object.entries(RESOURCE_OF_CLASS)) {
         if ([...this.atoms.values()].some((a) => a.class === cls)) desired.set(resource!, {});
       }
-      const state = this.state && { ...this.state, now: this.state.now + Math.max(0, performance.now() - this.stateAt) };
+      const state = this.state && { ...this.state, now: this.state.now + Math.max(0, systemClock.now() - this.stateAt) };
       for (const [resource, r] of state ? activeReservations(state) : []) {
         desired.set(resource, { atoms: r.atoms, reservationId: r.id });
       }

@@ -3,6 +3,7 @@
 import path from 'node:path';
 import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
+import { systemClock } from '../clock.ts';
 
 const PROTO_DIR = path.join(import.meta.dirname, '..', '..', 'proto');
 
@@ -52,7 +53,7 @@ export function unary<Req, Res>(client: grpc.Client, method: string, req: Req, t
   return new Promise((resolve, reject) => {
     const fn = (client as unknown as Record<string, (r: Req, o: grpc.CallOptions, cb: (e: grpc.ServiceError | null, r: Res) => void) => void>)[method];
     if (!fn) return reject(new Error(`no method ${method}`));
-    fn.call(client, req, { deadline: Date.now() + timeoutMs }, (e, r) => (e ? reject(e) : resolve(r)));
+    fn.call(client, req, { deadline: systemClock.wallNow().getTime() + timeoutMs }, (e, r) => (e ? reject(e) : resolve(r)));
   });
 }
 

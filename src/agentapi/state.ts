@@ -6,6 +6,7 @@ import { dropAdmission } from '../db/handoff.ts';
 import { activeReservationsOnNode, currentAdmission, nodeAtoms } from '../db/reads.ts';
 import { RESOURCE_OF_CLASS, reservationResourceName } from '../extender/resources.ts';
 import type { AgentBackend, NodeAtom, NodeState } from './wire.ts';
+import { systemClock } from '../clock.ts';
 
 const SERVED_CLASSES = Object.keys(RESOURCE_OF_CLASS);
 
@@ -27,7 +28,7 @@ export class NodeInventoryCache {
   private readonly entries = new Map<string, { at: number; value: Promise<Inventory> }>();
   constructor(
     private readonly ttlMs = 250,
-    private readonly monotonicNow: () => number = () => performance.now(),
+    private readonly monotonicNow: () => number = () => systemClock.now(),
     private readonly maxEntries = 10_000,
   ) {}
 

@@ -14,6 +14,7 @@ import { mountCalendar } from '../ui/routes.ts';
 import type { ReservationDirectory } from '../ui/reservations.ts';
 import { OPENAPI_PATH, openApiJson } from './openapi.ts';
 import { ByDomainInput, ByPoolInput, parseInput, PreviewInput, QuotaInput, SummaryInput, TimelineInput, UsageInput } from '../core/schemas.ts';
+import { systemClock } from '../clock.ts';
 
 /** The largest request body read, in bytes; a larger one is INVALID_INPUT. */
 export const MAX_BODY_BYTES = 64 * 1024;
@@ -65,9 +66,9 @@ export function createApp(deps: AppDeps): express.Express {
 
   // One log line and one histogram observation per request.
   app.use((req, res, next) => {
-    const started = performance.now();
+    const started = systemClock.now();
     res.on('finish', () => {
-      const ms = Math.round((performance.now() - started) * 100) / 100;
+      const ms = Math.round((systemClock.now() - started) * 100) / 100;
       const path = req.originalUrl.split('?')[0] ?? req.originalUrl;
       deps.log.info('request', { method: req.method, path, status: res.statusCode, ms });
       deps.http?.observe(locals(res).route ?? 'other', req.method, res.statusCode, ms / 1000);

@@ -16,6 +16,7 @@ import {
 import { describeTarget, type Authorizer, type CapacityReadTarget, type Principal } from './authz.ts';
 import { forbidden, unauthenticated } from './errors.ts';
 import { TENANT_LABEL as TENANT_NAMESPACE_LABEL } from '../kube/types.ts';
+import { systemClock } from '../clock.ts';
 
 export const CAPACITY_GROUP = 'bettercompute.io';
 export const CAPACITY_RESOURCE = 'capacity';
@@ -86,7 +87,7 @@ export interface KubernetesAuthorizerOptions {
   cacheTtlMs?: number;
   /** How long a refused token is refused without asking again (TokenReviewerOptions). Default 5 s. */
   rejectedTtlMs?: number;
-  /** A monotonic clock in milliseconds for the cache (tests inject one). Default performance.now. */
+  /** A monotonic clock in milliseconds for the cache (tests inject one). Default systemClock.now (src/clock.ts). */
   monotonicNow?: () => number;
 }
 
@@ -125,7 +126,7 @@ export interface TokenReviewerOptions {
    * garbage tokens then cost one TokenReview per token per 5 s, not one per request.
    */
   rejectedTtlMs?: number;
-  /** A monotonic clock in milliseconds for the cache (tests inject one). Default performance.now. */
+  /** A monotonic clock in milliseconds for the cache (tests inject one). Default systemClock.now (src/clock.ts). */
   monotonicNow?: () => number;
 }
 
@@ -142,7 +143,7 @@ export class TokenReviewer {
 
   constructor(private readonly opts: TokenReviewerOptions) {
     this.authn = opts.kubeConfig.makeApiClient(AuthenticationV1Api);
-    const now = opts.monotonicNow ?? (() => performance.now());
+    const now = opts.monotonicNow ?? (() => systemClock.now());
     this.users = new TtlCache(opts.cacheTtlMs ?? 10_000, now);
     this.rejected = new TtlCache(opts.rejectedTtlMs ?? 5_000, now);
   }
@@ -198,7 +199,7 @@ export class AccessReviewer {
 
   constructor(opts: { kubeConfig: KubeConfig; cacheTtlMs?: number; monotonicNow?: () => number }) {
     this.authz = opts.kubeConfig.makeApiClient(AuthorizationV1Api);
-    this.decisions = new TtlCache(opts.cacheTtlMs ?? 10_000, opts.monotonicNow ?? (() => performance.now()));
+    this.decisions = new TtlCache(opts.cacheTtlMs ?? 10_000, opts.monotonicNow ?? (() => systemClock.now()));
   }
 
   async allowed(principal: Principal, attributes: AccessAttributes): Promise<boolean> {
@@ -233,7 +234,7 @@ export class KubernetesAuthorizer implements Authorizer {
   constructor(opts: KubernetesAuthorizerOptions) {
     this.tokens = new TokenReviewer(opts);
     this.access = new AccessReviewer(opts);
-    const now = opts.monotonicNow ?? (() => performance.now());
+    const now = opts.monotonicNow ?? (() => systemClock.now());
     this.decisions = new TtlCache(opts.cacheTtlMs ?? 10_000, now);
     if (opts.namespacesOfTenant) this.namespacesOfTenant = opts.namespacesOfTenant;
     else {

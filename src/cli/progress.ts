@@ -4,6 +4,7 @@
 //   [  0.0s] starting the embedded PostgreSQL (data in /home/me/.local/share/better-compute/postgres)
 //   [  3.1s] reading the reservations
 //   [  3.2s] done
+import { systemClock } from '../clock.ts';
 
 export interface Progress {
   /** A step begins (the previous one, if any, is over). */
@@ -25,7 +26,7 @@ const silent: Progress = { step() {}, done() {} };
 
 export function createProgress(o: ProgressOptions): Progress {
   if (!o.flag && !o.isTTY) return silent;
-  const now = o.now ?? (() => performance.now());
+  const now = o.now ?? (() => systemClock.now());
   const started = now();
   let steps = 0;
   const line = (text: string) => o.write(`[${((now() - started) / 1000).toFixed(1).padStart(5)}s] ${text}\n`);

@@ -2,6 +2,7 @@
 // manifest, and confirming a held one; human tables or `-o json`. It talks to the database itself (embedded unless
 // DATABASE_URL is set), as `migrate` does, without authorization: whoever reaches the database is trusted. Reservation
 // names come from the cluster when a kubeconfig is configured (KUBECONFIG); the ledger knows only their uids.
+import { systemClock } from '../clock.ts';
 import fs from 'node:fs/promises';
 import { parseArgs } from 'node:util';
 import { parseAllDocuments } from 'yaml';
@@ -168,8 +169,8 @@ export async function reservationsCommand(argv: string[], config: Config, io: Re
           await waitForState(id, wait!.states, wait!.timeoutMs, {
             read: async () => (await tenantReservations(database.db, tenantId, { ids: [id] }))[0],
             progress,
-            now: () => Date.now(),
-            sleep: (ms) => new Promise((resolve) => setTimeout(resolve, ms)),
+            now: () => systemClock.now(),
+            sleep: (ms) => systemClock.sleep(ms),
           });
         } catch (e) {
           throw e instanceof WaitFailure ? new CliError(e.code, e.message) : e;

@@ -13,6 +13,7 @@ import { statusOf } from '../kube/client.ts';
 import type { DriftMetrics } from './metrics.ts';
 import { startPeriodicJob, type PeriodicJob } from './periodic.ts';
 import { incompleteReason, planDrift, type ClusterView, type DriftFix, type LedgerView } from './drift-plan.ts';
+import { systemClock } from '../clock.ts';
 
 export type { ClusterView, DriftFix } from './drift-plan.ts';
 
@@ -146,7 +147,7 @@ async function apply(d: DriftDeps, fix: DriftFix): Promise<boolean> {
 
 /** One drift reconcile. Throws FencedError when another replica leads; any other failure is counted and logged. */
 export async function runDrift(d: DriftDeps): Promise<DriftRun> {
-  const started = performance.now();
+  const started = systemClock.now();
   const run: DriftRun = { complete: false, fixed: [], failed: 0, pods: 0, quota: 0, quotaAtoms: {} };
   // The ledger first: a row the cluster view then lacks was made from an object the caches held earlier, so the
   // object was deleted since (not created after the view was taken).
@@ -201,7 +202,7 @@ export async function runDrift(d: DriftDeps): Promise<DriftRun> {
   });
 
   run.complete = run.failed === 0;
-  if (run.complete) d.metrics?.completed(Date.now() / 1000);
+  if (run.complete) d.metrics?.completed(systemClock.wallNow().getTime() / 1000);
   const byKind: Record<string, number> = {};
   for (const f of run.fixed) byKind[`${f.kind}/${f.action}`] = (byKind[`${f.kind}/${f.action}`] ?? 0) + 1;
   d.log.info('drift reconcile done', {
@@ -211,7 +212,7 @@ export async function runDrift(d: DriftDeps): Promise<DriftRun> {
     pods: run.pods,
     quota: run.quota,
     failed: run.failed,
-    ms: Math.round(performance.now() - started),
+    ms: Math.round(systemClock.now() - started),
   });
   return run;
 }

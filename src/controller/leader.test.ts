@@ -1,9 +1,10 @@
 // Leader election against an in-memory Lease whose calls can be made to hang: the renew deadline is enforced while a
 // call hangs (the leader steps down at once, the call is aborted), a late success of the abandoned call does not make
-// it leader again, and a blocked replica (its database unreachable) gives the Lease up.
-import { EventEmitter, once } from 'node:events';
+// it leader again, and a blocked replica (its database unreachable) gives the Lease up. On a FakeClock: the elector's
+// timers (retry period, renew deadline) fire as the test moves it, so the deadlines are checked to the millisecond.
 import type { V1Lease } from '@kubernetes/client-node';
 import { afterEach, describe, expect, it } from 'vitest';
+import { FakeClock } from '../clock.ts';
 import { silentLogger } from '../log.ts';
 import type { LeaseClient } from '../kube/client.ts';
 import { LeaderElector, type LeaderElectorOptions } from './leader.ts';
@@ -11,7 +12,10 @@ import { LeaderElector, type LeaderElectorOptions } from './leader.ts';
 const NS = 'ns';
 const NAME = 'lease';
 const RENEW_DEADLINE = 500;
-const SLACK = 1_500;
+const RETRY_PERIOD = 50;
+/** The fake clock's step while a test waits for the elector, and the most fake time a wait may take. */
+const STEP = 5;
+const WAIT = 10_000;
 
 /** The Lease in memory; `hang` makes every call pending until `release` (never, unless the test does). */
 class FakeLeases implements LeaseClient {
@@ -67,9 +71,7 @@ afterEach(async () => {
 function elector(client: FakeLeases, over: Partial<LeaderElectorOptions> = {}) {
   fakes.push(client);
   const events: string[] = [];
-  const bus = new EventEmitter();
-  const started = once(bus, 'started');
-  const stopped = once(bus, 'stopped');
+  const clock = new FakeClock();
   const e = new LeaderElector({
     client,
     namespace: NS,
@@ -77,40 +79,45 @@ function elector(client: FakeLeases, over: Partial<LeaderElectorOptions> = {}) {
     identity: 'replica-a',
     leaseDurationMs: 1_000,
     renewDeadlineMs: RENEW_DEADLINE,
-    retryPeriodMs: 50,
+    retryPeriodMs: RETRY_PERIOD,
     log: silentLogger,
+    clock,
     async onStartedLeading() {
       events.push('started');
-      bus.emit('started');
     },
     async onStoppedLeading() {
       events.push('stopped');
-      bus.emit('stopped');
     },
     ...over,
   });
   electors.push(e);
-  return { e, events, bus, started, stopped };
+  /** Moves the clock until `done` holds. */
+  const until = (done: () => boolean) => clock.advanceUntil(done, STEP, WAIT);
+  /** Moves the clock until the n-th `what` event. */
+  const nth = (what: string, n = 1) => until(() => events.filter((x) => x === what).length >= n);
+  return { e, events, clock, until, nth };
 }
 
-/** Resolves once `n` more Lease calls were made (the elector went on campaigning). */
-async function calls(fake: FakeLeases, n: number): Promise<void> {
+/** Moves the clock until `n` more Lease calls were made (the elector went on campaigning). */
+async function calls(fake: FakeLeases, until: (done: () => boolean) => Promise<void>, n: number): Promise<void> {
   const target = fake.calls + n;
-  while (fake.calls < target) await new Promise((r) => setTimeout(r, 10));
+  await until(() => fake.calls >= target);
 }
 
 describe('the renew deadline while a Lease call hangs', () => {
-  it('the leader steps down within the renew deadline and the hung call is aborted', async () => {
+  it('the leader steps down at the renew deadline and the hung call is aborted', async () => {
     const fake = new FakeLeases();
-    const { e, started, stopped } = elector(fake);
+    const { e, clock, nth } = elector(fake);
     e.start();
-    await started;
+    await nth('started');
     expect(e.isLeader).toBe(true);
 
     fake.hang = true;
-    const hungAt = performance.now();
-    await stopped;
-    expect(performance.now() - hungAt).toBeLessThan(RENEW_DEADLINE + SLACK);
+    const hungAt = clock.now();
+    await nth('stopped');
+    // Counted from the start of the last renew that succeeded: at most a retry period before the calls hung.
+    expect(clock.now() - hungAt).toBeGreaterThanOrEqual(RENEW_DEADLINE - RETRY_PERIOD - STEP);
+    expect(clock.now() - hungAt).toBeLessThanOrEqual(RENEW_DEADLINE + STEP);
     expect(e.isLeader).toBe(false);
     expect(fake.pending.length).toBeGreaterThan(0);
     expect(fake.signals.at(-1)?.aborted).toBe(true);
@@ -118,37 +125,39 @@ describe('the renew deadline while a Lease call hangs', () => {
 
   it('a late success of the abandoned call does not make it leader again', async () => {
     const fake = new FakeLeases();
-    const { e, events, bus, started, stopped } = elector(fake);
+    const { e, events, until, nth } = elector(fake);
     e.start();
-    await started;
+    await nth('started');
     fake.hang = true;
-    await stopped;
+    await nth('stopped');
 
     // The hung calls now complete (the renew lands on the server), while every new call fails: no fresh acquire.
     fake.hang = false;
     fake.fail = true;
     for (const p of fake.pending.splice(0)) p.resolve();
-    await calls(fake, 3);
+    await calls(fake, until, 3);
     expect(e.isLeader).toBe(false);
     expect(events).toEqual(['started', 'stopped']);
 
     // A fresh acquire (the record is still its own) is a new term.
     const transitions = fake.lease?.spec?.leaseTransitions ?? 0;
-    const again = once(bus, 'started');
     fake.fail = false;
-    await again;
+    await nth('started', 2);
     expect(e.isLeader).toBe(true);
     expect(events).toEqual(['started', 'stopped', 'started']);
     expect(fake.lease?.spec?.leaseTransitions).toBe(transitions + 1);
   });
 
-  it('a candidate whose call hangs is not stuck: the call is abandoned and it campaigns again', async () => {
+  it('a candidate whose call hangs is not stuck: the call is abandoned at the renew deadline and it campaigns again', async () => {
     const fake = new FakeLeases();
     fake.hang = true;
-    const { e } = elector(fake);
+    const { e, clock, until } = elector(fake);
+    const began = clock.now();
     e.start();
-    await calls(fake, 2);
+    await calls(fake, until, 2);
     expect(fake.signals[0]?.aborted).toBe(true);
+    // The first call is given one renew deadline, then the next waits a retry period.
+    expect(clock.now() - began).toBeGreaterThanOrEqual(RENEW_DEADLINE + RETRY_PERIOD);
     expect(e.isLeader).toBe(false);
   });
 });
@@ -157,18 +166,19 @@ describe('a blocked replica', () => {
   it('steps down and gives the Lease up, and does not take it while blocked', async () => {
     const fake = new FakeLeases();
     const state: { blocked?: string } = {};
-    const { e, started, stopped } = elector(fake, { blocker: () => state.blocked });
+    const { e, clock, until, nth } = elector(fake, { blocker: () => state.blocked });
     e.start();
-    await started;
+    await nth('started');
     const before = fake.calls;
     state.blocked = 'the database does not answer';
-    await stopped;
+    await nth('stopped');
     expect(e.isLeader).toBe(false);
-    // It gives the Lease up (a read and a replace) and then makes no call at all while blocked: a few retry periods.
-    await calls(fake, 2);
-    await new Promise((r) => setTimeout(r, 300));
-    expect(fake.lease?.spec?.holderIdentity).toBe('');
-    expect(fake.calls).toBeLessThanOrEqual(before + 4);
+    // It gives the Lease up (a read and a replace) and then makes no call at all while blocked: six retry periods.
+    await until(() => fake.lease?.spec?.holderIdentity === '');
+    const released = fake.calls;
+    expect(released).toBeLessThanOrEqual(before + 4);
+    await clock.advance(6 * RETRY_PERIOD);
+    expect(fake.calls).toBe(released);
     expect(e.isLeader).toBe(false);
   });
 });
@@ -176,21 +186,18 @@ describe('a blocked replica', () => {
 describe('leader work that fails to start', () => {
   it('gives the Lease up before campaigning again, then leads with a fresh start', async () => {
     const fake = new FakeLeases();
-    const bus = new EventEmitter();
     const events: string[] = [];
-    const { e } = elector(fake, {
+    const { e, until } = elector(fake, {
       async onStartedLeading() {
         events.push('started');
         if (events.length === 1) throw new Error('the fence could not be taken');
-        bus.emit('led');
       },
       async onStoppedLeading() {
         events.push('stopped');
       },
     });
-    const led = once(bus, 'led');
     e.start();
-    await led;
+    await until(() => events.length >= 3 && e.isLeader);
     expect(events).toEqual(['started', 'stopped', 'started']);
     expect(e.isLeader).toBe(true);
     // Given up in between: the second term began from an empty holder, as a new transition.

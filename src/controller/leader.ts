@@ -6,11 +6,12 @@
 // takes nor keeps the Lease. Leadership is advisory: the ledger's fence
 // (bc_take_fence on winning) is what makes a deposed leader's writes fail (docs/adr/0004-leader-fencing.md).
 import type { V1Lease } from '@kubernetes/client-node';
+import { systemClock, type MonotonicClock } from '../clock.ts';
 import { errorFields, type Logger } from '../log.ts';
 import { statusOf, type LeaseClient } from '../kube/client.ts';
 
 /** A MicroTime as the API server parses it (six fractional digits); the client would send a Date with three. */
-function microTime(d: Date | string | undefined = new Date()): Date {
+function microTime(d: Date | string): Date {
   const iso = typeof d === 'string' ? new Date(d).toISOString() : d.toISOString();
   return iso.replace(/\.(\d{3})Z$/, '.$1000Z') as unknown as Date;
 }
@@ -33,11 +34,13 @@ export interface LeaderElectorOptions {
    * replica neither takes nor renews the Lease, and a leader steps down and gives the Lease up for another replica.
    */
   blocker?: () => string | undefined;
+  /** Decisions and timers (the lease duration, the renew deadline, the retry period); the Lease's times from wallNow. */
+  clock?: MonotonicClock;
 }
 
 export class LeaderElector {
   private stopped = true;
-  private timer: NodeJS.Timeout | undefined;
+  private cancelTick: (() => void) | undefined;
   private leading = false;
   private observed: { key: string; at: number } | undefined;
   private lastRenew = 0;
@@ -45,13 +48,17 @@ export class LeaderElector {
   /** The Lease call in flight; aborted (and its outcome ignored) at the renew deadline or on stop. */
   private attempt: AbortController | undefined;
   /** Steps the leader down once renewDeadlineMs have passed since its last successful renew. */
-  private deadline: NodeJS.Timeout | undefined;
+  private cancelDeadline: (() => void) | undefined;
   /** onStartedLeading in progress (settled, never rejects); onStoppedLeading waits for it. */
   private starting: Promise<void> = Promise.resolve();
   /** onStoppedLeading in progress; no new attempt begins before it is done. */
   private down: Promise<void> = Promise.resolve();
 
-  constructor(private readonly o: LeaderElectorOptions) {}
+  private readonly clock: MonotonicClock;
+
+  constructor(private readonly o: LeaderElectorOptions) {
+    this.clock = o.clock ?? systemClock;
+  }
 
   get isLeader(): boolean {
     return this.leading;
@@ -67,8 +74,7 @@ export class LeaderElector {
     if (this.stopped) return;
     this.loop = this.step().finally(() => {
       if (!this.stopped) {
-        this.timer = setTimeout(() => this.tick(), this.o.retryPeriodMs);
-        this.timer.unref?.();
+        this.cancelTick = this.clock.after(this.o.retryPeriodMs, () => this.tick());
       }
     });
   }
@@ -87,16 +93,16 @@ export class LeaderElector {
     const attempt = new AbortController();
     this.attempt = attempt;
     // A leader's call is aborted by its deadline timer (expire); a candidate's gets one renew deadline.
-    const limit = this.leading ? undefined : setTimeout(() => attempt.abort(new Error('the lease call took longer than the renew deadline')), this.o.renewDeadlineMs);
+    const cancelLimit = this.leading ? undefined : this.clock.after(this.o.renewDeadlineMs, () => attempt.abort(new Error('the lease call took longer than the renew deadline')));
     const abandoned = new Promise<'abandoned'>((resolve) => attempt.signal.addEventListener('abort', () => resolve('abandoned'), { once: true }));
-    const began = performance.now();
+    const began = this.clock.now();
     let ok = false;
     try {
       ok = (await Promise.race([this.tryAcquireOrRenew(attempt.signal), abandoned])) === true;
     } catch (e) {
       this.o.log.warn('lease update failed', { lease: this.o.name, ...errorFields(e) });
     } finally {
-      clearTimeout(limit);
+      cancelLimit?.();
       if (this.attempt === attempt) this.attempt = undefined;
     }
     // A call given up on counts for nothing, whatever it does later: leading again takes a fresh acquire.
@@ -106,7 +112,7 @@ export class LeaderElector {
       this.lastRenew = began;
       if (this.leading) this.armDeadline();
       else if (!this.stopped) this.becomeLeader();
-    } else if (this.leading && performance.now() - this.lastRenew > this.o.renewDeadlineMs) {
+    } else if (this.leading && this.clock.now() - this.lastRenew > this.o.renewDeadlineMs) {
       await this.stepDown('renew deadline passed');
     }
   }
@@ -129,16 +135,15 @@ export class LeaderElector {
   }
 
   private armDeadline(): void {
-    clearTimeout(this.deadline);
-    this.deadline = setTimeout(() => void this.expire(), Math.max(0, this.lastRenew + this.o.renewDeadlineMs - performance.now()));
-    this.deadline.unref?.();
+    this.cancelDeadline?.();
+    this.cancelDeadline = this.clock.after(Math.max(0, this.lastRenew + this.o.renewDeadlineMs - this.clock.now()), () => void this.expire());
   }
 
   /** The renew deadline passed without a renew (the call in flight hangs, or they all failed): step down now. */
   private async expire(): Promise<void> {
     if (!this.leading) return;
     // A timer may fire a fraction of a millisecond early.
-    if (performance.now() - this.lastRenew < this.o.renewDeadlineMs) return this.armDeadline();
+    if (this.clock.now() - this.lastRenew < this.o.renewDeadlineMs) return this.armDeadline();
     this.attempt?.abort(new Error('renew deadline passed'));
     await this.stepDown('renew deadline passed');
   }
@@ -146,7 +151,7 @@ export class LeaderElector {
   private stepDown(why: string): Promise<void> {
     if (!this.leading) return this.down;
     this.leading = false;
-    clearTimeout(this.deadline);
+    this.cancelDeadline?.();
     this.o.log.warn('lost leadership', { lease: this.o.name, identity: this.o.identity, why });
     const starting = this.starting;
     this.down = (async () => {
@@ -158,7 +163,7 @@ export class LeaderElector {
 
   private leaseBody(prev: V1Lease | undefined, transitions: number, acquire: boolean): V1Lease {
     // The times are for people reading the Lease; decisions use the local monotonic clock.
-    const now = microTime();
+    const now = microTime(this.clock.wallNow());
     return {
       apiVersion: 'coordination.k8s.io/v1',
       kind: 'Lease',
@@ -181,7 +186,7 @@ export class LeaderElector {
     const c = this.o.client;
     const lease = await c.readLease(this.o.namespace, this.o.name, signal);
     signal.throwIfAborted();
-    const now = performance.now();
+    const now = this.clock.now();
     if (!lease) {
       try {
         await c.createLease(this.o.namespace, this.leaseBody(undefined, 0, true), signal);
@@ -229,7 +234,7 @@ export class LeaderElector {
         ...lease.spec,
         holderIdentity: '',
         leaseDurationSeconds: 1,
-        renewTime: microTime(),
+        renewTime: microTime(this.clock.wallNow()),
         ...(lease.spec?.acquireTime ? { acquireTime: microTime(lease.spec.acquireTime) } : {}),
       },
     }, signal);
@@ -238,7 +243,7 @@ export class LeaderElector {
   /** Stops campaigning; when leading, stops the leader work and releases the Lease. */
   async stop(): Promise<void> {
     this.stopped = true;
-    if (this.timer) clearTimeout(this.timer);
+    this.cancelTick?.();
     this.attempt?.abort(new Error('shutting down'));
     await this.loop.catch(() => undefined);
     const was = this.leading;

@@ -12,6 +12,7 @@ import { listen, type RunningServer } from '../api/server.ts';
 import type { DbHealth } from '../db/health.ts';
 import { errorFields, type Logger } from '../log.ts';
 import type { ServingTls } from './tls.ts';
+import { systemClock } from '../clock.ts';
 
 /** A router mounted on the webhook listener at `path` (e.g. '/admission' or '/agent/v1'). */
 export interface WebhookMount {
@@ -65,9 +66,9 @@ export function createWebhookApp(mounts: readonly WebhookMount[], log: Logger): 
   app.disable('x-powered-by');
   app.set('etag', false);
   app.use((req, res, next) => {
-    const started = performance.now();
+    const started = systemClock.now();
     res.on('finish', () =>
-      log.debug('webhook request', { method: req.method, path: req.originalUrl.split('?')[0], status: res.statusCode, ms: Math.round(performance.now() - started) }),
+      log.debug('webhook request', { method: req.method, path: req.originalUrl.split('?')[0], status: res.statusCode, ms: Math.round(systemClock.now() - started) }),
     );
     next();
   });

@@ -1,5 +1,6 @@
 // A keyed work queue with per-key exponential backoff, after client-go's workqueue: a key is queued at most once, is
 // never processed by two workers at the same time, and a key added while it is being processed runs again afterwards.
+import { systemClock, type MonotonicClock } from '../clock.ts';
 import { errorFields, type Logger } from '../log.ts';
 
 export type ReconcileResult = void | { requeueAfterMs?: number; backoff?: boolean };
@@ -12,6 +13,8 @@ export interface WorkQueueOptions {
   log: Logger;
   /** Called once per processed key with its duration and outcome (metrics). */
   onProcessed?: (name: string, seconds: number, outcome: 'ok' | 'requeue' | 'error') => void;
+  /** The delays (requeueAfter, backoff) and the durations. */
+  clock?: MonotonicClock;
 }
 
 export class WorkQueue {
@@ -20,13 +23,18 @@ export class WorkQueue {
   private readonly processing = new Set<string>();
   private readonly dirty = new Set<string>();
   private readonly failures = new Map<string, number>();
-  private readonly timers = new Map<string, NodeJS.Timeout>();
+  /** key → what cancels its delayed add. */
+  private readonly timers = new Map<string, () => void>();
   private running = 0;
   private stopped = true;
   private idleWaiters: (() => void)[] = [];
   private handler: ((key: string) => Promise<ReconcileResult>) | undefined;
 
-  constructor(private readonly opts: WorkQueueOptions) {}
+  private readonly clock: MonotonicClock;
+
+  constructor(private readonly opts: WorkQueueOptions) {
+    this.clock = opts.clock ?? systemClock;
+  }
 
   get name(): string {
     return this.opts.name;
@@ -42,7 +50,7 @@ export class WorkQueue {
   /** Stops taking keys; waits for the keys in progress. Queued keys and timers are dropped. */
   async stop(): Promise<void> {
     this.stopped = true;
-    for (const t of this.timers.values()) clearTimeout(t);
+    for (const cancel of this.timers.values()) cancel();
     this.timers.clear();
     this.ready.length = 0;
     this.queued.clear();
@@ -55,7 +63,7 @@ export class WorkQueue {
     if (this.stopped) return;
     const t = this.timers.get(key);
     if (t) {
-      clearTimeout(t);
+      t();
       this.timers.delete(key);
     }
     if (this.processing.has(key)) {
@@ -73,12 +81,11 @@ export class WorkQueue {
     if (this.stopped) return;
     if (ms <= 0) return this.add(key);
     if (this.timers.has(key) || this.queued.has(key)) return;
-    const t = setTimeout(() => {
+    const cancel = this.clock.after(ms, () => {
       this.timers.delete(key);
       this.add(key);
-    }, ms);
-    t.unref?.();
-    this.timers.set(key, t);
+    });
+    this.timers.set(key, cancel);
   }
 
   /** Adds the key after its next backoff delay (doubling per consecutive failure, up to maxDelayMs). */
@@ -112,7 +119,7 @@ export class WorkQueue {
   }
 
   private async process(key: string): Promise<void> {
-    const started = performance.now();
+    const started = this.clock.now();
     let outcome: 'ok' | 'requeue' | 'error' = 'ok';
     try {
       const r = await this.handler!(key);
@@ -131,7 +138,7 @@ export class WorkQueue {
       this.opts.log.warn('reconcile failed', { queue: this.opts.name, key, ...errorFields(e) });
       this.addRateLimited(key);
     } finally {
-      this.opts.onProcessed?.(this.opts.name, (performance.now() - started) / 1000, outcome);
+      this.opts.onProcessed?.(this.opts.name, (this.clock.now() - started) / 1000, outcome);
       this.processing.delete(key);
       this.running--;
       if (this.dirty.delete(key)) this.add(key);

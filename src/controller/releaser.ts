@@ -15,6 +15,7 @@ import { Informer } from '../kube/informer.ts';
 import { createStopper, type StoppedPod } from './stopper.ts';
 import { FencedError, type Ledger } from '../db/ledger.ts';
 import type { Db } from '../db/pool.ts';
+import { systemClock, type MonotonicClock } from '../clock.ts';
 import { errorFields, type Logger } from '../log.ts';
 import type { ExtenderKube } from '../extender/kube.ts';
 import { podsHolding } from '../db/reads.ts';
@@ -32,6 +33,8 @@ export interface ReleaserDeps {
    * two lists this far apart both lack it. Covers a pod that is bound while a list is in flight.
    */
   orphanGraceMs?: number;
+  /** The orphan grace is measured on it. */
+  clock?: MonotonicClock;
   /** How often the orphan sweep lists pods (default 60 s; it also runs at start). */
   orphanSweepEveryMs?: number;
   /** Backoff of a failed release: from this, doubling (default 500 ms) ... */
@@ -70,6 +73,7 @@ interface PodLite {
 
 export async function startPodReleaser(deps: ReleaserDeps): Promise<Releaser> {
   const orphanGraceMs = deps.orphanGraceMs ?? 30_000;
+  const clock = deps.clock ?? systemClock;
   const retryMinMs = deps.retryMinMs ?? 500;
   const retryMaxMs = deps.retryMaxMs ?? 30_000;
   const core = deps.kubeConfig.makeApiClient(k8s.CoreV1Api);
@@ -158,7 +162,7 @@ export async function startPodReleaser(deps: ReleaserDeps): Promise<Releaser> {
   informer.start();
 
   // ---- orphans -----------------------------------------------------------------------------------------------
-  // uid → when (performance.now) the first successful list lacking it completed. Only holders are kept.
+  // uid → when (the monotonic clock) the first successful list lacking it completed. Only holders are kept.
   const missingSince = new Map<string, number>();
 
   const listPodUids = async (): Promise<Set<string>> => {
@@ -176,9 +180,9 @@ export async function startPodReleaser(deps: ReleaserDeps): Promise<Releaser> {
     // The holders are read before the list: a pod exists before anything is booked for it, so a holder that a
     // complete list made afterwards lacks is gone (or was not there when listed: hence the second list).
     const holders = await podsHolding(deps.db);
-    const startedAt = performance.now();
+    const startedAt = clock.now();
     const live = await listPodUids();
-    const doneAt = performance.now();
+    const doneAt = clock.now();
     const holding = new Set(holders);
     for (const uid of [...missingSince.keys()]) if (!holding.has(uid) || live.has(uid)) missingSince.delete(uid);
     const released: string[] = [];

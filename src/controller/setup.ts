@@ -17,6 +17,7 @@ import { PoolReconciler } from './pool/reconciler.ts';
 import { WorkQueue, type ReconcileResult } from './queue.ts';
 import { confirmRequested, ReservationReconciler } from './reservation/reconciler.ts';
 import { GROUP, keyOf, VERSION, type KubeObject, type Reservation } from '../kube/types.ts';
+import { systemClock } from '../clock.ts';
 
 export interface SetupOptions {
   kc: KubeConfig;
@@ -120,7 +121,7 @@ export function setupControllers(o: SetupOptions): Controllers {
         log.warn('writing an event failed', { object: keyOf(obj), reason: e.reason, ...errorFields(err) });
       }
     },
-    nowIso: () => new Date().toISOString().replace(/\.\d+Z$/, 'Z'),
+    nowIso: () => systemClock.wallNow().toISOString().replace(/\.\d+Z$/, 'Z'),
     wakePending(poolName) {
       if (!poolName) return;
       for (const r of informers.reservations.list()) {

@@ -16,6 +16,7 @@ import { AdmissionregistrationV1Api, CoreV1Api, PatchStrategy, setHeaderOptions,
 import { errorFields, type Logger } from '../log.ts';
 import { assessBundle, nextBundle, SECRET_KEYS, type TlsBundle } from './certs.ts';
 import { statusOf } from '../kube/client.ts';
+import { systemClock } from '../clock.ts';
 
 export const CA_CONFIGMAP = 'better-compute-ca';
 export const CA_CONFIGMAP_KEY = 'ca.crt';
@@ -263,7 +264,7 @@ export class SecretTlsSource extends PollingSource {
 
   constructor(private readonly o: SecretTlsOptions) {
     super(o.log, o.reloadEveryMs);
-    this.now = o.now ?? (() => Date.now());
+    this.now = o.now ?? (() => systemClock.wallNow().getTime());
   }
 
   protected async load(first: boolean): Promise<ServingTls> {

@@ -10,6 +10,7 @@ import type { Logger } from '../log.ts';
 import { fenced } from './fence.ts';
 import type { UsageMetrics } from './metrics.ts';
 import { startPeriodicJob, type PeriodicJob } from './periodic.ts';
+import { systemClock } from '../clock.ts';
 
 /** A week of hours per transaction: a long backfill commits as it goes, and no statement grows without bound. */
 export const MAX_HOURS_PER_STEP = 168;
@@ -36,7 +37,7 @@ export interface UsageRun {
 
 /** One run: steps until caught up. Throws FencedError when another replica leads. */
 export async function runUsage(d: UsageDeps): Promise<UsageRun> {
-  const started = performance.now();
+  const started = systemClock.now();
   const steps: UsageStep[] = [];
   for (;;) {
     const step = await fenced(d.db, d.fence(), (tx) => runUsageStep(tx, d.maxHoursPerStep ?? MAX_HOURS_PER_STEP, d.settleMs ?? SETTLE_MS));
@@ -52,7 +53,7 @@ export async function runUsage(d: UsageDeps): Promise<UsageRun> {
     finalUntil: new Date(last.finalUntil).toISOString(),
     steps: steps.length,
     rows: steps.reduce((n, s) => n + s.rows, 0),
-    ms: Math.round(performance.now() - started),
+    ms: Math.round(systemClock.now() - started),
   });
   return { steps, finalUntil: last.finalUntil };
 }

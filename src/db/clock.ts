@@ -1,6 +1,10 @@
+import { systemClock, type MonotonicClock } from '../clock.ts';
 import type { Db } from './pool.ts';
 
-/** Time for decisions in TypeScript: the database's compute_now(), sampled and advanced with a monotonic clock. */
+/**
+ * Time for decisions in TypeScript: the database's compute_now(), sampled and advanced with the monotonic clock
+ * (src/clock.ts).
+ */
 export interface Clock {
   now(): number;
 }
@@ -9,24 +13,27 @@ export class DbClock implements Clock {
   private base = 0;
   private sampledAt = 0;
 
-  private constructor(private readonly db: Db) {}
+  private constructor(
+    private readonly db: Db,
+    private readonly monotonic: MonotonicClock,
+  ) {}
 
-  static async create(db: Db): Promise<DbClock> {
-    const c = new DbClock(db);
+  static async create(db: Db, monotonic: MonotonicClock = systemClock): Promise<DbClock> {
+    const c = new DbClock(db, monotonic);
     await c.sync();
     return c;
   }
 
   async sync(): Promise<void> {
-    const sent = performance.now();
+    const sent = this.monotonic.now();
     const { rows } = await this.db.query<{ t: number }>('SELECT (extract(epoch FROM compute_now()) * 1000)::float8 AS t');
     this.base = rows[0]!.t;
     // The database read its clock between sending and answering: the midpoint halves the error of either end.
-    this.sampledAt = (sent + performance.now()) / 2;
+    this.sampledAt = (sent + this.monotonic.now()) / 2;
   }
 
   now(): number {
-    return Math.floor(this.base + (performance.now() - this.sampledAt));
+    return Math.floor(this.base + (this.monotonic.now() - this.sampledAt));
   }
 }
 

@@ -1,6 +1,7 @@
 // Whether the database answers: a `SELECT 1` with a short timeout, every few seconds and on each readiness probe. The
 // controller's readiness fails at once when it does not answer; its liveness (and its leadership) when it has not
 // answered for long.
+import { systemClock, type MonotonicClock } from '../clock.ts';
 import { errorFields, type Logger } from '../log.ts';
 import { pingDatabase, type Db } from './pool.ts';
 
@@ -10,10 +11,13 @@ export interface DbHealthOptions {
   /** How often the background ping runs (start()). */
   pingEveryMs: number;
   log: Logger;
+  /** How long the database has been silent (unreachableForMs: the leader's blocker, liveness). */
+  clock?: MonotonicClock;
 }
 
 export class DbHealth {
-  private lastOk = performance.now();
+  private readonly clock: MonotonicClock;
+  private lastOk: number;
   private failing: string | undefined;
   private timer: NodeJS.Timeout | undefined;
   private inFlight: Promise<void> | undefined;
@@ -21,7 +25,10 @@ export class DbHealth {
   constructor(
     private readonly db: Db,
     private readonly o: DbHealthOptions,
-  ) {}
+  ) {
+    this.clock = o.clock ?? systemClock;
+    this.lastOk = this.clock.now();
+  }
 
   /** Pings now and every pingEveryMs until stop(). */
   start(): void {
@@ -42,7 +49,7 @@ export class DbHealth {
     this.inFlight ??= pingDatabase(this.db, this.o.pingTimeoutMs)
       .then(
         () => {
-          this.lastOk = performance.now();
+          this.lastOk = this.clock.now();
           if (this.failing !== undefined) this.o.log.info('the database answers again');
           this.failing = undefined;
         },
@@ -58,7 +65,7 @@ export class DbHealth {
 
   /** 0 while the last ping succeeded; else the time since the last one that did. */
   unreachableForMs(): number {
-    return this.failing === undefined ? 0 : performance.now() - this.lastOk;
+    return this.failing === undefined ? 0 : this.clock.now() - this.lastOk;
   }
 
   /** Why the last ping failed, while it did. */

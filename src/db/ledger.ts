@@ -19,6 +19,7 @@ import * as holds from './holds.ts';
 import * as preemption from './preemption.ts';
 import { withRetriedStatement, withRetriedTransaction, withTransaction, type Db } from './pool.ts';
 import { getPool, isPoolVisible, loadNodes, type PoolInfo } from './snapshot.ts';
+import { systemClock } from '../clock.ts';
 
 export type ReservationState = 'held' | 'confirmed' | 'released' | 'expired';
 
@@ -193,6 +194,123 @@ interface PlaceResult {
   tx?: string;
 }
 
+/** A pod's on-demand booking: on one node, maybe open-ended, maybe moving one from another node, maybe with its admission lease. */
+interface PodPlacement {
+  podUid: string;
+  nodeId: string;
+  openEnded: boolean;
+  replacing?: string;
+  admission?: PodAdmission & { nodeId: string; podUid: string };
+}
+
+/** One request's reserveOnce, carried from pass to pass. */
+interface Attempt {
+  readonly input: ReservationCreateInput;
+  readonly pod: PodPlacement | undefined;
+  readonly req: PlacementRequest;
+  /** The reservation row bc_place writes (null for a pod's booking). */
+  readonly reservation: ReturnType<typeof newReservationRow> | null;
+  readonly now: number;
+  replans: number;
+  refreshedAfterMiss: boolean;
+}
+
+/** Why a pass plans again. */
+type ReplanWhy = 'preempt-stale' | 'retryable' | 'pool-unavailable' | 'lost-race';
+
+/** What reserveOnce does after one pass of plan → place: answer, fail, or plan again (and how: REPLANS). */
+type Step =
+  | { do: 'answer'; outcome: ReserveOutcome | AdmissionBusy }
+  | { do: 'throw'; error: unknown }
+  /** "Does not fit" is said on fresh rows only: the pool is reloaded once, not counted as a replan. */
+  | { do: 'refresh' }
+  | { do: 'replan'; why: ReplanWhy; code?: string; nodes?: string[]; error?: unknown };
+
+/**
+ * The replans, one row each: whether a lost race is counted (always, or only when replans are left), the answer once
+ * replans are spent, whether it counts as a replan in the metrics, and what is reloaded before the next pass.
+ */
+const REPLANS: Record<ReplanWhy, { lostRace?: 'always' | 'unless-spent'; spent: 'contended' | 'not-found' | 'throw'; countReplan: boolean; reload: 'pool' | 'nodes' | 'none' }> = {
+  // A preemption whose victims changed, or whose placement lost a race: nothing written; plan on fresh rows.
+  'preempt-stale': { spent: 'contended', countReplan: true, reload: 'pool' },
+  // A serialization failure or deadlock of the placement: the same snapshot is planned again.
+  retryable: { lostRace: 'unless-spent', spent: 'throw', countReplan: false, reload: 'none' },
+  // The cached pool was stale (archived, or the offering withdrawn): look again with fresh rows.
+  'pool-unavailable': { spent: 'not-found', countReplan: false, reload: 'pool' },
+  // A lost race or a stale snapshot: reload what failed and plan again.
+  'lost-race': { lostRace: 'always', spent: 'contended', countReplan: true, reload: 'nodes' },
+};
+
+function answer(outcome: ReserveOutcome | AdmissionBusy): Step {
+  return { do: 'answer', outcome };
+}
+
+/** What bc_place's refusal means for the request (the table of its codes; any other is a lost race). */
+function refusal(a: Attempt, r: PlaceResult, chosen: Candidate[]): Step {
+  const { input, replans } = a;
+  switch (r.code) {
+    case 'admission_busy':
+      return answer(admissionBusy(a.pod?.nodeId ?? '', replans));
+    case 'pool_unavailable':
+      return { do: 'replan', why: 'pool-unavailable' };
+    case 'quota':
+      return answer({
+        ok: false,
+        code: 'QUOTA_EXCEEDED',
+        message: quotaRefusalMessage(input.tenantId, input.poolId, r.details),
+        ...(r.details ? { details: r.details } : {}),
+        replans,
+      });
+    case 'idempotency_mismatch':
+      // Only reservations carry an idempotency key.
+      return answer({
+        ok: false,
+        code: 'IDEMPOTENCY_MISMATCH',
+        message: `idempotency key ${input.idempotencyKey} was used for a different request (${r.reservationId})`,
+        replans,
+      });
+    default:
+      return { do: 'replan', why: 'lost-race', code: r.code ?? 'unknown', nodes: r.nodeId ? [r.nodeId] : chosen.map((x) => x.nodeId) };
+  }
+}
+
+/** A new booking's answer, from what bc_place wrote. */
+function placedOutcome(a: Attempt, r: PlaceResult, chosen: Candidate[], allocations: PlaceArg['allocations'], window: { start: number; end: number }): ReserveOutcome {
+  const atomsOnly = chosen.every((cand) => Object.keys(cand.scalars).length === 0);
+  return {
+    ok: true,
+    existing: false,
+    replans: a.replans,
+    ...(a.pod && r.tx && atomsOnly ? { tx: r.tx } : {}),
+    reservation: {
+      id: r.reservationId!,
+      tenantId: a.input.tenantId,
+      poolId: a.input.poolId,
+      state: r.state!,
+      spot: a.reservation?.spot ?? false,
+      binding: a.input.binding,
+      start: window.start,
+      end: window.end,
+      leaseExpiresAt: r.leaseExpiresAt ?? null,
+      allocations: allocations.map((x) => ({ id: x.id, nodeId: x.nodeId, atoms: [...x.atoms] })),
+    },
+  };
+}
+
+/** The reservation row a new reservation's bc_place writes. */
+function newReservationRow(input: ReservationCreateInput) {
+  return {
+    id: newReservationId(),
+    projectId: input.projectId ?? null,
+    idempotencyKey: input.idempotencyKey,
+    requestHash: requestHash(input),
+    request: input,
+    spot: input.spot ?? false,
+    binding: input.binding,
+    leaseSeconds: input.leaseSeconds ?? null,
+  };
+}
+
 export class Ledger {
   private readonly pools = new Map<string, Promise<CachedPool>>();
   private readonly maxReplans: number;
@@ -285,9 +403,9 @@ export class Ledger {
   }
 
   async reserve(input: ReservationCreateInput, now: number): Promise<ReserveOutcome> {
-    const started = performance.now();
+    const started = systemClock.now();
     const outcome = await this.reserveOnce(input, now);
-    this.opts.metrics?.onPlacement?.((performance.now() - started) / 1000, outcome.ok ? 'reserved' : outcome.code);
+    this.opts.metrics?.onPlacement?.((systemClock.now() - started) / 1000, outcome.ok ? 'reserved' : outcome.code);
     if (!outcome.ok && outcome.code === 'ADMISSION_BUSY') throw new Error('an admission lease outside a pod booking');
     return outcome;
   }
@@ -333,7 +451,7 @@ export class Ledger {
       binding: 'hold',
       idempotencyKey: p.podUid,
     };
-    const started = performance.now();
+    const started = systemClock.now();
     let outcome: Awaited<ReturnType<Ledger['reserveOnce']>>;
     try {
       outcome = await this.reserveOnce(input, now, {
@@ -347,7 +465,7 @@ export class Ledger {
       if (p.holdsNothing && e instanceof PlacementError && e.constraint === 'unique$allocations$live_pod') return this.bookPod({ ...p, holdsNothing: false }, now);
       throw e;
     }
-    this.opts.metrics?.onPlacement?.((performance.now() - started) / 1000, outcome.ok ? 'pod' : outcome.code);
+    this.opts.metrics?.onPlacement?.((systemClock.now() - started) / 1000, outcome.ok ? 'pod' : outcome.code);
     if (existing && outcome.ok) {
       const pool = (await this.db.query<{ pool_id: string }>('SELECT pool_id FROM allocations WHERE id = $1', [existing.allocationId])).rows[0];
       if (pool && this.pools.has(pool.pool_id)) await this.reloadNodes(pool.pool_id, [existing.nodeId]);
@@ -402,154 +520,117 @@ export class Ledger {
     return this.statement((c) => handoff.dropAdmission(c, nodeId, podUid));
   }
 
-  private async reserveOnce(
-    input: ReservationCreateInput,
-    now: number,
-    pod?: { podUid: string; nodeId: string; openEnded: boolean; replacing?: string; admission?: PodAdmission & { nodeId: string; podUid: string } },
-  ): Promise<ReserveOutcome | AdmissionBusy> {
+  /** One request's plan → place → outcome, planned again (after what was stale is reloaded) until it answers. */
+  private async reserveOnce(input: ReservationCreateInput, now: number, pod?: PodPlacement): Promise<ReserveOutcome | AdmissionBusy> {
     const notFound = { ok: false, code: 'NOT_FOUND', message: `pool ${input.poolId} not found`, replans: 0 } as const;
-    let c = await this.cached(input.poolId).catch(() => undefined);
-    if (!c) return notFound;
-    const req = toPlacementRequest(input, now, pod?.openEnded);
-    const reservation = pod ? null : {
-      id: newReservationId(),
-      projectId: input.projectId ?? null,
-      idempotencyKey: input.idempotencyKey,
-      requestHash: requestHash(input),
-      request: input,
-      spot: input.spot ?? false,
-      binding: input.binding,
-      leaseSeconds: input.leaseSeconds ?? null,
+    if (!(await this.cached(input.poolId).catch(() => undefined))) return notFound;
+    const a: Attempt = {
+      input,
+      pod,
+      req: toPlacementRequest(input, now, pod?.openEnded),
+      reservation: pod ? null : newReservationRow(input),
+      now,
+      replans: 0,
+      refreshedAfterMiss: false,
     };
-    let replans = 0;
-    let refreshedAfterMiss = false;
     for (;;) {
-      c = await this.cached(input.poolId);
-      if (!isPoolVisible(c.info, input.tenantId)) return { ...notFound, replans };
-      if (c.info.archived) return { ok: false, code: 'POOL_ARCHIVED', message: `pool ${c.info.id} is archived`, replans };
-      const podNode = pod && c.nodes.get(pod.nodeId);
-      const p = pod ? plan({ ...c.snap, nodes: podNode ? [podNode] : [] }, req) : plan(c.snap, req, c.groups);
-      if (!p.ok) {
-        // An idempotent retry of a reservation that already holds the capacity must find it, not "no capacity".
-        const existing = reservation && (await this.findByIdempotencyKey(input.tenantId, input.idempotencyKey));
-        if (existing) return this.existingOutcome(existing, reservation.requestHash, replans);
-        // "Does not fit" is said on fresh rows only.
-        if (!refreshedAfterMiss) {
-          refreshedAfterMiss = true;
-          await this.cached(input.poolId, true);
-          continue;
-        }
-        // A regular reservation that fits only by displacing spot ones takes their atoms from the notice's deadline.
-        if (reservation && !reservation.spot) {
-          const pre = choosePreemption(c.snap, preemptingRequest(req, now, this.spotNoticeMs));
-          if (pre) {
-            const out = await this.preemptAndPlace(input, reservation, pre.victims, pre.candidates);
-            if (out !== 'stale') return { ...out, replans } as ReserveOutcome;
-            if (replans >= this.maxReplans) {
-              return { ok: false, code: 'CONTENDED', message: `still contended after ${replans} replans; retry`, replans };
-            }
-            replans++;
-            this.opts.metrics?.onReplan?.();
-            await this.cached(input.poolId, true);
-            continue;
-          }
-        }
-        return { ok: false, code: 'NO_CAPACITY', message: p.reason, replans };
-      }
-      const chosen = input.gang ? [...p.candidates] : [p.candidates[0]!];
-      const allocations = chosen
-        .map((cand) => ({ id: newAllocationId(), nodeId: cand.nodeId, atoms: cand.atoms, scalars: cand.scalars }))
-        .sort((a, b) => (a.nodeId < b.nodeId ? -1 : 1));
-      // Assume the booking in the snapshot while it commits (as kube-scheduler assumes a pod), so that concurrent
-      // requests of this process plan around it instead of racing for the same atoms. Undone if the commit fails.
-      const undoAssume = assume(c, chosen, req.window);
-      let r: PlaceResult;
-      try {
-        r = await this.place(
-          {
-            tenantId: input.tenantId,
-            poolId: input.poolId,
-            start: input.start ?? null,
-            durationSeconds: pod?.openEnded ? null : input.duration,
-            reservation,
-            podUid: pod?.podUid ?? null,
-            allocations,
-            ...(pod?.admission ? { admission: pod.admission } : {}),
-          },
-          pod?.replacing,
-        );
-      } catch (e) {
-        undoAssume();
-        if (!isRetryable(e) || replans >= this.maxReplans) throw e;
-        this.opts.metrics?.onLostRace?.('retryable');
-        replans++;
-        continue;
-      }
-      if (r.ok) {
-        if (r.existing) {
-          undoAssume();
-          const existing = await this.get(r.reservationId!);
-          return { ok: true, reservation: existing!, existing: true, replans };
-        }
-        const window = { start: r.start!, end: r.end ?? Infinity };
-        undoAssume();
-        assume(c, chosen, window);
-        const atomsOnly = chosen.every((cand) => Object.keys(cand.scalars).length === 0);
-        return {
-          ok: true,
-          existing: false,
-          replans,
-          ...(pod && r.tx && atomsOnly ? { tx: r.tx } : {}),
-          reservation: {
-            id: r.reservationId!,
-            tenantId: input.tenantId,
-            poolId: input.poolId,
-            state: r.state!,
-            spot: reservation?.spot ?? false,
-            binding: input.binding,
-            start: window.start,
-            end: window.end,
-            leaseExpiresAt: r.leaseExpiresAt ?? null,
-            allocations: allocations.map((a) => ({ id: a.id, nodeId: a.nodeId, atoms: [...a.atoms] })),
-          },
-        };
-      }
-      undoAssume();
-      if (r.code === 'admission_busy') return admissionBusy(pod?.nodeId ?? '', replans);
-      if (r.code === 'pool_unavailable') {
-        // The cached pool was stale (archived, or the offering withdrawn): look again with fresh rows.
-        if (replans >= this.maxReplans) return { ...notFound, replans };
-        replans++;
+      const step = await this.planAndPlace(a);
+      if (step.do === 'answer') return step.outcome;
+      if (step.do === 'throw') throw step.error;
+      if (step.do === 'refresh') {
+        a.refreshedAfterMiss = true;
         await this.cached(input.poolId, true);
         continue;
       }
-      if (r.code === 'quota') {
-        return {
-          ok: false,
-          code: 'QUOTA_EXCEEDED',
-          message: quotaRefusalMessage(input.tenantId, input.poolId, r.details),
-          ...(r.details ? { details: r.details } : {}),
-          replans,
-        };
-      }
-      if (r.code === 'idempotency_mismatch') {
-        // Only reservations carry an idempotency key.
-        return {
-          ok: false,
-          code: 'IDEMPOTENCY_MISMATCH',
-          message: `idempotency key ${input.idempotencyKey} was used for a different request (${r.reservationId})`,
-          replans,
-        };
-      }
-      // A lost race or a stale snapshot: reload what failed and plan again.
-      this.opts.metrics?.onLostRace?.(r.code ?? 'unknown');
-      if (replans >= this.maxReplans) {
-        return { ok: false, code: 'CONTENDED', message: `still contended after ${replans} replans; retry`, replans };
-      }
-      replans++;
-      this.opts.metrics?.onReplan?.();
-      await this.reloadNodes(input.poolId, r.nodeId ? [r.nodeId] : chosen.map((x) => x.nodeId));
+      const exhausted = await this.replan(a, step);
+      if (exhausted) return exhausted;
     }
+  }
+
+  /** What a replan does (REPLANS): the metrics, the answer once replans are spent, what is reloaded. */
+  private async replan(a: Attempt, step: Extract<Step, { do: 'replan' }>): Promise<ReserveOutcome | undefined> {
+    const how = REPLANS[step.why];
+    const metrics = this.opts.metrics;
+    if (how.lostRace === 'always') metrics?.onLostRace?.(step.code ?? 'unknown');
+    if (a.replans >= this.maxReplans) {
+      if (how.spent === 'throw') throw step.error;
+      if (how.spent === 'not-found') return { ok: false, code: 'NOT_FOUND', message: `pool ${a.input.poolId} not found`, replans: a.replans };
+      return { ok: false, code: 'CONTENDED', message: `still contended after ${a.replans} replans; retry`, replans: a.replans };
+    }
+    if (how.lostRace === 'unless-spent') metrics?.onLostRace?.(step.code ?? 'unknown');
+    a.replans++;
+    if (how.countReplan) metrics?.onReplan?.();
+    if (how.reload === 'pool') await this.cached(a.input.poolId, true);
+    else if (how.reload === 'nodes') await this.reloadNodes(a.input.poolId, step.nodes ?? []);
+    return undefined;
+  }
+
+  /** One pass: plan on the cached pool; place what fits, or say why nothing does. */
+  private async planAndPlace(a: Attempt): Promise<Step> {
+    const { input, pod, req, replans } = a;
+    const c = await this.cached(input.poolId);
+    if (!isPoolVisible(c.info, input.tenantId)) return answer({ ok: false, code: 'NOT_FOUND', message: `pool ${input.poolId} not found`, replans });
+    if (c.info.archived) return answer({ ok: false, code: 'POOL_ARCHIVED', message: `pool ${c.info.id} is archived`, replans });
+    const podNode = pod && c.nodes.get(pod.nodeId);
+    const p = pod ? plan({ ...c.snap, nodes: podNode ? [podNode] : [] }, req) : plan(c.snap, req, c.groups);
+    if (!p.ok) return this.noFit(a, c, p.reason);
+    return this.placeChosen(a, c, input.gang ? [...p.candidates] : [p.candidates[0]!]);
+  }
+
+  /** The plan found no room: an idempotent retry's booking, fresh rows once, preemption of spot bookings, or NO_CAPACITY. */
+  private async noFit(a: Attempt, c: CachedPool, reason: string): Promise<Step> {
+    const { input, reservation, replans } = a;
+    // An idempotent retry of a reservation that already holds the capacity must find it, not "no capacity".
+    const existing = reservation && (await this.findByIdempotencyKey(input.tenantId, input.idempotencyKey));
+    if (existing) return answer(await this.existingOutcome(existing, reservation.requestHash, replans));
+    // "Does not fit" is said on fresh rows only.
+    if (!a.refreshedAfterMiss) return { do: 'refresh' };
+    // A regular reservation that fits only by displacing spot ones takes their atoms from the notice's deadline.
+    if (reservation && !reservation.spot) {
+      const pre = choosePreemption(c.snap, preemptingRequest(a.req, a.now, this.spotNoticeMs));
+      if (pre) {
+        const out = await this.preemptAndPlace(input, reservation, pre.victims, pre.candidates);
+        if (out !== 'stale') return answer({ ...out, replans } as ReserveOutcome);
+        return { do: 'replan', why: 'preempt-stale' };
+      }
+    }
+    return answer({ ok: false, code: 'NO_CAPACITY', message: reason, replans });
+  }
+
+  /** Writes the chosen candidates (bc_place, group-committed), assumed in the snapshot while the write is in flight. */
+  private async placeChosen(a: Attempt, c: CachedPool, chosen: Candidate[]): Promise<Step> {
+    const { input, pod } = a;
+    const allocations = chosen
+      .map((cand) => ({ id: newAllocationId(), nodeId: cand.nodeId, atoms: cand.atoms, scalars: cand.scalars }))
+      .sort((x, y) => (x.nodeId < y.nodeId ? -1 : 1));
+    // Assume the booking in the snapshot while it commits (as kube-scheduler assumes a pod), so that concurrent
+    // requests of this process plan around it instead of racing for the same atoms. Undone if the commit fails.
+    const undoAssume = assume(c, chosen, a.req.window);
+    let r: PlaceResult;
+    try {
+      r = await this.place(
+        {
+          tenantId: input.tenantId,
+          poolId: input.poolId,
+          start: input.start ?? null,
+          durationSeconds: pod?.openEnded ? null : input.duration,
+          reservation: a.reservation,
+          podUid: pod?.podUid ?? null,
+          allocations,
+          ...(pod?.admission ? { admission: pod.admission } : {}),
+        },
+        pod?.replacing,
+      );
+    } catch (e) {
+      undoAssume();
+      return isRetryable(e) ? { do: 'replan', why: 'retryable', code: 'retryable', error: e } : { do: 'throw', error: e };
+    }
+    undoAssume();
+    if (!r.ok) return refusal(a, r, chosen);
+    if (r.existing) return answer({ ok: true, reservation: (await this.get(r.reservationId!))!, existing: true, replans: a.replans });
+    const window = { start: r.start!, end: r.end ?? Infinity };
+    assume(c, chosen, window);
+    return answer(placedOutcome(a, r, chosen, allocations, window));
   }
 
   /**

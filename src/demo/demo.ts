@@ -14,6 +14,7 @@ import { httpClient } from '../cli/capacity.ts';
 import { renderSummary } from '../cli/render.ts';
 import { loadHarness, loadInstaller, REPO_ROOT, type DemoHarness, type DemoInstaller } from './cluster.ts';
 import { seconds, Steps } from './steps.ts';
+import { systemClock } from '../clock.ts';
 
 export const DEMO_NAMESPACE = 'demo-team-a';
 export const DEMO_TENANT = 'team-a';
@@ -95,7 +96,7 @@ export class Demo {
   async start(): Promise<DemoResult> {
     const out = this.o.out;
     const steps = new Steps(10, out, () => this.cancelled);
-    const t0 = performance.now();
+    const t0 = systemClock.now();
     fs.mkdirSync(this.o.stateDir, { recursive: true });
     this.logFile = path.join(this.o.stateDir, 'demo.log');
     fs.writeFileSync(this.logFile, '');
@@ -211,7 +212,7 @@ export class Demo {
     });
 
     await steps.run('Applying examples/reservations.yaml; waiting until both are Reserved', async (note) => {
-      const tomorrow = new Date(Date.now() + 86_400_000);
+      const tomorrow = new Date(systemClock.wallNow().getTime() + 86_400_000);
       const start = `${tomorrow.toISOString().slice(0, 10)}T09:00:00Z`;
       this.defer('delete the Reservations (the controller releases their bookings)', () => this.deleteReservations(true));
       await h.apply(exampleObjects('reservations.yaml', { TOMORROW_0900_UTC: start }));
@@ -261,7 +262,7 @@ export class Demo {
       for (const a of atoms) note(a);
     });
 
-    const startupMs = performance.now() - t0;
+    const startupMs = systemClock.now() - t0;
     let reservationsTable = '';
     let summary = '';
     let url = '';
@@ -393,20 +394,20 @@ export class Demo {
       if (this.undo.length === 0) return;
       out('');
       out('Stopping and cleaning up:');
-      const t0 = performance.now();
+      const t0 = systemClock.now();
       const failures: string[] = [];
       for (const { what, fn } of this.undo.reverse()) {
-        const t = performance.now();
+        const t = systemClock.now();
         try {
           await Promise.race([fn(), new Promise((_, reject) => setTimeout(() => reject(new Error('timed out after 90s')), 90_000).unref())]);
-          out(`  ok      ${what} (${seconds(performance.now() - t)})`);
+          out(`  ok      ${what} (${seconds(systemClock.now() - t)})`);
         } catch (e) {
           failures.push(what);
           out(`  FAILED  ${what}: ${(e as Error).message}`);
         }
       }
       this.undo.length = 0;
-      out(failures.length ? `Cleanup finished in ${seconds(performance.now() - t0)} with ${failures.length} failure(s)` : `Cleaned up in ${seconds(performance.now() - t0)}.`);
+      out(failures.length ? `Cleanup finished in ${seconds(systemClock.now() - t0)} with ${failures.length} failure(s)` : `Cleaned up in ${seconds(systemClock.now() - t0)}.`);
     })();
     return this.stopping;
   }

@@ -7,6 +7,7 @@ import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { Demo } from './demo.ts';
 import { StepError } from './steps.ts';
+import { systemClock } from '../clock.ts';
 
 const HELP = `usage: npm run demo [-- options]
 
@@ -99,9 +100,9 @@ function supervise(): void {
   // npm and tsx relay a Ctrl-C to this process as well: repeats within 2 s count as one.
   let first: number | undefined;
   const onSignal = () => {
-    if (first !== undefined && performance.now() - first < 2000) return;
+    if (first !== undefined && systemClock.now() - first < 2000) return;
     if (first === undefined) {
-      first = performance.now();
+      first = systemClock.now();
       child.kill('SIGUSR2');
     } else {
       child.kill('SIGUSR1');

@@ -2,6 +2,7 @@
 //   [ 4/13] Starting PostgreSQL (embedded) ...
 //           ok in 2.1s: postgres on 127.0.0.1:41234
 // Long steps print a heartbeat every 30 s; a failed step prints its error and rethrows it as a StepError.
+import { systemClock } from '../clock.ts';
 
 export class StepError extends Error {
   constructor(
@@ -27,7 +28,7 @@ export interface StepTiming {
 export class Steps {
   private n = 0;
   readonly timings: StepTiming[] = [];
-  private readonly started = performance.now();
+  private readonly started = systemClock.now();
 
   constructor(
     private readonly total: number,
@@ -45,17 +46,17 @@ export class Steps {
     this.out(`[${String(this.n).padStart(width)}/${this.total}] ${title} ...`);
     const indent = ' '.repeat(width * 2 + 4);
     const notes: string[] = [];
-    const t0 = performance.now();
-    const beat = setInterval(() => this.out(`${indent}... still working (${seconds(performance.now() - t0)})`), this.heartbeatMs);
+    const t0 = systemClock.now();
+    const beat = setInterval(() => this.out(`${indent}... still working (${seconds(systemClock.now() - t0)})`), this.heartbeatMs);
     try {
       const v = await fn((line) => notes.push(line));
-      const ms = performance.now() - t0;
+      const ms = systemClock.now() - t0;
       this.timings.push({ title, ms });
       this.out(`${indent}ok in ${seconds(ms)}${notes.length ? `: ${notes[0]}` : ''}`);
       for (const line of notes.slice(1)) this.out(`${indent}${line}`);
       return v;
     } catch (e) {
-      this.out(`${indent}FAILED after ${seconds(performance.now() - t0)}: ${e instanceof Error ? e.message : String(e)}`);
+      this.out(`${indent}FAILED after ${seconds(systemClock.now() - t0)}: ${e instanceof Error ? e.message : String(e)}`);
       throw new StepError(title, e);
     } finally {
       clearInterval(beat);
@@ -63,6 +64,6 @@ export class Steps {
   }
 
   elapsed(): string {
-    return seconds(performance.now() - this.started);
+    return seconds(systemClock.now() - this.started);
   }
 }

@@ -8,6 +8,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { issueBundle } from '../controller/certs.ts';
 import { TimedKubeConfig } from '../kube/client.ts';
 import { ClientNodeExtenderKube, httpStatus, KubeBindingWriter } from './kube.ts';
+import { FakeClock } from '../clock.ts';
 
 describe('the Binding over node:https', () => {
   const bundle = issueBundle(Date.now(), ['127.0.0.1']);
@@ -75,13 +76,18 @@ describe('the Binding over node:https', () => {
     const body = { metadata: { name: 'p', namespace: 'ns' }, target: { kind: 'Node', name: 'n' } };
     const kc = kubeConfig('t-1');
     const kept = KubeBindingWriter.for(kc, { credentialsMs: 60_000 })!;
-    const renewed = KubeBindingWriter.for(kc, { credentialsMs: 100 })!;
+    const clock = new FakeClock();
+    const renewed = KubeBindingWriter.for(kc, { credentialsMs: 100, clock })!;
     await kept.bind('ns', 'p', body);
     await renewed.bind('ns', 'p', body);
     Object.assign(kc.getCurrentUser()!, { token: 't-2' });
     await kept.bind('ns', 'p', body);
     expect(seen.at(-1)!.authorization).toBe('Bearer t-1');
-    await new Promise((r) => setTimeout(r, 150));
+    // Not before credentialsMs on the writer's clock, then at once.
+    await clock.advance(99);
+    await renewed.bind('ns', 'p', body);
+    expect(seen.at(-1)!.authorization).toBe('Bearer t-1');
+    await clock.advance(1);
     await renewed.bind('ns', 'p', body);
     expect(seen.at(-1)!.authorization).toBe('Bearer t-2');
   });

@@ -2,6 +2,7 @@
 // implementation with @kubernetes/client-node.
 import https from 'node:https';
 import * as k8s from '@kubernetes/client-node';
+import { systemClock, type MonotonicClock } from '../clock.ts';
 import { DEFAULT_KUBE_CALL_TIMEOUT_MS, KubeCallTimeoutError, TimedKubeConfig } from '../kube/client.ts';
 
 export interface ExtenderKube {
@@ -68,12 +69,13 @@ export class KubeBindingWriter {
     private readonly kc: k8s.KubeConfig,
     private readonly timeoutMs: number,
     private readonly credentialsMs: number,
+    private readonly clock: MonotonicClock,
   ) {}
 
-  static for(kc: k8s.KubeConfig, o: { credentialsMs?: number } = {}): KubeBindingWriter | undefined {
+  static for(kc: k8s.KubeConfig, o: { credentialsMs?: number; clock?: MonotonicClock } = {}): KubeBindingWriter | undefined {
     const cluster = kc.getCurrentCluster();
     if (!cluster?.server.startsWith('https:') || cluster.proxyUrl) return undefined;
-    return new KubeBindingWriter(kc, kc instanceof TimedKubeConfig ? kc.callTimeoutMs : DEFAULT_KUBE_CALL_TIMEOUT_MS, o.credentialsMs ?? 1000);
+    return new KubeBindingWriter(kc, kc instanceof TimedKubeConfig ? kc.callTimeoutMs : DEFAULT_KUBE_CALL_TIMEOUT_MS, o.credentialsMs ?? 1000, o.clock ?? systemClock);
   }
 
   /**
@@ -81,7 +83,7 @@ export class KubeBindingWriter {
    * or after a failed read.
    */
   private options(): Promise<{ opts: https.RequestOptions; agent: https.Agent }> {
-    const now = performance.now();
+    const now = this.clock.now();
     if (this.credentials && now - this.credentials.at < this.credentialsMs) return this.credentials.read;
     const opts: https.RequestOptions = {};
     const read = this.kc.applyToHTTPSOptions(opts).then(() => ({ opts, agent: this.agent(opts) }));
@@ -143,9 +145,13 @@ export class ClientNodeExtenderKube implements ExtenderKube {
   private readonly bindings: KubeBindingWriter | undefined;
   private readonly nsCache = new Map<string, { labels: Record<string, string>; at: number }>();
 
-  constructor(kc: k8s.KubeConfig, private readonly nsCacheMs = 5000) {
+  constructor(
+    kc: k8s.KubeConfig,
+    private readonly nsCacheMs = 5000,
+    private readonly clock: MonotonicClock = systemClock,
+  ) {
     this.core = kc.makeApiClient(k8s.CoreV1Api);
-    this.bindings = KubeBindingWriter.for(kc);
+    this.bindings = KubeBindingWriter.for(kc, { clock });
   }
 
   async getPod(namespace: string, name: string): Promise<unknown> {
@@ -169,11 +175,11 @@ export class ClientNodeExtenderKube implements ExtenderKube {
 
   async namespaceLabels(name: string): Promise<Record<string, string>> {
     const hit = this.nsCache.get(name);
-    // Labels are not decisions about time; the cache only saves round trips (performance.now is monotonic).
-    if (hit && performance.now() - hit.at < this.nsCacheMs) return hit.labels;
+    // Labels are not decisions about time; the cache only saves round trips (on the monotonic clock).
+    if (hit && this.clock.now() - hit.at < this.nsCacheMs) return hit.labels;
     const ns = await this.core.readNamespace({ name });
     const labels = ns.metadata?.labels ?? {};
-    this.nsCache.set(name, { labels, at: performance.now() });
+    this.nsCache.set(name, { labels, at: this.clock.now() });
     return labels;
   }
 

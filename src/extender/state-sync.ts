@@ -6,6 +6,7 @@
 import { randomUUID } from 'node:crypto';
 import { EventEmitter } from 'node:events';
 import pg from 'pg';
+import { systemClock } from '../clock.ts';
 import type { NodeSnap, NodeSummary } from '../core/types.ts';
 import type { Db } from '../db/pool.ts';
 import { getPool, loadNodes } from '../db/snapshot.ts';
@@ -35,7 +36,7 @@ export interface StateSyncOptions {
    * 5 ms): the result of this process's own booking, which the bind applies, comes about when its notifications do.
    */
   applyWaitMs?: number;
-  /** A monotonic clock in milliseconds for the staleness bound (default performance.now; tests move it). */
+  /** A monotonic clock in milliseconds for the staleness bound (default systemClock.now, src/clock.ts; tests move it). */
   monotonic?: () => number;
 }
 
@@ -130,7 +131,7 @@ export class ExtenderStateSync extends EventEmitter {
       callTimeoutMs: d.callTimeoutMs ?? 5000,
       maxBackoffMs: d.maxBackoffMs ?? 5000,
       applyWaitMs: d.applyWaitMs ?? 5,
-      monotonic: d.monotonic ?? (() => performance.now()),
+      monotonic: d.monotonic ?? (() => systemClock.now()),
     };
     this.newClient = d.listenClient ?? listenClientFor(d.db);
     let resolve = () => undefined as void;
@@ -424,7 +425,7 @@ export class ExtenderStateSync extends EventEmitter {
 
   private async fullLoad(): Promise<void> {
     const started = this.o.monotonic();
-    const t0 = performance.now();
+    const t0 = systemClock.now();
     const gen = this.generation;
     const listeningSince = this.listening;
     const since = this.applies;
@@ -440,7 +441,7 @@ export class ExtenderStateSync extends EventEmitter {
       this.loaded = true;
       this.vouchedAt = Math.max(this.vouchedAt, started);
     }
-    const fields = { ...this.state.counts(), ms: Math.round(performance.now() - t0) };
+    const fields = { ...this.state.counts(), ms: Math.round(systemClock.now() - t0) };
     if (first) this.d.log.info('extender state: loaded', fields);
     else this.d.log.debug('extender state: loaded', fields);
     if (vouched) {

@@ -4,6 +4,7 @@
 import { foldRollup, rebuildRollup } from '../db/capacity.ts';
 import type { Db } from '../db/pool.ts';
 import { errorFields, type Logger } from '../log.ts';
+import { systemClock } from '../clock.ts';
 
 export interface CapacityJobsOptions {
   db: Db;
@@ -39,11 +40,11 @@ export function startCapacityJobs(opts: CapacityJobsOptions): Jobs {
   const enqueue = (name: 'fold' | 'rebuild', fn: () => Promise<void>) => {
     queue = queue.then(async () => {
       if (stopped) return;
-      const started = performance.now();
+      const started = systemClock.now();
       try {
         await fn();
         runs[name]++;
-        opts.log.debug('capacity job', { job: name, ms: Math.round(performance.now() - started) });
+        opts.log.debug('capacity job', { job: name, ms: Math.round(systemClock.now() - started) });
       } catch (e) {
         opts.log.error('capacity job failed', { job: name, ...errorFields(e) });
       }

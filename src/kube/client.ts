@@ -30,6 +30,7 @@ import {
   type PoolCR,
   type Reservation,
 } from './types.ts';
+import { systemClock } from '../clock.ts';
 
 export const PLURALS = { reservations: 'reservations', pools: 'pools', nodedevices: 'nodedevices' } as const;
 
@@ -209,7 +210,7 @@ export class KubeClient implements LeaseClient {
   /** A core/v1 Event about `obj` (namespaced objects: in their namespace; cluster-scoped ones: in `default`). */
   async event(obj: KubeObject, kind: string, e: EventInput): Promise<void> {
     const ns = obj.metadata.namespace ?? 'default';
-    const now = new Date();
+    const now = systemClock.wallNow();
     await this.core.createNamespacedEvent({
       namespace: ns,
       body: {

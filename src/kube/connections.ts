@@ -11,6 +11,7 @@
 // files (an in-cluster CA, a client certificate rotated on disk) is picked up by renewing the Agent every
 // `renewEveryMs`; the old one finishes its requests, then closes. Bearer tokens are headers, read per call as before.
 import { KubeConfig, type RequestContext } from '@kubernetes/client-node';
+import { systemClock } from '../clock.ts';
 
 type Dispatcher = NonNullable<ReturnType<RequestContext['getDispatcher']>>;
 
@@ -21,7 +22,7 @@ export class PooledKubeConfig extends KubeConfig {
 
   constructor(
     private readonly renewEveryMs = DEFAULT_CONNECTION_RENEW_MS,
-    private readonly now: () => number = () => performance.now(),
+    private readonly now: () => number = () => systemClock.now(),
   ) {
     super();
   }

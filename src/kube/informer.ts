@@ -6,6 +6,7 @@
 // - relists on 410 Gone (as a status code or an ERROR event) and tells handlers about what changed meanwhile;
 // - restarts after any error with exponential backoff (1 s doubling to 30 s), forever, until stopped.
 import { type KubeConfig, Watch } from '@kubernetes/client-node';
+import { systemClock, type MonotonicClock } from '../clock.ts';
 import { errorFields, type Logger } from '../log.ts';
 import { keyOf, type KubeObject } from './types.ts';
 
@@ -33,6 +34,8 @@ export interface InformerOptions<T> {
   livenessMs?: number;
   /** Reports restarts (metrics): 'relist', 'liveness', 'error', 'closed'. */
   onRestart?: (name: string, why: string) => void;
+  /** The watch's liveness and the retry delays. */
+  clock?: MonotonicClock;
 }
 
 export class Informer<T extends KubeObject> {
@@ -43,8 +46,9 @@ export class Informer<T extends KubeObject> {
   private attempt = 0;
   private controller: AbortController | undefined;
   private lastActivity = 0;
-  private watchdog: NodeJS.Timeout | undefined;
-  private retryTimer: NodeJS.Timeout | undefined;
+  private cancelWatchdog: (() => void) | undefined;
+  private cancelRetry: (() => void) | undefined;
+  private readonly clock: MonotonicClock;
   private errorDelayMs = 0;
   private syncedResolve: (() => void) | undefined;
   readonly synced: Promise<void>;
@@ -53,6 +57,7 @@ export class Informer<T extends KubeObject> {
   readonly restarts: Record<string, number> = {};
 
   constructor(private readonly opts: InformerOptions<T>) {
+    this.clock = opts.clock ?? systemClock;
     this.synced = new Promise((r) => (this.syncedResolve = r));
   }
 
@@ -80,22 +85,25 @@ export class Informer<T extends KubeObject> {
     if (!this.stopped) return;
     this.stopped = false;
     const liveness = this.opts.livenessMs ?? 90_000;
-    this.lastActivity = performance.now();
-    this.watchdog = setInterval(() => {
-      if (this.controller && performance.now() - this.lastActivity > liveness) {
-        this.opts.log.warn('watch silent too long; restarting it', { informer: this.opts.name, silentMs: Math.round(performance.now() - this.lastActivity) });
+    this.lastActivity = this.clock.now();
+    const every = Math.max(250, Math.floor(liveness / 4));
+    const watch = () => {
+      if (this.stopped) return;
+      if (this.controller && this.clock.now() - this.lastActivity > liveness) {
+        this.opts.log.warn('watch silent too long; restarting it', { informer: this.opts.name, silentMs: Math.round(this.clock.now() - this.lastActivity) });
         this.restart('liveness', false);
       }
-    }, Math.max(250, Math.floor(liveness / 4)));
-    this.watchdog.unref?.();
+      this.cancelWatchdog = this.clock.after(every, watch);
+    };
+    this.cancelWatchdog = this.clock.after(every, watch);
     void this.run(true);
   }
 
   async stop(): Promise<void> {
     this.stopped = true;
     this.attempt++;
-    if (this.watchdog) clearInterval(this.watchdog);
-    if (this.retryTimer) clearTimeout(this.retryTimer);
+    this.cancelWatchdog?.();
+    this.cancelRetry?.();
     this.controller?.abort();
     this.controller = undefined;
   }
@@ -119,9 +127,9 @@ export class Informer<T extends KubeObject> {
     const attempt = ++this.attempt;
     const delay = why === 'closed' ? 0 : this.errorDelayMs;
     if (why !== 'closed') this.errorDelayMs = Math.min(30_000, this.errorDelayMs ? this.errorDelayMs * 2 : 1000);
-    this.retryTimer = setTimeout(() => {
+    this.cancelRetry = this.clock.after(delay, () => {
       if (attempt === this.attempt) void this.run(relist);
-    }, delay);
+    });
   }
 
   private async run(relist: boolean): Promise<void> {
@@ -150,14 +158,14 @@ export class Informer<T extends KubeObject> {
     // The library aborts a watch after this long without data; ours is the liveness check, so keep theirs above it.
     (watch as unknown as { requestTimeoutMs: number }).requestTimeoutMs = (this.opts.livenessMs ?? 90_000) * 2;
     let gone = false;
-    this.lastActivity = performance.now();
+    this.lastActivity = this.clock.now();
     try {
       const controller = await watch.watch(
         this.opts.path,
         { allowWatchBookmarks: true, resourceVersion: this.resourceVersion, timeoutSeconds },
         (type: string, obj: T & { code?: number }) => {
           if (attempt !== this.attempt) return;
-          this.lastActivity = performance.now();
+          this.lastActivity = this.clock.now();
           this.errorDelayMs = 0;
           if (type === 'ERROR') {
             if (obj.code === 410) gone = true;

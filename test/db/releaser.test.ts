@@ -6,6 +6,7 @@ import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { KubeConfig } from '@kubernetes/client-node';
 import { afterEach, beforeEach, beforeAll, describe, expect, it } from 'vitest';
+import { FakeClock } from '../../src/clock.ts';
 import { Ledger } from '../../src/db/ledger.ts';
 import { createPool, type Db } from '../../src/db/pool.ts';
 import type { ExtenderKube } from '../../src/extender/kube.ts';
@@ -190,7 +191,7 @@ async function holds(uid: string): Promise<boolean> {
   return Number(rows[0].n) > 0;
 }
 
-async function start(ledger: Ledger, over: { orphanGraceMs?: number } = {}) {
+async function start(ledger: Ledger, over: { orphanGraceMs?: number; clock?: FakeClock } = {}) {
   releaser = await startPodReleaser({
     db: ctx.db,
     ledger,
@@ -198,6 +199,7 @@ async function start(ledger: Ledger, over: { orphanGraceMs?: number } = {}) {
     kubeConfig: fake.kc,
     log,
     orphanGraceMs: over.orphanGraceMs ?? 300,
+    ...(over.clock ? { clock: over.clock } : {}),
     // Sweeps are called by the test; the timers stay out of the way.
     orphanSweepEveryMs: 3_600_000,
     sweepEveryMs: 3_600_000,
@@ -215,7 +217,8 @@ describe('the pod releaser', () => {
     await book('uid-b');
     await assign('uid-c');
     fake.api.listFails = true;
-    const r = await start(new Ledger(ctx.db));
+    const clock = new FakeClock();
+    const r = await start(new Ledger(ctx.db), { clock });
     await until('the pod lists to fail', () => fake.api.lists.failed >= 2);
     for (const uid of ['uid-a', 'uid-b', 'uid-c']) expect(await holds(uid), uid).toBe(true);
     await expect(r.sweepOrphans()).rejects.toThrow();
@@ -235,11 +238,12 @@ describe('the pod releaser', () => {
     fake.remove('b', false);
     fake.remove('c', false);
     expect(await r.sweepOrphans()).toEqual({ released: [] });
-    // The releaser dates the first miss when that list completed: no later than now. (Dated before the sweep, a slow
-    // list under load left the next sweep inside the grace period, and the test failed with nothing released.)
-    const firstMiss = performance.now();
+    // On the releaser's clock (a FakeClock here): the first miss is dated when that list completed; a list that starts
+    // a millisecond inside the grace period releases nothing, one that starts at its end releases both.
     expect(await holds('uid-b')).toBe(true);
-    await new Promise((res) => setTimeout(res, 300 - (performance.now() - firstMiss) + 50));
+    await clock.advance(299);
+    expect(await r.sweepOrphans()).toEqual({ released: [] });
+    await clock.advance(1);
     expect((await r.sweepOrphans()).released.sort()).toEqual(['uid-b', 'uid-c']);
     expect(await holds('uid-b')).toBe(false);
     expect(await holds('uid-c')).toBe(false);

@@ -108,6 +108,33 @@ interface Verdict {
 /** The condition a preempted spot reservation carries (ADR 0017). */
 export const PREEMPTION_NOTICE = 'PreemptionNotice';
 
+
+/** One reconcile of a recurring Reservation's windows, carried from window to window. */
+interface WindowsPass {
+  readonly r: Reservation;
+  readonly tenant: string;
+  readonly uid: string;
+  readonly now: number;
+  readonly booked: Map<string, { id: string; tenantId: string }>;
+  /** The status entries of the last pass, by start (an Event only when a window's reason changes). */
+  readonly prev: Map<string, OccurrenceStatus>;
+  readonly entries: OccurrenceStatus[];
+  readonly wakes: number[];
+  contended: boolean;
+  poolId?: string;
+  base?: ReservationCreateInput;
+}
+
+/** A refused window's reason, by the ledger's code. */
+const WINDOW_REASONS: Record<Extract<ReserveOutcome, { ok: false }>['code'], string> = {
+  NO_CAPACITY: 'Unschedulable',
+  QUOTA_EXCEEDED: 'QuotaExceeded',
+  NOT_FOUND: 'PoolNotOffered',
+  POOL_ARCHIVED: 'PoolArchived',
+  CONTENDED: 'Contended',
+  IDEMPOTENCY_MISMATCH: 'IdempotencyMismatch',
+};
+
 export class ReservationReconciler {
   /** `${uid}|${phase}|${reason}` of the last Event per Reservation key: the cache may lag our own status writes. */
   private readonly lastEvent = new Map<string, string>();
@@ -235,9 +262,7 @@ export class ReservationReconciler {
     const tenant = nsTenant;
     const now = ctx.clock.now();
     const horizon = ctx.tuning.recurrenceHorizonMs;
-
     let plan: ReturnType<typeof toRecurrence>;
-    let base: ReservationCreateInput | undefined;
     try {
       plan = toRecurrence(r, now);
     } catch (e) {
@@ -245,7 +270,41 @@ export class ReservationReconciler {
       await this.writeVerdict(r, tenant, undefined, { phase: 'Failed', status: 'False', reason: 'Invalid', message: e.message, eventType: 'Warning' });
       return;
     }
-    // Earlier windows may have been booked under another tenant (a relabelled namespace): found by key all the same.
+    const booked = await this.bookedWindows(r, nsTenant, uid, now);
+    const windows = expandRecurrence(plan.recurrence, plan.anchor, now, now + horizon).slice(0, MAX_WINDOWS_AHEAD);
+    // The first window beyond those listed (every week has one, unless the recurrence ends first).
+    const after = Math.max(windows.length > 0 ? windows[windows.length - 1]!.start + 1 : now + horizon, plan.anchor);
+    const next = expandRecurrence(plan.recurrence, plan.anchor, after, after + 8 * 86_400_000).find((o) => o.start >= after);
+    const pass: WindowsPass = {
+      r,
+      tenant,
+      uid,
+      now,
+      booked,
+      prev: new Map((st.occurrences ?? []).map((o) => [o.start, o])),
+      entries: [],
+      contended: false,
+      wakes: next ? [next.start - horizon] : [],
+    };
+    for (const o of windows) {
+      const stop = await this.reconcileWindow(pass, o);
+      if (stop) return stop.result;
+    }
+    await this.writeRecurringStatus(pass, recurringVerdict(pass.entries, next, horizon));
+    if (pass.contended) return { requeueAfterMs: 100 };
+    if (pass.entries.some((e) => e.phase === 'Pending')) return { backoff: true };
+    const soonest = Math.min(...pass.wakes);
+    if (!Number.isFinite(soonest)) return undefined;
+    // At most an hour ahead, as wakeAt.
+    return { requeueAfterMs: Math.min(3_600_000, Math.max(1000, soonest - now + 500)) };
+  }
+
+  /**
+   * The windows the ledger holds for this CR, by key. Earlier windows may have been booked under another tenant (a
+   * relabelled namespace): found by key all the same. A window that ended: its booking ended in the ledger too.
+   */
+  private async bookedWindows(r: Reservation, nsTenant: string, uid: string, now: number): Promise<Map<string, { id: string; tenantId: string }>> {
+    const ctx = this.ctx;
     const booked = new Map<string, { id: string; tenantId: string }>();
     for (const b of await ctx.ledger.findByIdempotencyPrefixIn(this.tenantsToAsk(r, nsTenant), `${uid}:`)) {
       if (!booked.has(b.idempotencyKey)) booked.set(b.idempotencyKey, b);
@@ -255,87 +314,79 @@ export class ReservationReconciler {
         ctx.wakePending(r.spec.pool);
       }
     }
+    return booked;
+  }
 
-    const windows = expandRecurrence(plan.recurrence, plan.anchor, now, now + horizon).slice(0, MAX_WINDOWS_AHEAD);
-    // The first window beyond those listed (every week has one, unless the recurrence ends first).
-    const after = Math.max(windows.length > 0 ? windows[windows.length - 1]!.start + 1 : now + horizon, plan.anchor);
-    const next = expandRecurrence(plan.recurrence, plan.anchor, after, after + 8 * 86_400_000).find((o) => o.start >= after);
-    const prev = new Map((st.occurrences ?? []).map((o) => [o.start, o]));
-    const entries: OccurrenceStatus[] = [];
-    let poolId: string | undefined;
-    let contended = false;
-    const wakes: number[] = next ? [next.start - horizon] : [];
-    for (const o of windows) {
-      const key = windowKey(uid, o);
-      const span = { start: iso(o.start)!, end: isoEnd(o.end)! };
-      const known = booked.get(key);
-      if (known) {
-        const view = await ctx.ledger.get(known.id);
-        if (view) {
-          entries.push(this.windowBooked(span, view));
-          wakes.push(...this.wakesOf(view));
-          continue;
-        }
-      }
-      if (base === undefined) {
-        const p = await this.poolIdFor(r, tenant);
-        if (typeof p !== 'string') return p;
-        poolId = p;
-        try {
-          // The one-shot input validates everything but the window; each window then gets its own start and length.
-          base = toCreateInput({ ...r, spec: { ...r.spec, start: undefined, duration: 1, recurrence: undefined } }, tenant, poolId);
-        } catch (e) {
-          if (!(e instanceof ValidationError)) throw e;
-          await this.writeVerdict(r, tenant, poolId, { phase: 'Failed', status: 'False', reason: 'Invalid', message: e.message, eventType: 'Warning' });
-          return;
-        }
-      }
-      const input = windowInput(base, key, o, now);
-      if (!input) continue;
-      const outcome = await ctx.ledger.reserve(input, now);
-      if (outcome.ok) {
-        ctx.log.info('reservation window booked', { reservation: `${r.metadata.namespace}/${r.metadata.name}`, reservationId: outcome.reservation.id, start: span.start });
-        entries.push(this.windowBooked(span, outcome.reservation));
-        wakes.push(...this.wakesOf(outcome.reservation));
-        continue;
-      }
-      const reasons: Record<typeof outcome.code, string> = {
-        NO_CAPACITY: 'Unschedulable',
-        QUOTA_EXCEEDED: 'QuotaExceeded',
-        NOT_FOUND: 'PoolNotOffered',
-        POOL_ARCHIVED: 'PoolArchived',
-        CONTENDED: 'Contended',
-        IDEMPOTENCY_MISMATCH: 'IdempotencyMismatch',
-      };
-      const reason = reasons[outcome.code];
-      const message = outcome.code === 'NOT_FOUND' ? `pool ${r.spec.pool} is not offered to tenant ${tenant}` : outcome.message;
-      if (outcome.code === 'CONTENDED' || outcome.code === 'IDEMPOTENCY_MISMATCH') contended = true; // raced: look again
-      entries.push({ ...span, phase: 'Pending', reason, message });
-      if (prev.get(span.start)?.reason !== reason) {
-        await ctx.event(r, 'Reservation', { type: 'Warning', reason, message: `window ${span.start} to ${span.end}: ${message}` });
-      }
+  /** One window: its booking as the ledger has it, else booked now, else why not; `result` when the pass stops. */
+  private async reconcileWindow(pass: WindowsPass, o: { start: number; end: number }): Promise<{ result: ReconcileResult } | undefined> {
+    const ctx = this.ctx;
+    const { r, tenant, now } = pass;
+    const key = windowKey(pass.uid, o);
+    const span = { start: iso(o.start)!, end: isoEnd(o.end)! };
+    const known = pass.booked.get(key);
+    const view = known && (await ctx.ledger.get(known.id));
+    if (view) {
+      pass.entries.push(this.windowBooked(span, view));
+      pass.wakes.push(...this.wakesOf(view));
+      return;
     }
+    if (pass.base === undefined) {
+      const stop = await this.recurringBase(pass);
+      if (stop) return stop;
+    }
+    const input = windowInput(pass.base!, key, o, now);
+    if (!input) return;
+    const outcome = await ctx.ledger.reserve(input, now);
+    if (outcome.ok) {
+      ctx.log.info('reservation window booked', { reservation: `${r.metadata.namespace}/${r.metadata.name}`, reservationId: outcome.reservation.id, start: span.start });
+      pass.entries.push(this.windowBooked(span, outcome.reservation));
+      pass.wakes.push(...this.wakesOf(outcome.reservation));
+      return;
+    }
+    const reason = WINDOW_REASONS[outcome.code];
+    const message = outcome.code === 'NOT_FOUND' ? `pool ${r.spec.pool} is not offered to tenant ${tenant}` : outcome.message;
+    if (outcome.code === 'CONTENDED' || outcome.code === 'IDEMPOTENCY_MISMATCH') pass.contended = true; // raced: look again
+    pass.entries.push({ ...span, phase: 'Pending', reason, message });
+    if (pass.prev.get(span.start)?.reason !== reason) {
+      await ctx.event(r, 'Reservation', { type: 'Warning', reason, message: `window ${span.start} to ${span.end}: ${message}` });
+    }
+    return;
+  }
 
-    const v = recurringVerdict(entries, next, horizon);
-    const first = entries[0];
+  /** The pool and the one-shot input every window's booking starts from (once per pass, at the first window to book). */
+  private async recurringBase(pass: WindowsPass): Promise<{ result: ReconcileResult } | undefined> {
+    const { r, tenant } = pass;
+    const p = await this.poolIdFor(r, tenant);
+    if (typeof p !== 'string') return { result: p };
+    pass.poolId = p;
+    try {
+      // The one-shot input validates everything but the window; each window then gets its own start and length.
+      pass.base = toCreateInput({ ...r, spec: { ...r.spec, start: undefined, duration: 1, recurrence: undefined } }, tenant, p);
+      return undefined;
+    } catch (e) {
+      if (!(e instanceof ValidationError)) throw e;
+      await this.writeVerdict(r, tenant, p, { phase: 'Failed', status: 'False', reason: 'Invalid', message: e.message, eventType: 'Warning' });
+      return { result: undefined };
+    }
+  }
+
+  /** The recurring CR's status: its windows, the columns showing the current or next one. */
+  private async writeRecurringStatus(pass: WindowsPass, v: ReturnType<typeof recurringVerdict>): Promise<void> {
+    const st = pass.r.status ?? {};
+    const first = pass.entries[0];
+    const poolId = pass.poolId ?? st.poolId;
     const status: ReservationStatus = {
       phase: v.phase,
-      tenant,
-      ...(poolId ?? st.poolId ? { poolId: poolId ?? st.poolId } : {}),
+      tenant: pass.tenant,
+      ...(poolId ? { poolId } : {}),
       // The columns (Start, End, GPUs, Nodes) show the current or next window.
       ...(first ? { start: first.start, end: first.end } : {}),
       ...(first?.atoms !== undefined ? { atoms: first.atoms, nodes: first.nodes } : {}),
-      occurrences: entries,
+      occurrences: pass.entries,
     };
     // Status is merge-patched: a column field this status no longer has is cleared, not left showing an old window.
     const cleared = Object.fromEntries((['start', 'end', 'atoms', 'nodes'] as const).filter((k) => st[k] !== undefined && status[k] === undefined).map((k) => [k, null]));
-    await this.writeStatus(r, { ...status, ...cleared } as ReservationStatus, v);
-    if (contended) return { requeueAfterMs: 100 };
-    if (entries.some((e) => e.phase === 'Pending')) return { backoff: true };
-    const soonest = Math.min(...wakes);
-    if (!Number.isFinite(soonest)) return undefined;
-    // At most an hour ahead, as wakeAt.
-    return { requeueAfterMs: Math.min(3_600_000, Math.max(1000, soonest - now + 500)) };
+    await this.writeStatus(pass.r, { ...status, ...cleared } as ReservationStatus, v);
   }
 
   /** A booked window's status entry: its reservation, as the ledger has it. */
