@@ -8,6 +8,7 @@ import type { Db } from '../db/pool.ts';
 import { errorFields, type Logger } from '../log.ts';
 import type { ControllerContext, ControllerTuning } from './context.ts';
 import type { ClusterView, DriftFix } from './drift-plan.ts';
+import { boundReservation } from '../kube/bounds.ts';
 import { Informer } from '../kube/informer.ts';
 import { KubeClient, PLURALS } from '../kube/client.ts';
 import type { ControllerMetrics } from './metrics.ts';
@@ -71,12 +72,13 @@ export function reservationUpdateWakes(a: Reservation, b: Reservation): boolean 
 
 export function setupControllers(o: SetupOptions): Controllers {
   const log = o.log;
-  const informer = <T extends KubeObject>(name: string, path: string, list: () => Promise<{ items: T[] }>) =>
+  const informer = <T extends KubeObject>(name: string, path: string, list: () => Promise<{ items: T[] }>, transform?: (obj: T) => T) =>
     new Informer<T>({
       name,
       kc: o.kc,
       path,
       list,
+      ...(transform ? { transform } : {}),
       log,
       watchTimeoutSeconds: o.watchTimeoutSeconds,
       livenessMs: o.watchLivenessMs,
@@ -84,7 +86,7 @@ export function setupControllers(o: SetupOptions): Controllers {
     });
   const crPath = (plural: string) => `/apis/${GROUP}/${VERSION}/${plural}`;
   const informers: ControllerContext['informers'] = {
-    reservations: informer('reservations', crPath(PLURALS.reservations), o.kube.listReservations),
+    reservations: informer('reservations', crPath(PLURALS.reservations), o.kube.listReservations, boundReservation),
     pools: informer('pools', crPath(PLURALS.pools), o.kube.listPools),
     nodes: informer('nodes', '/api/v1/nodes', o.kube.listNodes),
     nodeDevices: informer('nodedevices', crPath(PLURALS.nodedevices), o.kube.listNodeDevices),
