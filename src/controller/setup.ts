@@ -6,7 +6,7 @@ import type { DbClock } from '../db/clock.ts';
 import { FencedError, type Fence, type Ledger } from '../db/ledger.ts';
 import type { Db } from '../db/pool.ts';
 import { errorFields, type Logger } from '../log.ts';
-import type { ControllerContext, ControllerTuning } from './context.ts';
+import { isPending, pendingEntry, type ControllerContext, type ControllerTuning } from './context.ts';
 import type { ClusterView, DriftFix } from './drift-plan.ts';
 import { boundReservation } from '../kube/bounds.ts';
 import { Informer } from '../kube/informer.ts';
@@ -17,7 +17,8 @@ import { NodeDevicesReconciler } from './nodedevices/reconciler.ts';
 import { PoolReconciler } from './pool/reconciler.ts';
 import { WorkQueue, type ReconcileResult } from './queue.ts';
 import { confirmRequested, ReservationReconciler } from './reservation/reconciler.ts';
-import { GROUP, keyOf, VERSION, type KubeObject, type Reservation } from '../kube/types.ts';
+import { findCondition, GROUP, keyOf, TENANT_LABEL, VERSION, type KubeObject, type Reservation } from '../kube/types.ts';
+import { TOO_MANY_PENDING, WakeCoalescer, wakeBatch } from '../core/pending.ts';
 
 export interface SetupOptions {
   kc: KubeConfig;
@@ -125,19 +126,53 @@ export function setupControllers(o: SetupOptions): Controllers {
     nowIso: () => new Date().toISOString().replace(/\.\d+Z$/, 'Z'),
     wakePending(poolName) {
       if (!poolName) return;
-      for (const r of informers.reservations.list()) {
-        const phase = r.status?.phase;
-        if (r.spec?.pool === poolName && (phase === undefined || phase === 'Pending')) {
-          queues.reservations.forget(keyOf(r));
-          queues.reservations.add(keyOf(r));
-        }
-      }
+      wakes.request(poolName);
+      flushWakes();
     },
+    pendingInPool: (poolName) => pending.get(poolName)?.values() ?? [],
     poolNameOf(poolId) {
       if (!poolId) return undefined;
       for (const [name, id] of ctx.poolIds) if (id === poolId) return name;
       return undefined;
     },
+  };
+
+  // The pending Reservations per Pool (an index, so that a wake or the pending limit never walks all Reservations),
+  // and the batched wakes (core/pending.ts).
+  const pending = new Map<string, Map<string, Reservation>>();
+  const wakes = new WakeCoalescer(o.tuning.wakeIntervalMs ?? 1000);
+  const flushWakes = () => {
+    for (const pool of wakes.due(performance.now())) {
+      const entries = [...(pending.get(pool)?.values() ?? [])].map(pendingEntry);
+      for (const e of wakeBatch(entries, o.tuning.wakeBatchSize ?? 256)) {
+        queues.reservations.forget(e.key);
+        queues.reservations.add(e.key);
+      }
+    }
+  };
+  const wakeTimer = setInterval(() => wakes.waiting > 0 && flushWakes(), o.tuning.wakeIntervalMs ?? 1000);
+  wakeTimer.unref();
+  const tenantOfNs = (ns: string | undefined) => {
+    const n = ns === undefined ? undefined : informers.namespaces.get(ns);
+    return n ? n.metadata.labels?.[TENANT_LABEL] || n.metadata.name : ns;
+  };
+  /** One of the tenant's pending ones left: the earliest of those waiting behind the limit may try now. */
+  const wakeNextWaiting = (left: Reservation) => {
+    const tenant = tenantOfNs(left.metadata.namespace);
+    const waiting = [...(pending.get(left.spec?.pool)?.values() ?? [])].filter(
+      (r) => findCondition(r.status?.conditions, 'Reserved')?.reason === TOO_MANY_PENDING && tenantOfNs(r.metadata.namespace) === tenant,
+    );
+    const [next] = wakeBatch(waiting.map(pendingEntry), 1);
+    if (next) queues.reservations.add(next.key);
+  };
+  const indexPending = (r: Reservation, present: boolean) => {
+    const pool = r.spec?.pool;
+    if (!pool) return;
+    let m = pending.get(pool);
+    if (present && isPending(r)) {
+      if (!m) pending.set(pool, (m = new Map()));
+      m.set(keyOf(r), r);
+    } else if (m?.delete(keyOf(r)) && m.size === 0) pending.delete(pool);
   };
 
   const reservations = new ReservationReconciler(ctx);
@@ -147,11 +182,19 @@ export function setupControllers(o: SetupOptions): Controllers {
 
   // Event handlers: a key per change. Status-only updates (our own writes) do not wake a key.
   informers.reservations.on({
-    add: (r) => queues.reservations.add(keyOf(r)),
+    add: (r) => {
+      indexPending(r, true);
+      queues.reservations.add(keyOf(r));
+    },
     update: (a, b) => {
+      if (a.spec?.pool !== b.spec?.pool) indexPending(a, false);
+      indexPending(b, true);
+      if (isPending(a) && (!isPending(b) || a.spec?.pool !== b.spec?.pool)) wakeNextWaiting(a);
       if (reservationUpdateWakes(a, b)) queues.reservations.add(keyOf(b));
     },
     delete: (r: Reservation) => {
+      indexPending(r, false);
+      if (isPending(r)) wakeNextWaiting(r);
       // Deleted without our finalizer (e.g. before we saw it): its booking, if any, is freed by the finalizer path
       // only; capacity may have changed anyway.
       ctx.wakePending(r.spec?.pool);
@@ -276,6 +319,7 @@ export function setupControllers(o: SetupOptions): Controllers {
     },
     async stop() {
       leading = false;
+      clearInterval(wakeTimer);
       await Promise.all(Object.values(queues).map((q) => q.stop()));
       await Promise.all(Object.values(informers).map((i) => i.stop()));
     },
