@@ -141,6 +141,7 @@ export function setupControllers(o: SetupOptions): Controllers {
   // and the batched wakes (core/pending.ts).
   const pending = new Map<string, Map<string, Reservation>>();
   const wakes = new WakeCoalescer(o.tuning.wakeIntervalMs ?? 1000);
+  let wakeTimer: NodeJS.Timeout | undefined;
   const flushWakes = () => {
     for (const pool of wakes.due(performance.now())) {
       const entries = [...(pending.get(pool)?.values() ?? [])].map(pendingEntry);
@@ -149,9 +150,15 @@ export function setupControllers(o: SetupOptions): Controllers {
         queues.reservations.add(e.key);
       }
     }
+    // Requests inside a Pool's interval: one timer, for when the first of them is due.
+    const wait = wakes.nextDueIn(performance.now());
+    if (wait === undefined || wakeTimer) return;
+    wakeTimer = setTimeout(() => {
+      wakeTimer = undefined;
+      flushWakes();
+    }, wait);
+    wakeTimer.unref();
   };
-  const wakeTimer = setInterval(() => wakes.waiting > 0 && flushWakes(), o.tuning.wakeIntervalMs ?? 1000);
-  wakeTimer.unref();
   const tenantOfNs = (ns: string | undefined) => {
     const n = ns === undefined ? undefined : informers.namespaces.get(ns);
     return n ? n.metadata.labels?.[TENANT_LABEL] || n.metadata.name : ns;
@@ -319,7 +326,7 @@ export function setupControllers(o: SetupOptions): Controllers {
     },
     async stop() {
       leading = false;
-      clearInterval(wakeTimer);
+      clearTimeout(wakeTimer);
       await Promise.all(Object.values(queues).map((q) => q.stop()));
       await Promise.all(Object.values(informers).map((i) => i.stop()));
     },

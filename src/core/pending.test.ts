@@ -46,10 +46,13 @@ describe('batched wakes', () => {
     w.request('p');
     expect(w.due(500)).toEqual([]);
     expect(w.waiting).toBe(1);
+    expect(w.nextDueIn(500)).toBe(500);
     expect(w.due(1000)).toEqual(['p']);
     expect(w.due(1001)).toEqual([]);
     // Long after: a request is due at once.
+    expect(w.nextDueIn(1001)).toBeUndefined();
     w.request('q');
+    expect(w.nextDueIn(5000)).toBe(0);
     expect(w.due(5000)).toEqual(['q']);
   });
 });

@@ -73,6 +73,17 @@ export class WakeCoalescer {
     return this.marked.size;
   }
 
+  /** How long until the first marked Pool is due (0: now), or undefined when none is marked. */
+  nextDueIn(nowMs: number): number | undefined {
+    let min: number | undefined;
+    for (const pool of this.marked) {
+      const last = this.lastWake.get(pool);
+      const wait = last === undefined ? 0 : Math.max(0, this.intervalMs - (nowMs - last));
+      min = min === undefined ? wait : Math.min(min, wait);
+    }
+    return min;
+  }
+
   due(nowMs: number): string[] {
     const out: string[] = [];
     for (const pool of this.marked) {
