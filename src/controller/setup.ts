@@ -6,7 +6,8 @@ import type { DbClock } from '../db/clock.ts';
 import { FencedError, type Fence, type Ledger } from '../db/ledger.ts';
 import type { Db } from '../db/pool.ts';
 import { errorFields, type Logger } from '../log.ts';
-import { isPending, pendingEntry, type ControllerContext, type ControllerTuning } from './context.ts';
+import type { ControllerContext, ControllerTuning } from './context.ts';
+import { createPendingWakes } from './pending-wakes.ts';
 import type { ClusterView, DriftFix } from './drift-plan.ts';
 import { boundReservation } from '../kube/bounds.ts';
 import { Informer } from '../kube/informer.ts';
@@ -17,8 +18,7 @@ import { NodeDevicesReconciler } from './nodedevices/reconciler.ts';
 import { PoolReconciler } from './pool/reconciler.ts';
 import { WorkQueue, type ReconcileResult } from './queue.ts';
 import { confirmRequested, ReservationReconciler } from './reservation/reconciler.ts';
-import { findCondition, GROUP, keyOf, TENANT_LABEL, VERSION, type KubeObject, type Reservation } from '../kube/types.ts';
-import { TOO_MANY_PENDING, WakeCoalescer, wakeBatch } from '../core/pending.ts';
+import { GROUP, keyOf, VERSION, type KubeObject, type Reservation } from '../kube/types.ts';
 
 export interface SetupOptions {
   kc: KubeConfig;
@@ -102,6 +102,13 @@ export function setupControllers(o: SetupOptions): Controllers {
     nodeDevices: queue('nodedevices', 2),
   };
 
+  // The pending Reservations per Pool, the batched wakes and the pending limit's wakes (pending-wakes.ts).
+  const pendingWakes = createPendingWakes({
+    queue: queues.reservations,
+    namespace: (name) => informers.namespaces.get(name),
+    intervalMs: o.tuning.wakeIntervalMs ?? 1000,
+    batchSize: o.tuning.wakeBatchSize ?? 256,
+  });
   const ctx: ControllerContext = {
     db: o.db,
     ledger: o.ledger,
@@ -126,60 +133,14 @@ export function setupControllers(o: SetupOptions): Controllers {
     nowIso: () => new Date().toISOString().replace(/\.\d+Z$/, 'Z'),
     wakePending(poolName) {
       if (!poolName) return;
-      wakes.request(poolName);
-      flushWakes();
+      pendingWakes.wakePending(poolName);
     },
-    pendingInPool: (poolName) => pending.get(poolName)?.values() ?? [],
+    pendingInPool: (poolName) => pendingWakes.pendingInPool(poolName),
     poolNameOf(poolId) {
       if (!poolId) return undefined;
       for (const [name, id] of ctx.poolIds) if (id === poolId) return name;
       return undefined;
     },
-  };
-
-  // The pending Reservations per Pool (an index, so that a wake or the pending limit never walks all Reservations),
-  // and the batched wakes (core/pending.ts).
-  const pending = new Map<string, Map<string, Reservation>>();
-  const wakes = new WakeCoalescer(o.tuning.wakeIntervalMs ?? 1000);
-  let wakeTimer: NodeJS.Timeout | undefined;
-  const flushWakes = () => {
-    for (const pool of wakes.due(performance.now())) {
-      const entries = [...(pending.get(pool)?.values() ?? [])].map(pendingEntry);
-      for (const e of wakeBatch(entries, o.tuning.wakeBatchSize ?? 256)) {
-        queues.reservations.forget(e.key);
-        queues.reservations.add(e.key);
-      }
-    }
-    // Requests inside a Pool's interval: one timer, for when the first of them is due.
-    const wait = wakes.nextDueIn(performance.now());
-    if (wait === undefined || wakeTimer) return;
-    wakeTimer = setTimeout(() => {
-      wakeTimer = undefined;
-      flushWakes();
-    }, wait);
-    wakeTimer.unref();
-  };
-  const tenantOfNs = (ns: string | undefined) => {
-    const n = ns === undefined ? undefined : informers.namespaces.get(ns);
-    return n ? n.metadata.labels?.[TENANT_LABEL] || n.metadata.name : ns;
-  };
-  /** One of the tenant's pending ones left: the earliest of those waiting behind the limit may try now. */
-  const wakeNextWaiting = (left: Reservation) => {
-    const tenant = tenantOfNs(left.metadata.namespace);
-    const waiting = [...(pending.get(left.spec?.pool)?.values() ?? [])].filter(
-      (r) => findCondition(r.status?.conditions, 'Reserved')?.reason === TOO_MANY_PENDING && tenantOfNs(r.metadata.namespace) === tenant,
-    );
-    const [next] = wakeBatch(waiting.map(pendingEntry), 1);
-    if (next) queues.reservations.add(next.key);
-  };
-  const indexPending = (r: Reservation, present: boolean) => {
-    const pool = r.spec?.pool;
-    if (!pool) return;
-    let m = pending.get(pool);
-    if (present && isPending(r)) {
-      if (!m) pending.set(pool, (m = new Map()));
-      m.set(keyOf(r), r);
-    } else if (m?.delete(keyOf(r)) && m.size === 0) pending.delete(pool);
   };
 
   const reservations = new ReservationReconciler(ctx);
@@ -190,18 +151,15 @@ export function setupControllers(o: SetupOptions): Controllers {
   // Event handlers: a key per change. Status-only updates (our own writes) do not wake a key.
   informers.reservations.on({
     add: (r) => {
-      indexPending(r, true);
+      pendingWakes.added(r);
       queues.reservations.add(keyOf(r));
     },
     update: (a, b) => {
-      if (a.spec?.pool !== b.spec?.pool) indexPending(a, false);
-      indexPending(b, true);
-      if (isPending(a) && (!isPending(b) || a.spec?.pool !== b.spec?.pool)) wakeNextWaiting(a);
+      pendingWakes.updated(a, b);
       if (reservationUpdateWakes(a, b)) queues.reservations.add(keyOf(b));
     },
     delete: (r: Reservation) => {
-      indexPending(r, false);
-      if (isPending(r)) wakeNextWaiting(r);
+      pendingWakes.deleted(r);
       // Deleted without our finalizer (e.g. before we saw it): its booking, if any, is freed by the finalizer path
       // only; capacity may have changed anyway.
       ctx.wakePending(r.spec?.pool);
@@ -326,7 +284,7 @@ export function setupControllers(o: SetupOptions): Controllers {
     },
     async stop() {
       leading = false;
-      clearTimeout(wakeTimer);
+      pendingWakes.stop();
       await Promise.all(Object.values(queues).map((q) => q.stop()));
       await Promise.all(Object.values(informers).map((i) => i.stop()));
     },
