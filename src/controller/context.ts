@@ -8,7 +8,8 @@ import type { Informer } from '../kube/informer.ts';
 import type { EventInput, KubeClient } from '../kube/client.ts';
 import type { ControllerMetrics } from './metrics.ts';
 import type { WorkQueue } from './queue.ts';
-import type { KubeObject, NamespaceCR, NodeCR, NodeDevicesCR, PoolCR, Reservation } from '../kube/types.ts';
+import { keyOf, type KubeObject, type NamespaceCR, type NodeCR, type NodeDevicesCR, type PoolCR, type Reservation } from '../kube/types.ts';
+import type { PendingEntry } from '../core/pending.ts';
 
 export interface ControllerTuning {
   /** How often a Pool's status.capacity is refreshed from the rollup. */
@@ -19,6 +20,10 @@ export interface ControllerTuning {
   reservationWorkers: number;
   /** How far ahead the windows of a recurring Reservation are booked (BETTER_COMPUTE_RECURRENCE_HORIZON). */
   recurrenceHorizonMs: number;
+  /** A Pool's pending Reservations are woken at most once per this interval (default 1 s; core/pending.ts). */
+  wakeIntervalMs?: number;
+  /** ... at most this many per wake, the earliest created first (default 256). */
+  wakeBatchSize?: number;
 }
 
 export interface ControllerContext {
@@ -53,8 +58,13 @@ export interface ControllerContext {
   event(obj: KubeObject, kind: string, e: EventInput): Promise<void>;
   /** Wall-clock time as RFC 3339, for lastTransitionTime and people; nothing decides on it. */
   nowIso(): string;
-  /** Wakes every Pending Reservation of a pool (by Pool name), e.g. after capacity was freed or added. */
+  /**
+   * Wakes a pool's Pending Reservations (by Pool name), e.g. after capacity was freed or added: batched, at most one
+   * wake per Pool per tuning.wakeIntervalMs, the earliest created first, at most tuning.wakeBatchSize (core/pending.ts).
+   */
   wakePending(poolName: string | undefined): void;
+  /** The Pool's pending Reservations (phase not yet set, or Pending), by Pool name: the pending limit counts them. */
+  pendingInPool(poolName: string): Iterable<Reservation>;
   /** The Pool name of a poolId, when known. */
   poolNameOf(poolId: string | null | undefined): string | undefined;
 }
@@ -66,3 +76,11 @@ export interface ControllerContext {
 export function poolIdOf(ctx: ControllerContext, poolName: string): string | undefined {
   return ctx.poolIds.get(poolName);
 }
+
+/** Pending as the limit and the wakes count it: not yet given a phase, or Pending. */
+export const isPending = (r: Reservation) => r.status?.phase === undefined || r.status.phase === 'Pending';
+export const pendingEntry = (r: Reservation): PendingEntry => {
+  const c = r.metadata.creationTimestamp;
+  return { key: keyOf(r), createdAt: c instanceof Date ? c.toISOString() : c };
+};
+

@@ -12,6 +12,7 @@
 // A release that fails (database down) is retried with backoff until it commits; only the pending retries are kept.
 import * as k8s from '@kubernetes/client-node';
 import { Informer } from '../kube/informer.ts';
+import { listAllPages, type ListPage, type PageFetcher } from '../kube/paging.ts';
 import { createStopper, type StoppedPod } from './stopper.ts';
 import { FencedError, type Ledger } from '../db/ledger.ts';
 import type { Db } from '../db/pool.ts';
@@ -71,6 +72,12 @@ interface PodLite {
   status?: { phase?: string };
 }
 
+/** Only what release needs is kept in the cache. */
+const lite = (p: k8s.V1Pod): PodLite & { metadata: { name: string } } => ({
+  metadata: { name: p.metadata?.name ?? '', namespace: p.metadata?.namespace, uid: p.metadata?.uid, resourceVersion: p.metadata?.resourceVersion },
+  status: { phase: p.status?.phase },
+});
+
 export async function startPodReleaser(deps: ReleaserDeps): Promise<Releaser> {
   const orphanGraceMs = deps.orphanGraceMs ?? 30_000;
   const clock = deps.clock ?? systemClock;
@@ -122,22 +129,17 @@ export async function startPodReleaser(deps: ReleaserDeps): Promise<Releaser> {
   };
 
   // ---- watch events ------------------------------------------------------------------------------------------
+  const podPages: PageFetcher<k8s.V1Pod> = (p) =>
+    core.listPodForAllNamespaces({ limit: p.limit, ...(p.continue ? { _continue: p.continue } : {}) }) as Promise<ListPage<k8s.V1Pod>>;
   const uidOf = (p: PodLite) => p.metadata.uid;
   const informer = new Informer<PodLite & { metadata: { name: string } }>({
     name: 'pods-releaser',
     kc: deps.kubeConfig,
     path: '/api/v1/pods',
-    list: async () => {
-      const list = await core.listPodForAllNamespaces();
-      // Only what release needs is kept in the cache.
-      return {
-        metadata: { resourceVersion: list.metadata?.resourceVersion ?? '' },
-        items: list.items.map((p) => ({
-          metadata: { name: p.metadata?.name ?? '', namespace: p.metadata?.namespace, uid: p.metadata?.uid, resourceVersion: p.metadata?.resourceVersion },
-          status: { phase: p.status?.phase },
-        })),
-      };
-    },
+    // In pages, each mapped to what release needs before the next is asked for (kube/paging.ts).
+    list: () => listAllPages(podPages, lite),
+    // Watch events bring whole pods: the cache keeps their lite form too (50,000 whole pods are gigabytes).
+    transform: (p) => lite(p as k8s.V1Pod),
     log,
     ...(deps.watchTimeoutSeconds ? { watchTimeoutSeconds: deps.watchTimeoutSeconds } : {}),
     ...(deps.watchLivenessMs ? { livenessMs: deps.watchLivenessMs } : {}),
@@ -165,15 +167,10 @@ export async function startPodReleaser(deps: ReleaserDeps): Promise<Releaser> {
   // uid → when (the monotonic clock) the first successful list lacking it completed. Only holders are kept.
   const missingSince = new Map<string, number>();
 
+  // Complete only when its last page arrived; an expired continue token restarts it from the first (kube/paging.ts).
   const listPodUids = async (): Promise<Set<string>> => {
-    const uids = new Set<string>();
-    let cont: string | undefined;
-    do {
-      const page = await core.listPodForAllNamespaces({ limit: 500, ...(cont ? { _continue: cont } : {}) });
-      for (const p of page.items) if (p.metadata?.uid) uids.add(p.metadata.uid);
-      cont = page.metadata?._continue || undefined;
-    } while (cont);
-    return uids;
+    const { items } = await listAllPages(podPages, (p) => p.metadata?.uid);
+    return new Set(items.filter((u): u is string => !!u));
   };
 
   const orphanPass = async (): Promise<{ released: string[] }> => {

@@ -7,7 +7,9 @@ import { FencedError, type Fence, type Ledger } from '../db/ledger.ts';
 import type { Db } from '../db/pool.ts';
 import { errorFields, type Logger } from '../log.ts';
 import type { ControllerContext, ControllerTuning } from './context.ts';
+import { createPendingWakes } from './pending-wakes.ts';
 import type { ClusterView, DriftFix } from './drift-plan.ts';
+import { boundReservation } from '../kube/bounds.ts';
 import { Informer } from '../kube/informer.ts';
 import { KubeClient, PLURALS } from '../kube/client.ts';
 import type { ControllerMetrics } from './metrics.ts';
@@ -72,12 +74,13 @@ export function reservationUpdateWakes(a: Reservation, b: Reservation): boolean 
 
 export function setupControllers(o: SetupOptions): Controllers {
   const log = o.log;
-  const informer = <T extends KubeObject>(name: string, path: string, list: () => Promise<{ items: T[] }>) =>
+  const informer = <T extends KubeObject>(name: string, path: string, list: () => Promise<{ items: T[] }>, transform?: (obj: T) => T) =>
     new Informer<T>({
       name,
       kc: o.kc,
       path,
       list,
+      ...(transform ? { transform } : {}),
       log,
       watchTimeoutSeconds: o.watchTimeoutSeconds,
       livenessMs: o.watchLivenessMs,
@@ -85,7 +88,7 @@ export function setupControllers(o: SetupOptions): Controllers {
     });
   const crPath = (plural: string) => `/apis/${GROUP}/${VERSION}/${plural}`;
   const informers: ControllerContext['informers'] = {
-    reservations: informer('reservations', crPath(PLURALS.reservations), o.kube.listReservations),
+    reservations: informer('reservations', crPath(PLURALS.reservations), o.kube.listReservations, boundReservation),
     pools: informer('pools', crPath(PLURALS.pools), o.kube.listPools),
     nodes: informer('nodes', '/api/v1/nodes', o.kube.listNodes),
     nodeDevices: informer('nodedevices', crPath(PLURALS.nodedevices), o.kube.listNodeDevices),
@@ -100,6 +103,13 @@ export function setupControllers(o: SetupOptions): Controllers {
     nodeDevices: queue('nodedevices', 2),
   };
 
+  // The pending Reservations per Pool, the batched wakes and the pending limit's wakes (pending-wakes.ts).
+  const pendingWakes = createPendingWakes({
+    queue: queues.reservations,
+    namespace: (name) => informers.namespaces.get(name),
+    intervalMs: o.tuning.wakeIntervalMs ?? 1000,
+    batchSize: o.tuning.wakeBatchSize ?? 256,
+  });
   const ctx: ControllerContext = {
     db: o.db,
     ledger: o.ledger,
@@ -124,14 +134,9 @@ export function setupControllers(o: SetupOptions): Controllers {
     nowIso: () => systemClock.wallNow().toISOString().replace(/\.\d+Z$/, 'Z'),
     wakePending(poolName) {
       if (!poolName) return;
-      for (const r of informers.reservations.list()) {
-        const phase = r.status?.phase;
-        if (r.spec?.pool === poolName && (phase === undefined || phase === 'Pending')) {
-          queues.reservations.forget(keyOf(r));
-          queues.reservations.add(keyOf(r));
-        }
-      }
+      pendingWakes.wakePending(poolName);
     },
+    pendingInPool: (poolName) => pendingWakes.pendingInPool(poolName),
     poolNameOf(poolId) {
       if (!poolId) return undefined;
       for (const [name, id] of ctx.poolIds) if (id === poolId) return name;
@@ -146,11 +151,16 @@ export function setupControllers(o: SetupOptions): Controllers {
 
   // Event handlers: a key per change. Status-only updates (our own writes) do not wake a key.
   informers.reservations.on({
-    add: (r) => queues.reservations.add(keyOf(r)),
+    add: (r) => {
+      pendingWakes.added(r);
+      queues.reservations.add(keyOf(r));
+    },
     update: (a, b) => {
+      pendingWakes.updated(a, b);
       if (reservationUpdateWakes(a, b)) queues.reservations.add(keyOf(b));
     },
     delete: (r: Reservation) => {
+      pendingWakes.deleted(r);
       // Deleted without our finalizer (e.g. before we saw it): its booking, if any, is freed by the finalizer path
       // only; capacity may have changed anyway.
       ctx.wakePending(r.spec?.pool);
@@ -275,6 +285,7 @@ export function setupControllers(o: SetupOptions): Controllers {
     },
     async stop() {
       leading = false;
+      pendingWakes.stop();
       await Promise.all(Object.values(queues).map((q) => q.stop()));
       await Promise.all(Object.values(informers).map((i) => i.stop()));
     },

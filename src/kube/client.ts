@@ -19,6 +19,7 @@ import {
 } from '@kubernetes/client-node';
 import { PooledKubeConfig } from './connections.ts';
 import type { ListResult } from './informer.ts';
+import { listAllPages, type ListPage } from './paging.ts';
 import {
   API_VERSION,
   GROUP,
@@ -31,8 +32,13 @@ import {
   type Reservation,
 } from './types.ts';
 import { systemClock } from '../clock.ts';
+import { boundReservation } from './bounds.ts';
 
 export const PLURALS = { reservations: 'reservations', pools: 'pools', nodedevices: 'nodedevices' } as const;
+
+/** The client's list parameters of one page. */
+const pageParams = (p: { limit: number; continue?: string }) => ({ limit: p.limit, ...(p.continue ? { _continue: p.continue } : {}) });
+const same = <T>(x: T): T => x;
 
 const mergePatch = setHeaderOptions('Content-Type', PatchStrategy.MergePatch);
 
@@ -156,18 +162,25 @@ export class KubeClient implements LeaseClient {
 
   // ----- lists (informers)
 
-  listReservations = async (): Promise<ListResult<Reservation>> =>
-    (await this.custom.listCustomObjectForAllNamespaces({ group: GROUP, version: VERSION, resourcePlural: PLURALS.reservations })) as ListResult<Reservation>;
+  listReservations = (): Promise<ListResult<Reservation>> =>
+    listAllPages<Reservation>(
+      (p) => this.custom.listCustomObjectForAllNamespaces({ group: GROUP, version: VERSION, resourcePlural: PLURALS.reservations, ...pageParams(p) }) as Promise<ListPage<Reservation>>,
+      boundReservation,
+    );
 
-  listPools = async (): Promise<ListResult<PoolCR>> =>
-    (await this.custom.listClusterCustomObject({ group: GROUP, version: VERSION, plural: PLURALS.pools })) as ListResult<PoolCR>;
+  listPools = (): Promise<ListResult<PoolCR>> =>
+    listAllPages<PoolCR>((p) => this.custom.listClusterCustomObject({ group: GROUP, version: VERSION, plural: PLURALS.pools, ...pageParams(p) }) as Promise<ListPage<PoolCR>>, same);
 
-  listNodeDevices = async (): Promise<ListResult<NodeDevicesCR>> =>
-    (await this.custom.listClusterCustomObject({ group: GROUP, version: VERSION, plural: PLURALS.nodedevices })) as ListResult<NodeDevicesCR>;
+  listNodeDevices = (): Promise<ListResult<NodeDevicesCR>> =>
+    listAllPages<NodeDevicesCR>(
+      (p) => this.custom.listClusterCustomObject({ group: GROUP, version: VERSION, plural: PLURALS.nodedevices, ...pageParams(p) }) as Promise<ListPage<NodeDevicesCR>>,
+      same,
+    );
 
-  listNodes = async (): Promise<ListResult<NodeCR>> => (await this.core.listNode()) as unknown as ListResult<NodeCR>;
+  listNodes = (): Promise<ListResult<NodeCR>> => listAllPages<NodeCR>((p) => this.core.listNode(pageParams(p)) as unknown as Promise<ListPage<NodeCR>>, same);
 
-  listNamespaces = async (): Promise<ListResult<NamespaceCR>> => (await this.core.listNamespace()) as unknown as ListResult<NamespaceCR>;
+  listNamespaces = (): Promise<ListResult<NamespaceCR>> =>
+    listAllPages<NamespaceCR>((p) => this.core.listNamespace(pageParams(p)) as unknown as Promise<ListPage<NamespaceCR>>, same);
 
   // ----- writes
 

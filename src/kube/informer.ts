@@ -32,6 +32,8 @@ export interface InformerOptions<T> {
   watchTimeoutSeconds?: number;
   /** A watch with no event, bookmark or end for this long is dead (default 90 s). */
   livenessMs?: number;
+  /** What the cache keeps of each object, from the list and from watch events (default: the object). */
+  transform?: (obj: T) => T;
   /** Reports restarts (metrics): 'relist', 'liveness', 'error', 'closed'. */
   onRestart?: (name: string, why: string) => void;
   /** The watch's liveness and the retry delays. */
@@ -204,7 +206,8 @@ export class Informer<T extends KubeObject> {
     }
   }
 
-  private upsert(obj: T): void {
+  private upsert(given: T): void {
+    const obj = this.opts.transform ? this.opts.transform(given) : given;
     const key = keyOf(obj);
     const old = this.cache.get(key);
     this.cache.set(key, obj);

@@ -147,6 +147,8 @@ export interface PoolSpecCR {
   overcommit?: Partial<Record<'vcpu' | 'memoryGiB' | 'hugepages1Gi', number>>;
   archived?: boolean;
   stopGraceSeconds?: number;
+  /** At most this many of a tenant's Reservations pending in the Pool try to book (default 100; core/pending.ts). */
+  maxPendingPerTenant?: number;
 }
 
 export interface PoolCR extends KubeObject {

@@ -43,4 +43,15 @@ describe('benchmarks at a small size', () => {
     expect(out).toMatch(/filter, in-memory state \(best node alone\)/);
     expect(out).toMatch(/^50 nodes: filter p99/m);
   }, 250_000);
+
+  it('bench:scale runs to its end: every Reservation booked, every phase reported with RSS and reconcile times', async () => {
+    const out = await runBench('scale', { BENCH_NODES: '12', BENCH_RESERVATIONS: '30', BENCH_PODS: '1200', BENCH_POOLS: '2', BENCH_TENANTS: '3', BENCH_SETTLE_S: '200' });
+    expect(out).toMatch(/^# 12 nodes x 8 GPUs in 2 pools, 30 Reservations of 3 tenants, 1200 pods/m);
+    expect(out).toMatch(/"Reserved\/Reserved":30\}/);
+    for (const phase of ['informers: first list', 'releaser: orphan pass', 'leader: first pass', 'leader: full resync', 'extender: in-memory state']) {
+      expect(out).toMatch(new RegExp(`^${phase}[^\t]*\t[0-9.]+\t[0-9]+\t`, 'm'));
+    }
+    expect(out).toMatch(/^# RSS per 1,000 objects/m);
+    expect(out).toMatch(/^# peak RSS \d+ MiB .*reconcile p99 [0-9.]+ ms over \d+ reconciles/m);
+  }, 250_000);
 });

@@ -31,7 +31,13 @@ async function startPodApi() {
   const watchers = new Set<http.ServerResponse>();
   const api = {
     listFails: false,
-    lists: { ok: 0, failed: 0 },
+    /** Pods per page at most (the LIST's limit, when smaller, wins), in name order; a page's token is its offset. */
+    pageSize: Number.POSITIVE_INFINITY,
+    /** A continued page is answered 500 while set. */
+    continuedFails: false,
+    /** The next this many continued pages are answered 410 Gone (an expired token). */
+    expireContinued: 0,
+    lists: { ok: 0, failed: 0, pages: 0, expired: 0 },
     watchers,
     pods,
     put(name: string, uid: string, phase = 'Running'): FakePod {
@@ -78,8 +84,22 @@ async function startPodApi() {
       res.end(JSON.stringify({ kind: 'Status', apiVersion: 'v1', status: 'Failure', message: 'etcd is unhappy', code: 500 }));
       return;
     }
-    api.lists.ok++;
-    res.end(JSON.stringify({ apiVersion: 'v1', kind: 'PodList', metadata: { resourceVersion: String(rv) }, items: [...pods.values()] }));
+    const cont = url.searchParams.get('continue');
+    if (cont && (api.continuedFails || api.expireContinued > 0)) {
+      const expired = !api.continuedFails;
+      if (expired) api.expireContinued--;
+      api.lists[expired ? 'expired' : 'failed']++;
+      res.statusCode = expired ? 410 : 500;
+      res.end(JSON.stringify({ kind: 'Status', apiVersion: 'v1', status: 'Failure', code: res.statusCode, ...(expired ? { reason: 'Expired', metadata: { continue: 'fresh' } } : {}) }));
+      return;
+    }
+    const all = [...pods.values()].sort((a, b) => a.metadata.name.localeCompare(b.metadata.name));
+    const from = cont ? Number(cont) : 0;
+    const to = Math.min(all.length, from + Math.min(api.pageSize, Number(url.searchParams.get('limit') ?? Infinity)));
+    api.lists.pages++;
+    if (to >= all.length) api.lists.ok++;
+    const meta = { resourceVersion: String(rv), ...(to < all.length ? { continue: String(to) } : {}) };
+    res.end(JSON.stringify({ apiVersion: 'v1', kind: 'PodList', metadata: meta, items: all.slice(from, to) }));
   });
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
   const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
@@ -248,6 +268,40 @@ describe('the pod releaser', () => {
     expect(await holds('uid-b')).toBe(false);
     expect(await holds('uid-c')).toBe(false);
     expect(await holds('uid-a')).toBe(true);
+  });
+
+  it('a list is complete only when its last page arrived: a failed later page proves nothing, an expired token restarts it', async () => {
+    logs = [];
+    fake = await startPodApi();
+    fake.api.pageSize = 1;
+    await book('uid-a');
+    await book('uid-b');
+    await book('uid-gone');
+    fake.put('a', 'uid-a');
+    fake.put('b', 'uid-b');
+    fake.put('c', 'uid-c');
+    fake.put('g', 'uid-gone');
+    const r = await start(new Ledger(ctx.db), { orphanGraceMs: 100 });
+    await until('the informer to list and watch', () => fake.api.watchers.size > 0);
+    expect(await r.sweepOrphans()).toEqual({ released: [] }); // after the one at start
+    fake.remove('g', false);
+    // Every page after the first fails: uid-gone is missing from each first page, and never released.
+    fake.api.continuedFails = true;
+    await expect(r.sweepOrphans()).rejects.toThrow();
+    await new Promise((res) => setTimeout(res, 150));
+    await expect(r.sweepOrphans()).rejects.toThrow();
+    expect(await holds('uid-gone')).toBe(true);
+    // Expired tokens: each list starts again from its first page and completes; two complete lists release it.
+    fake.api.continuedFails = false;
+    fake.api.expireContinued = 2;
+    const pagesBefore = fake.api.lists.pages;
+    expect(await r.sweepOrphans()).toEqual({ released: [] });
+    expect(fake.api.lists.expired).toBe(2);
+    // One pod a page: two abandoned first pages, then the three pages of the complete list.
+    expect(fake.api.lists.pages - pagesBefore).toBe(5);
+    await new Promise((res) => setTimeout(res, 150));
+    expect(await r.sweepOrphans()).toEqual({ released: ['uid-gone'] });
+    for (const uid of ['uid-a', 'uid-b']) expect(await holds(uid), uid).toBe(true);
   });
 
   it('a pod that reappears between two lists is not released', async () => {

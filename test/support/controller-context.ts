@@ -122,6 +122,8 @@ export async function fakeController(o: { db: Db; clock: DbClock }): Promise<Fak
     },
     nowIso: () => new Date().toISOString().replace(/\.\d+Z$/, 'Z'),
     wakePending: () => undefined,
+    pendingInPool: (pool) =>
+      informers.reservations.list().filter((r) => r.spec.pool === pool && (r.status?.phase === undefined || r.status.phase === 'Pending')),
     poolNameOf(poolId) {
       for (const [name, id] of poolIds) if (id === poolId) return name;
       return undefined;

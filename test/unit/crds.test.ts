@@ -7,6 +7,8 @@ import YAML from 'yaml';
 import { MAX_RECURRENCE_COUNT } from '../../src/controller/reservation/recurring.ts';
 import { InventoryReportSchema } from '../../src/core/inventory.ts';
 import { MAX_OCCURRENCE_SECONDS, parseClock, WEEKDAYS } from '../../src/core/recurrence.ts';
+import { SelectorObject } from '../../src/core/schemas.ts';
+import { MAX_SELECTOR_CLAUSES, MAX_SELECTOR_LENGTH } from '../../src/core/selector.ts';
 
 const DIR = path.join(import.meta.dirname, '../../crds');
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
@@ -51,6 +53,23 @@ describe('crds/nodedevices.yaml', () => {
       expect(s.minimum, k).toBe(0);
       expect(s.maximum, k).toBeLessThanOrEqual(2 ** 31 - 1);
     }
+  });
+});
+
+describe('crds/reservations.yaml: spec.devices[].selector', () => {
+  const selector = schemaOf(crd('reservations.yaml')).properties.spec.properties.devices.items.properties.selector;
+  const attrs = (n: number) => Object.fromEntries(Array.from({ length: n }, (_, i) => [`a${i}`, 'x']));
+
+  it('is bounded as the zod schema bounds it: at most as many attributes as a selector has clauses', () => {
+    expect(selector.type).toBe('object');
+    expect(selector.maxProperties).toBe(MAX_SELECTOR_CLAUSES);
+    // The same bound where the reconciler validates: each attribute is at least one clause.
+    expect(SelectorObject.safeParse(attrs(MAX_SELECTOR_CLAUSES)).success).toBe(true);
+    const over = SelectorObject.safeParse(attrs(MAX_SELECTOR_CLAUSES + 1));
+    expect(over.success).toBe(false);
+    expect(over.error?.issues[0]?.message).toContain(`at most ${MAX_SELECTOR_CLAUSES}`);
+    expect(selector.description).toContain(`at most ${MAX_SELECTOR_CLAUSES} attributes`);
+    expect(selector.description).toContain(`at most ${MAX_SELECTOR_LENGTH} characters as`);
   });
 });
 

@@ -9,7 +9,8 @@ import { parseInput, ReservationCreateInput, ValidationError } from '../../core/
 import { expandRecurrence } from '../../core/recurrence.ts';
 import type { ReservationView, ReserveOutcome } from '../../db/ledger.ts';
 import type { ControllerContext } from '../context.ts';
-import { poolIdOf } from '../context.ts';
+import { pendingEntry, poolIdOf } from '../context.ts';
+import { maxPendingOf, overPendingLimit, TOO_MANY_PENDING, type PendingEntry } from '../../core/pending.ts';
 import { statusOf } from '../../kube/client.ts';
 import type { ReconcileResult } from '../queue.ts';
 import {
@@ -202,6 +203,9 @@ export class ReservationReconciler {
       await this.writeVerdict(r, tenant, poolId, { phase: 'Failed', status: 'False', reason: 'Invalid', message: e.message, eventType: 'Warning' });
       return;
     }
+    // Behind the tenant's earlier pending ones: not retried until one of them leaves (setup.ts wakes the next).
+    const waits = this.waitsBehindTenant(r, tenant);
+    if (waits) return void (await this.writeVerdict(r, tenant, poolId, waits));
 
     const outcome: ReserveOutcome = await ctx.ledger.reserve(input, ctx.clock.now());
     if (outcome.ok) {
@@ -447,6 +451,22 @@ export class ReservationReconciler {
       if (statusOf(e) === 409) return { requeueAfterMs: 200 };
       throw e;
     }
+  }
+
+  /**
+   * The TooManyPending verdict when at least the Pool's spec.maxPendingPerTenant of the tenant's pending Reservations
+   * in the Pool were created before this one (core/pending.ts); undefined when it may try to book.
+   */
+  private waitsBehindTenant(r: Reservation, tenant: string): Verdict | undefined {
+    const limit = maxPendingOf(this.ctx.informers.pools.get(r.spec.pool)?.spec.maxPendingPerTenant);
+    const same: PendingEntry[] = [];
+    for (const o of this.ctx.pendingInPool(r.spec.pool)) {
+      if (o.metadata.namespace && this.namespaceTenant(o.metadata.namespace) === tenant) same.push(pendingEntry(o));
+    }
+    const { over, earlier } = overPendingLimit(pendingEntry(r), same, limit);
+    if (!over) return undefined;
+    const message = `tenant ${tenant} has ${earlier} earlier pending Reservations in pool ${r.spec.pool} (at most ${limit}, the Pool's spec.maxPendingPerTenant): this one waits until one of them leaves`;
+    return { phase: 'Pending', status: 'False', reason: TOO_MANY_PENDING, message, eventType: 'Normal' };
   }
 
   /** The tenant of the namespace now (its label, else its name); undefined while the namespace is not known. */
