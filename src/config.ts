@@ -53,6 +53,11 @@ const ConfigSchema = z.object({
   auth: z.enum(['static', 'kubernetes']),
   /** `serve` with auth=static: the token file (YAML or JSON); without one every request is refused. */
   tokenFile: z.string().min(1).optional(),
+  /**
+   * auth=kubernetes: the audiences a capacity API token must be minted for (TokenReview `spec.audiences`, checked in
+   * `status.audiences`; ADR 0035), comma separated. Users: `kubectl create token <sa> --audience bettercompute.io`.
+   */
+  apiTokenAudiences: z.array(z.string().min(1).max(253)).min(1, 'API_TOKEN_AUDIENCES needs at least one audience'),
   /** auth=kubernetes: a kubeconfig file; without one the in-cluster service account is used. */
   kubeconfig: z.string().min(1).optional(),
   /** How often `serve` rebuilds the capacity rollup, and how often it folds pending deltas (milliseconds). */
@@ -191,6 +196,11 @@ export function controllerUrlFromEnv(env: NodeJS.ProcessEnv): string | undefined
   return `https://${host.includes(':') ? `[${host}]` : host}:${port}`;
 }
 
+/** A comma-separated setting as its non-empty items. */
+function list(v: string): string[] {
+  return v.split(',').map((x) => x.trim()).filter(Boolean);
+}
+
 function defaultDataDir(): string {
   // Run as root, PostgreSQL runs as the `postgres` user, which cannot enter /root: keep the data where it can.
   if (process.getuid?.() === 0) return '/var/lib/better-compute';
@@ -217,10 +227,11 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       tlsKeyFile: env.TLS_KEY_FILE || undefined,
       tlsCaFile: env.TLS_CA_FILE || undefined,
       webhookConfigurationName: env.BETTER_COMPUTE_WEBHOOK_CONFIGURATION || 'better-compute',
-      tlsExtraSans: (env.TLS_EXTRA_SANS ?? '').split(',').map((x) => x.trim()).filter(Boolean),
+      tlsExtraSans: list(env.TLS_EXTRA_SANS ?? ''),
       tlsReloadEveryMs: env.BETTER_COMPUTE_TLS_RELOAD_EVERY || '1m',
       auth: env.BETTER_COMPUTE_AUTH || 'static',
       tokenFile: env.BETTER_COMPUTE_TOKEN_FILE || undefined,
+      apiTokenAudiences: list(env.API_TOKEN_AUDIENCES ?? 'bettercompute.io'),
       kubeconfig: env.KUBECONFIG || undefined,
       rollupEveryMs: env.BETTER_COMPUTE_ROLLUP_EVERY || '5m',
       foldEveryMs: env.BETTER_COMPUTE_FOLD_EVERY || '10s',

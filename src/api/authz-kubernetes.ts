@@ -18,6 +18,11 @@ import { forbidden, unauthenticated } from './errors.ts';
 import { TENANT_LABEL as TENANT_NAMESPACE_LABEL } from '../kube/types.ts';
 
 export const CAPACITY_GROUP = 'bettercompute.io';
+/**
+ * The audience of the capacity API's tokens (`kubectl create token <sa> --audience bettercompute.io`; ADR 0035): a
+ * token minted for it is not accepted by the API server, and one minted for the API server is not accepted here.
+ */
+export const PRODUCT_AUDIENCE = 'bettercompute.io';
 export const CAPACITY_RESOURCE = 'capacity';
 export const CAPACITY_VERB = 'get';
 
@@ -80,7 +85,7 @@ export interface KubernetesAuthorizerOptions {
    * (tenantNamespacesFromApi), cached for cacheTtlMs.
    */
   namespacesOfTenant?: (tenantId: string) => readonly string[] | Promise<readonly string[]>;
-  /** Audiences the token must be valid for (TokenReview `spec.audiences`); default: the API server's. */
+  /** Audiences the token must be valid for (TokenReviewerOptions); the controller passes API_TOKEN_AUDIENCES. */
   audiences?: string[];
   /** How long a review's answer is reused, in milliseconds (0: never). Default 10 s. */
   cacheTtlMs?: number;
@@ -116,7 +121,10 @@ class TtlCache<V> {
 
 export interface TokenReviewerOptions {
   kubeConfig: KubeConfig;
-  /** Audiences the token must be valid for (TokenReview `spec.audiences`); default: the API server's. */
+  /**
+   * Audiences the token must be valid for (TokenReview `spec.audiences`); the review must also name one of them in
+   * `status.audiences`. Default: the API server's (the agents' and Prometheus's projected tokens).
+   */
   audiences?: string[];
   /** How long an answer is reused, in milliseconds (0: never). Default 10 s. */
   cacheTtlMs?: number;
@@ -173,6 +181,13 @@ export class TokenReviewer {
     if (!status?.authenticated || !status.user?.username) {
       this.rejected.set(key, true);
       throw unauthenticated('the bearer token is not valid');
+    }
+    // An authenticator that ignores spec.audiences (a webhook, an old API server) answers without them: such a token
+    // was not minted for us, and a token meant for the API server must not be accepted here (ADR 0035).
+    const wanted = this.opts.audiences;
+    if (wanted?.length && !wanted.some((a) => status.audiences?.includes(a))) {
+      this.rejected.set(key, true);
+      throw unauthenticated(`the bearer token is not valid for audience ${wanted.join(', ')} (kubectl create token <sa> --audience ${wanted[0]})`);
     }
     const u = status.user;
     const principal: Principal = Object.freeze({

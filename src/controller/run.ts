@@ -73,7 +73,11 @@ export interface RunningController {
 async function authorizerFor(config: Config, kc: ReturnType<typeof kubeConfigFrom>, log: Logger, controllers: Controllers): Promise<Authorizer> {
   if (config.auth === 'kubernetes') {
     // A tenant's namespaces from the namespace informer's cache (tenants by label, ADR 0005).
-    return new KubernetesAuthorizer({ kubeConfig: kc, namespacesOfTenant: (t) => tenantNamespaces(t, controllers.ctx.informers.namespaces.list()) });
+    return new KubernetesAuthorizer({
+      kubeConfig: kc,
+      audiences: [...config.apiTokenAudiences],
+      namespacesOfTenant: (t) => tenantNamespaces(t, controllers.ctx.informers.namespaces.list()),
+    });
   }
   if (!config.tokenFile) {
     log.warn('no token file (BETTER_COMPUTE_TOKEN_FILE): every capacity API request is refused');
