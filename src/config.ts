@@ -27,6 +27,16 @@ const ConfigSchema = z.object({
   httpPort: z.coerce.number().int().min(0).max(65535),
   httpHost: z.string().min(1),
   /**
+   * `controller`: HOST:PORT serves the capacity API over HTTPS (ADR 0035); this port serves it in plain HTTP on
+   * 127.0.0.1 only, for the CLI through `kubectl port-forward` (unset: no plain listener).
+   */
+  apiLoopbackPort: z.coerce.number().int().min(0).max(65535).optional(),
+  /**
+   * `controller`: a kubernetes.io/tls Secret in its namespace whose certificate the capacity API serves instead of the
+   * controller's own (the Role must let it get that name: deploy/ grants `better-compute-api-tls`).
+   */
+  apiTlsSecretName: z.string().min(1).max(253).optional(),
+  /**
    * `controller` listeners besides HOST:PORT (capacity API, health): the scheduler extender (plain HTTP, loopback by
    * default: only the scheduler container of the same pod reaches it), /metrics (HTTPS, TokenReview +
    * SubjectAccessReview) and the webhooks (HTTPS: admission, node agents). Port 0: any free port (tests).
@@ -67,6 +77,10 @@ const ConfigSchema = z.object({
   serverUrl: z.string().url(),
   token: z.string().min(1).optional(),
   tenant: z.string().min(1).optional(),
+  /** The CLI: the CA bundle (PEM file) that signs an https:// server's certificate; unset: the system's CAs. */
+  caFile: z.string().min(1).optional(),
+  /** The CLI: the name an https:// server's certificate is checked against, when not the URL's host. */
+  tlsServerName: z.string().min(1).optional(),
   /** `controller`: the namespace of its Lease (and Deployment); the replica's identity in the Lease (POD_NAME). */
   controllerNamespace: z.string().min(1).max(63),
   podName: z.string().min(1).optional(),
@@ -216,6 +230,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       logLevel: env.LOG_LEVEL || 'info',
       httpPort: env.PORT || 8080,
       httpHost: env.HOST || '127.0.0.1',
+      apiLoopbackPort: env.API_LOOPBACK_PORT || undefined,
+      apiTlsSecretName: env.API_TLS_SECRET_NAME || undefined,
       extenderHost: env.EXTENDER_HOST || '127.0.0.1',
       extenderPort: env.EXTENDER_PORT || 8888,
       metricsHost: env.METRICS_HOST || env.HOST || '127.0.0.1',
@@ -238,6 +254,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       serverUrl: env.BETTER_COMPUTE_SERVER || 'http://127.0.0.1:8080',
       token: env.BETTER_COMPUTE_TOKEN || undefined,
       tenant: env.BETTER_COMPUTE_TENANT || undefined,
+      caFile: env.BETTER_COMPUTE_CA_FILE || undefined,
+      tlsServerName: env.BETTER_COMPUTE_TLS_SERVER_NAME || undefined,
       controllerNamespace: env.BETTER_COMPUTE_NAMESPACE || env.POD_NAMESPACE || 'better-compute-system',
       podName: env.POD_NAME || undefined,
       leaseDurationMs: env.BETTER_COMPUTE_LEASE_DURATION || '15s',

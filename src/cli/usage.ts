@@ -7,7 +7,8 @@ import { createCapacityService, type UsageResult } from '../api/capacity-service
 import { parseInput, UsageInput } from '../core/schemas.ts';
 import type { Config } from '../config.ts';
 import { openDatabase } from '../db/connect.ts';
-import { CliError, httpCall, reportFailure } from './capacity.ts';
+import { CliError, clientTls, httpCall, reportFailure } from './capacity.ts';
+import type { ClientTls } from './http-post.ts';
 import { renderUsage } from './render.ts';
 
 export const USAGE_USAGE = `usage: better-compute usage --tenant T [period] [options]
@@ -23,7 +24,9 @@ options:
   --hourly                     one row per hour (a window of at most 31 days)
   -o, --output table|json      output format (default table)
   --server URL                 the capacity API (BETTER_COMPUTE_SERVER, default http://127.0.0.1:8080)
-  --token TOKEN                bearer token (BETTER_COMPUTE_TOKEN)
+  --token TOKEN                bearer token (BETTER_COMPUTE_TOKEN): kubectl create token <sa> --audience bettercompute.io
+  --ca-file FILE               the CA that signs an https:// server's certificate (BETTER_COMPUTE_CA_FILE)
+  --tls-server-name NAME       check the certificate against NAME (BETTER_COMPUTE_TLS_SERVER_NAME)
   --direct                     read the database directly instead of the API (no authorization)
 `;
 
@@ -32,8 +35,8 @@ export interface UsageClient {
   close(): Promise<void>;
 }
 
-export function httpUsageClient(serverUrl: string, token: string | undefined): UsageClient {
-  return { usage: (b) => httpCall(serverUrl, token, CAPACITY_PATHS.usage, b), async close() {} };
+export function httpUsageClient(serverUrl: string, token: string | undefined, tls: ClientTls = {}): UsageClient {
+  return { usage: (b) => httpCall(serverUrl, token, CAPACITY_PATHS.usage, b, tls), async close() {} };
 }
 
 export async function directUsageClient(config: Config): Promise<UsageClient> {
@@ -73,6 +76,8 @@ export async function usageCommand(argv: string[], config: Config, io: UsageIo):
         output: { type: 'string', short: 'o' },
         server: { type: 'string' },
         token: { type: 'string' },
+        'ca-file': { type: 'string' },
+        'tls-server-name': { type: 'string' },
         direct: { type: 'boolean' },
         help: { type: 'boolean', short: 'h' },
       },
@@ -106,7 +111,7 @@ export async function usageCommand(argv: string[], config: Config, io: UsageIo):
     const makeClient =
       io.client ??
       (async (o: { direct: boolean; server: string; token: string | undefined }) =>
-        o.direct ? directUsageClient(config) : httpUsageClient(o.server, o.token));
+        o.direct ? directUsageClient(config) : httpUsageClient(o.server, o.token, clientTls(values['ca-file'] ?? config.caFile, values['tls-server-name'] ?? config.tlsServerName)));
     const client = await makeClient({ direct: values.direct ?? false, server: values.server ?? config.serverUrl, token: values.token ?? config.token });
     try {
       const r = await client.usage(body);

@@ -36,7 +36,7 @@ import { serviceSans } from './certs.ts';
 import { FenceHolder, LEASE_NAME } from './fence.ts';
 import { createWebhookApp, healthChecks, startListeners, type ControllerListeners, type WebhookMount } from './listeners.ts';
 import { createMetricsApp } from './metrics-endpoint.ts';
-import { ClientNodeTlsKube, FileTlsSource, SecretTlsSource, type TlsSource } from './tls.ts';
+import { ClientNodeTlsKube, FileTlsSource, ProvidedSecretTlsSource, SecretTlsSource, type TlsSource } from './tls.ts';
 import { KubeClient, kubeConfigFrom } from '../kube/client.ts';
 import { LeaderElector } from './leader.ts';
 import { DRIFT_SERIES } from './drift-plan.ts';
@@ -51,8 +51,10 @@ export type { ControllerServices } from './services.ts';
 export type { WebhookMount } from './listeners.ts';
 
 export interface RunningController {
-  /** The capacity API and health (HOST:PORT). */
+  /** HTTPS: the capacity API and health (HOST:PORT), with the controller's certificate or API_TLS_SECRET_NAME's. */
   url: string;
+  /** Plain HTTP on loopback: the same app (API_LOOPBACK_PORT), when configured. */
+  apiLoopbackUrl?: string;
   /** The scheduler extender's prefix: `${extenderUrl}/scheduler/filter` etc. */
   extenderUrl: string;
   /** HTTPS: GET `${metricsUrl}/metrics` with a bearer token allowed to get the non-resource URL /metrics. */
@@ -112,6 +114,18 @@ function tlsSourceFor(config: Config, kc: KubeConfig, log: Logger, isLeader: () 
   });
 }
 
+/** The capacity API's own certificate (API_TLS_SECRET_NAME); none: it serves the controller's. */
+function apiTlsSourceFor(config: Config, kc: KubeConfig, log: Logger): TlsSource | undefined {
+  if (!config.apiTlsSecretName) return undefined;
+  return new ProvidedSecretTlsSource({
+    kube: new ClientNodeTlsKube(kc),
+    namespace: config.controllerNamespace,
+    secretName: config.apiTlsSecretName,
+    log,
+    reloadEveryMs: config.tlsReloadEveryMs,
+  });
+}
+
 export async function runController(config: Config, log: Logger, opts: RunControllerOptions = {}): Promise<RunningController> {
   const identity = config.podName ?? `${os.hostname()}-${process.pid}`;
   const kc = kubeConfigFrom(config.kubeconfig, config.kubeCallTimeoutMs);
@@ -120,6 +134,7 @@ export async function runController(config: Config, log: Logger, opts: RunContro
   const dbHealth = new DbHealth(database.db, { pingTimeoutMs: config.dbPingTimeoutMs, pingEveryMs: config.dbPingEveryMs, log });
   let listeners: ControllerListeners | undefined;
   let tls: TlsSource | undefined;
+  let apiTlsSource: TlsSource | undefined;
   const mounts: WebhookMount[] = [];
   let elector: LeaderElector | undefined;
   let extenderState: ExtenderStateSync | undefined;
@@ -224,6 +239,8 @@ export async function runController(config: Config, log: Logger, opts: RunContro
       current = next;
       listeners?.setTls(next);
     });
+    apiTlsSource = apiTlsSourceFor(config, kc, log);
+    const apiTls = await apiTlsSource?.start((next) => listeners?.setApiTls(next));
     listeners = await startListeners({
       addresses: config,
       api,
@@ -231,6 +248,7 @@ export async function runController(config: Config, log: Logger, opts: RunContro
       metrics: metricsApp,
       webhook: createWebhookApp(mounts, log),
       tls: current,
+      apiTls,
     });
 
     // Leader work.
@@ -369,6 +387,7 @@ export async function runController(config: Config, log: Logger, opts: RunContro
     const e = elector;
     log.info('controller started', {
       url: l.api.url,
+      apiLoopbackUrl: l.apiLoopback?.url,
       extenderUrl: l.extender.url,
       metricsUrl: l.metrics.url,
       webhookUrl: l.webhook.url,
@@ -382,6 +401,7 @@ export async function runController(config: Config, log: Logger, opts: RunContro
     let stopping: Promise<void> | undefined;
     return {
       url: l.api.url,
+      ...(l.apiLoopback ? { apiLoopbackUrl: l.apiLoopback.url } : {}),
       extenderUrl: l.extender.url,
       metricsUrl: l.metrics.url,
       webhookUrl: l.webhook.url,
@@ -397,6 +417,7 @@ export async function runController(config: Config, log: Logger, opts: RunContro
           await e.stop();
           await controllers.stop();
           tlsSource.stop();
+          apiTlsSource?.stop();
           await l.close(5_000);
           await memory.stop();
           for (const m of mounts) await m.stop?.().catch((err: unknown) => log.warn('webhook router stop failed', { path: m.path, ...errorFields(err) }));
@@ -411,6 +432,7 @@ export async function runController(config: Config, log: Logger, opts: RunContro
     dbHealth.stop();
     await extenderState?.stop();
     tls?.stop();
+    apiTlsSource?.stop();
     await listeners?.close(0);
     for (const m of mounts) await m.stop?.().catch(() => undefined);
     await database.close();
