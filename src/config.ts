@@ -68,6 +68,12 @@ const ConfigSchema = z.object({
    * `status.audiences`; ADR 0035), comma separated. Users: `kubectl create token <sa> --audience bettercompute.io`.
    */
   apiTokenAudiences: z.array(z.string().min(1).max(253)).min(1, 'API_TOKEN_AUDIENCES needs at least one audience'),
+  /**
+   * `controller`: the per-source request limit of the listeners that take tokens (ADR 0036): requests earned back per
+   * second and the burst, per source address and listener (0 per second: no limit).
+   */
+  rateLimitPerSecond: z.coerce.number().min(0).max(100_000),
+  rateLimitBurst: z.coerce.number().int().min(1).max(1_000_000),
   /** auth=kubernetes: a kubeconfig file; without one the in-cluster service account is used. */
   kubeconfig: z.string().min(1).optional(),
   /** How often `serve` rebuilds the capacity rollup, and how often it folds pending deltas (milliseconds). */
@@ -247,6 +253,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       tlsReloadEveryMs: env.BETTER_COMPUTE_TLS_RELOAD_EVERY || '1m',
       auth: env.BETTER_COMPUTE_AUTH || 'static',
       tokenFile: env.BETTER_COMPUTE_TOKEN_FILE || undefined,
+      rateLimitPerSecond: env.RATE_LIMIT_PER_SECOND || 20,
+      rateLimitBurst: env.RATE_LIMIT_BURST || 40,
       apiTokenAudiences: list(env.API_TOKEN_AUDIENCES ?? 'bettercompute.io'),
       kubeconfig: env.KUBECONFIG || undefined,
       rollupEveryMs: env.BETTER_COMPUTE_ROLLUP_EVERY || '5m',

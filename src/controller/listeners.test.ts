@@ -15,7 +15,9 @@ import { createExtenderListener } from '../extender/listener.ts';
 import type { ExtenderService } from '../extender/service.ts';
 import { silentLogger } from '../log.ts';
 import { issueBundle, type TlsBundle } from './certs.ts';
-import { createWebhookApp, startListeners, type ControllerListeners } from './listeners.ts';
+import { createWebhookApp, limitListeners, startListeners, type ControllerListeners } from './listeners.ts';
+import { listen } from '../api/server.ts';
+import type { RequestListener } from 'node:http';
 import { createMetricsApp } from './metrics-endpoint.ts';
 
 
@@ -192,5 +194,26 @@ describe('certificate rotation', () => {
       await expect(request(url, { ca: tlsA.caCert })).rejects.toThrow(/certificate|signature/i);
     }
     expect(listeners.webhook.port).toBe(port);
+  });
+});
+
+describe('limitListeners (ADR 0036)', () => {
+  it('the capacity API (not its probes), /metrics and the agents are limited per source; admission is not', async () => {
+    const ok: RequestListener = (_req, res) => res.end('{}');
+    const limited: string[] = [];
+    const apps = limitListeners({ api: ok, metrics: ok, webhook: ok }, { perSecond: 0.001, burst: 1, onLimited: (l) => limited.push(l) });
+    const servers = await Promise.all([apps.api, apps.metrics, apps.webhook].map((h) => listen(h, { host: '127.0.0.1', port: 0 })));
+    try {
+      const [api, metrics, webhook] = servers.map((s) => s.url);
+      const status = async (url: string, method = 'POST') => (await request(url, { method, body: method === 'POST' ? '{}' : undefined })).status;
+      expect([await status(`${api}/api/compute/capacity/summary`), await status(`${api}/api/compute/capacity/summary`)]).toEqual([200, 429]);
+      expect([await status(`${api}/healthz`, 'GET'), await status(`${api}/readyz`, 'GET')]).toEqual([200, 200]);
+      expect([await status(`${metrics}/metrics`, 'GET'), await status(`${metrics}/metrics`, 'GET')]).toEqual([200, 429]);
+      expect([await status(`${webhook}/agent/v1/nodes/a`, 'GET'), await status(`${webhook}/agent/v1/nodes/a`, 'GET')]).toEqual([200, 429]);
+      for (let i = 0; i < 5; i++) expect(await status(`${webhook}/admission/pods?timeout=10s`)).toBe(200);
+      expect(limited).toEqual(['api', 'metrics', 'webhook']);
+    } finally {
+      await Promise.all(servers.map((s) => s.close(0)));
+    }
   });
 });

@@ -9,8 +9,9 @@
 // The HTTPS listeners share one certificate (tls.ts), swapped in place on rotation; the capacity API may serve a
 // user-provided one instead (API_TLS_SECRET_NAME).
 import express, { type NextFunction, type Request, type RequestHandler, type Response } from 'express';
-import type { RequestListener } from 'node:http';
+import type { IncomingMessage, RequestListener } from 'node:http';
 import { ApiError, toErrorResponse } from '../api/errors.ts';
+import { isProbe, limitBySource } from '../api/rate-limit.ts';
 import { listen, type RunningServer } from '../api/server.ts';
 import type { DbHealth } from '../db/health.ts';
 import { errorFields, type Logger } from '../log.ts';
@@ -111,6 +112,30 @@ export function healthChecks(s: HealthSources): { ready(): Promise<void>; live()
       const ms = s.db.unreachableForMs();
       if (ms > s.dbLivenessMs) throw new Error(`the database has not answered for ${Math.round(ms / 1000)} s: ${s.db.lastError}`);
     },
+  };
+}
+
+export interface ListenerRateLimit {
+  perSecond: number;
+  burst: number;
+  /** A refusal, by listener. */
+  onLimited?: (listener: 'api' | 'metrics' | 'webhook') => void;
+}
+
+/**
+ * The per-source limit (ADR 0036) in front of the listeners that take tokens: the capacity API (not its probes), /metrics
+ * and the webhook listener's agents' API. Not the admission webhook: its one caller is the API server, a single
+ * source, and a 429 there fails pod creation; it reviews no token, and its body is capped before it is read.
+ */
+export function limitListeners<T extends { api: RequestListener; metrics: RequestListener; webhook: RequestListener }>(apps: T, limit: ListenerRateLimit | undefined): T {
+  if (!limit) return apps;
+  const wrap = (handler: RequestListener, listener: 'api' | 'metrics' | 'webhook', exempt?: (req: IncomingMessage) => boolean) =>
+    limitBySource(handler, { perSecond: limit.perSecond, burst: limit.burst, ...(exempt ? { exempt } : {}), onLimited: () => limit.onLimited?.(listener) });
+  return {
+    ...apps,
+    api: wrap(apps.api, 'api', isProbe),
+    metrics: wrap(apps.metrics, 'metrics'),
+    webhook: wrap(apps.webhook, 'webhook', (req) => req.url === '/admission' || (req.url ?? '').startsWith('/admission/')),
   };
 }
 

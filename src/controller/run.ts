@@ -34,14 +34,14 @@ import { ledgerMetrics } from '../metrics/ledger.ts';
 import { createRegistry, httpMetrics } from '../metrics/registry.ts';
 import { serviceSans } from './certs.ts';
 import { FenceHolder, LEASE_NAME } from './fence.ts';
-import { createWebhookApp, healthChecks, startListeners, type ControllerListeners, type WebhookMount } from './listeners.ts';
+import { createWebhookApp, healthChecks, limitListeners, startListeners, type ControllerListeners, type WebhookMount } from './listeners.ts';
 import { createMetricsApp } from './metrics-endpoint.ts';
 import { ClientNodeTlsKube, FileTlsSource, ProvidedSecretTlsSource, SecretTlsSource, type TlsSource } from './tls.ts';
 import { KubeClient, kubeConfigFrom } from '../kube/client.ts';
 import { LeaderElector } from './leader.ts';
 import { DRIFT_SERIES } from './drift-plan.ts';
 import { startDriftReconcile } from './drift.ts';
-import { controllerMetrics, driftMetrics, extenderMetrics, usageMetrics } from './metrics.ts';
+import { controllerMetrics, driftMetrics, extenderMetrics, rateLimitMetrics, usageMetrics } from './metrics.ts';
 import { startUsageWindows } from './usage.ts';
 import { productWebhookRouters } from './webhooks.ts';
 import { setupControllers, type Controllers } from './setup.ts';
@@ -241,15 +241,12 @@ export async function runController(config: Config, log: Logger, opts: RunContro
     });
     apiTlsSource = apiTlsSourceFor(config, kc, log);
     const apiTls = await apiTlsSource?.start((next) => listeners?.setApiTls(next));
-    listeners = await startListeners({
-      addresses: config,
-      api,
-      extender,
-      metrics: metricsApp,
-      webhook: createWebhookApp(mounts, log),
-      tls: current,
-      apiTls,
-    });
+    const limits = rateLimitMetrics(registry);
+    const apps = limitListeners(
+      { api, metrics: metricsApp, webhook: createWebhookApp(mounts, log) },
+      config.rateLimitPerSecond > 0 ? { perSecond: config.rateLimitPerSecond, burst: config.rateLimitBurst, onLimited: limits.limited } : undefined,
+    );
+    listeners = await startListeners({ addresses: config, ...apps, extender, tls: current, apiTls });
 
     // Leader work.
     let jobs: Jobs | undefined;
