@@ -59,6 +59,12 @@ const ConfigSchema = z.object({
   tlsExtraSans: z.array(z.string().min(1)),
   /** How often every replica re-reads its TLS material (the Secret or the files). */
   tlsReloadEveryMs: durationMs('BETTER_COMPUTE_TLS_RELOAD_EVERY'),
+  /**
+   * When the generated CA is renewed (30 days before its end), how long the new CA is published beside the old one
+   * (ConfigMap better-compute-ca, the webhook's caBundle) before the serving certificate is issued from it (ADR 0040):
+   * longer than the kubelet takes to refresh a ConfigMap volume (about a minute) and a reload poll.
+   */
+  tlsCaOverlapMs: durationMs('BETTER_COMPUTE_TLS_CA_OVERLAP').refine((ms) => ms >= 0 && ms <= 7 * 86_400_000, 'BETTER_COMPUTE_TLS_CA_OVERLAP: at most 7 days'),
   /** `serve`: how requests are authorized — a static token file (local use) or Kubernetes TokenReview + SubjectAccessReview. */
   auth: z.enum(['static', 'kubernetes']),
   /** `serve` with auth=static: the token file (YAML or JSON); without one every request is refused. */
@@ -251,6 +257,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       webhookConfigurationName: env.BETTER_COMPUTE_WEBHOOK_CONFIGURATION || 'better-compute',
       tlsExtraSans: list(env.TLS_EXTRA_SANS ?? ''),
       tlsReloadEveryMs: env.BETTER_COMPUTE_TLS_RELOAD_EVERY || '1m',
+      tlsCaOverlapMs: env.BETTER_COMPUTE_TLS_CA_OVERLAP || '1h',
       auth: env.BETTER_COMPUTE_AUTH || 'static',
       tokenFile: env.BETTER_COMPUTE_TOKEN_FILE || undefined,
       rateLimitPerSecond: env.RATE_LIMIT_PER_SECOND || 20,

@@ -110,6 +110,7 @@ function tlsSourceFor(config: Config, kc: KubeConfig, log: Logger, isLeader: () 
     isLeader,
     log,
     reloadEveryMs: config.tlsReloadEveryMs,
+    caOverlapMs: config.tlsCaOverlapMs,
     webhookConfiguration: config.webhookConfigurationName,
   });
 }

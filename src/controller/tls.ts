@@ -254,6 +254,8 @@ export interface SecretTlsOptions {
   /** Wall clock, ms (tests move it). */
   now?: () => number;
   renewBeforeMs?: number;
+  /** How long a renewed CA is published beside the old one before the serving certificate moves to it (ADR 0040). */
+  caOverlapMs?: number;
   caConfigMap?: string;
   webhookConfiguration?: string;
 }
@@ -282,7 +284,7 @@ export class SecretTlsSource extends PollingSource {
         wrote = true;
         break;
       }
-      const verdict = assessBundle(stored.bundle, now, sans, this.o.renewBeforeMs);
+      const verdict = assessBundle(stored.bundle, now, sans, this.o.renewBeforeMs, this.o.caOverlapMs);
       if (verdict.action === 'keep' || (verdict.action === 'renew' && !this.o.isLeader())) {
         bundle = stored.bundle as TlsBundle;
         break;
