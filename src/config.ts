@@ -80,6 +80,12 @@ const ConfigSchema = z.object({
    */
   rateLimitPerSecond: z.coerce.number().min(0).max(100_000),
   rateLimitBurst: z.coerce.number().int().min(1).max(1_000_000),
+  /**
+   * `controller` (and `serve` with auth=kubernetes): whether a namespace without the bettercompute.io/tenant label is
+   * the tenant named like it (ADR 0040). Off by default: where users may create namespaces, one named like a tenant
+   * would inherit its pools and quota. The trial overlay turns it on.
+   */
+  tenancyByName: z.enum(['true', 'false']).transform((v) => v === 'true'),
   /** auth=kubernetes: a kubeconfig file; without one the in-cluster service account is used. */
   kubeconfig: z.string().min(1).optional(),
   /** How often `serve` rebuilds the capacity rollup, and how often it folds pending deltas (milliseconds). */
@@ -260,6 +266,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       tlsCaOverlapMs: env.BETTER_COMPUTE_TLS_CA_OVERLAP || '1h',
       auth: env.BETTER_COMPUTE_AUTH || 'static',
       tokenFile: env.BETTER_COMPUTE_TOKEN_FILE || undefined,
+      tenancyByName: env.TENANCY_BY_NAMESPACE_NAME || 'false',
       rateLimitPerSecond: env.RATE_LIMIT_PER_SECOND || 20,
       rateLimitBurst: env.RATE_LIMIT_BURST || 40,
       apiTokenAudiences: list(env.API_TOKEN_AUDIENCES ?? 'bettercompute.io'),

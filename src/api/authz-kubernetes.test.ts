@@ -39,7 +39,8 @@ const allowed = (user: string, ns: string, name?: string) =>
   (user === 'carol' && ns === 'globex-serve') ||
   (user === 'dave' && ns === 'initech') ||
   (user === 'carol' && ns === 'big-39');
-const namespacesOfTenant = (t: string) => tenantNamespaces(t, NAMESPACES.map((n) => ({ metadata: n })));
+/** With tenancy by name on (TENANCY_BY_NAMESPACE_NAME): acme and ops are tenants by their names. */
+const namespacesOfTenant = (t: string) => tenantNamespaces(t, NAMESPACES.map((n) => ({ metadata: n })), true);
 
 let fake: FakeKubeApi;
 let seen: SeenRequest[];
@@ -146,12 +147,24 @@ describe('KubernetesAuthorizer', () => {
     expect((await failure(a.authorizeCapacityRead(alice, { tenantId: 'ops' }))).code).toBe('FORBIDDEN');
   });
 
-  it('tenantNamespaces: the labelled ones, plus the one named like the tenant only while it has no tenant label', () => {
+  it('tenantNamespaces: the labelled ones, plus (tenancy by name on) the one named like the tenant while it has no tenant label', () => {
     const all = NAMESPACES.map((n) => ({ metadata: n }));
+    expect(tenantNamespaces('globex', all, true)).toEqual(['globex-serve', 'globex-train', 'initech']);
+    expect(tenantNamespaces('acme', all, true)).toEqual(['acme']);
+    expect(tenantNamespaces('initech', all, true)).toEqual([]);
+    expect(tenantNamespaces('nobody', all, true)).toEqual([]);
+    // Off (the default): an unlabelled namespace is no tenant; labels decide alone.
+    expect(tenantNamespaces('acme', all)).toEqual([]);
     expect(tenantNamespaces('globex', all)).toEqual(['globex-serve', 'globex-train', 'initech']);
-    expect(tenantNamespaces('acme', all)).toEqual(['acme']);
-    expect(tenantNamespaces('initech', all)).toEqual([]);
-    expect(tenantNamespaces('nobody', all)).toEqual([]);
+    expect(tenantNamespaces('acme', [{ metadata: { name: 'acme', labels: { 'bettercompute.io/tenant': '' } } }], true)).toEqual(['acme']);
+  });
+
+  it('tenancy by name off (the default): the unlabelled namespace named like the tenant gives nothing, and is not even asked for', async () => {
+    const a = new KubernetesAuthorizer({ kubeConfig: kubeConfig(), cacheTtlMs: 0 });
+    const alice = await a.authenticate('alice-token');
+    seen.length = 0;
+    expect((await failure(a.authorizeCapacityRead(alice, { tenantId: 'acme' }))).code).toBe('FORBIDDEN');
+    expect(seen.map((r) => `${r.method} ${decodeURIComponent(r.path)}`)).toEqual(['GET /api/v1/namespaces?labelSelector=bettercompute.io/tenant=acme']);
   });
 
   it('a RoleBinding in any of the tenant’s labelled namespaces applies', async () => {
@@ -176,7 +189,7 @@ describe('KubernetesAuthorizer', () => {
 
   it('without namespacesOfTenant: asks the API server (label selector, then the namespace by name), cached for the TTL', async () => {
     let now = 0;
-    const a = new KubernetesAuthorizer({ kubeConfig: kubeConfig(), cacheTtlMs: 1000, monotonicNow: () => now });
+    const a = new KubernetesAuthorizer({ kubeConfig: kubeConfig(), cacheTtlMs: 1000, monotonicNow: () => now, tenancyByName: true });
     const alice = await a.authenticate('alice-token');
     const dave = await a.authenticate('dave-token');
     const carol = await a.authenticate('carol-token');

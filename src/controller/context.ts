@@ -19,6 +19,8 @@ export interface ControllerTuning {
   reservationWorkers: number;
   /** How far ahead the windows of a recurring Reservation are booked (BETTER_COMPUTE_RECURRENCE_HORIZON). */
   recurrenceHorizonMs: number;
+  /** Whether an unlabelled namespace is the tenant named like it (TENANCY_BY_NAMESPACE_NAME, ADR 0040). */
+  tenancyByName: boolean;
 }
 
 export interface ControllerContext {

@@ -78,7 +78,7 @@ async function authorizerFor(config: Config, kc: ReturnType<typeof kubeConfigFro
     return new KubernetesAuthorizer({
       kubeConfig: kc,
       audiences: [...config.apiTokenAudiences],
-      namespacesOfTenant: (t) => tenantNamespaces(t, controllers.ctx.informers.namespaces.list()),
+      namespacesOfTenant: (t) => tenantNamespaces(t, controllers.ctx.informers.namespaces.list(), config.tenancyByName),
     });
   }
   if (!config.tokenFile) {
@@ -167,6 +167,7 @@ export async function runController(config: Config, log: Logger, opts: RunContro
         pendingMaxBackoffMs: config.pendingMaxBackoffMs,
         reservationWorkers: 4,
         recurrenceHorizonMs: config.recurrenceHorizonMs,
+        tenancyByName: config.tenancyByName,
       },
       watchTimeoutSeconds: Math.max(1, Math.round(config.watchTimeoutMs / 1000)),
       watchLivenessMs: config.watchLivenessMs,
@@ -210,6 +211,7 @@ export async function runController(config: Config, log: Logger, opts: RunContro
       memory,
       filterNodes: config.extenderFilterNodes,
       bestNodeOnly: config.extenderBestNodeOnly,
+      tenancyByName: config.tenancyByName,
     });
     const tokens = new TokenReviewer({ kubeConfig: kc });
     const access = new AccessReviewer({ kubeConfig: kc });

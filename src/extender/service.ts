@@ -17,7 +17,8 @@ import { errorFields, type Logger } from '../log.ts';
 import type { ExtenderKube } from './kube.ts';
 import { nodePools, podHolding, quotaHeadroom, reservationAtoms } from '../db/reads.ts';
 import type { ExtenderState, PodBookingApplied } from './state.ts';
-import { ALLOCATION_ANNOTATION, ATOMS_ANNOTATION, hasSchedulingPreferences, podDemand, RESOURCE_OF_CLASS, TENANT_LABEL, type PodDemand } from './resources.ts';
+import { ALLOCATION_ANNOTATION, ATOMS_ANNOTATION, hasSchedulingPreferences, podDemand, RESOURCE_OF_CLASS, type PodDemand } from './resources.ts';
+import { namespaceTenant, noTenantMessage } from '../kube/types.ts';
 import {
   nodeNamesOf,
   PodSchema,
@@ -73,6 +74,11 @@ export interface ExtenderDeps {
    * False, and for every other pod: up to `filterNodes` (ADR 0022). Default true.
    */
   bestNodeOnly?: boolean;
+  /**
+   * Whether a namespace without the tenant label is the tenant named like it (TENANCY_BY_NAMESPACE_NAME, ADR 0040);
+   * without it such a namespace's pods are refused (it is no tenant). Required: no default to forget.
+   */
+  tenancyByName: boolean;
 }
 
 export interface ExtenderMemory {
@@ -101,6 +107,8 @@ interface CachedSnap {
 }
 
 class BindError extends Error {}
+/** The pod's namespace is no tenant: every node refused (filter), or the bind answered with the reason. */
+class NoTenantError extends BindError {}
 
 /** How many pods filter remembers for their bind, and for how long (see ExtenderService.filtered). */
 const RECENT_PODS = 1024;
@@ -427,14 +435,21 @@ export class ExtenderService {
       });
       return v;
     }
-    if (demand.reservation) await this.judgeReservation(pod, demand.reservation, names, v, mem);
-    else await this.judgeOnDemand(pod, demand.devices, names, v, mem);
+    try {
+      if (demand.reservation) await this.judgeReservation(pod, demand.reservation, names, v, mem);
+      else await this.judgeOnDemand(pod, demand.devices, names, v, mem);
+    } catch (e) {
+      if (!(e instanceof NoTenantError)) throw e;
+      for (const n of names) v.unresolvable[n] = e.message;
+    }
     return v;
   }
 
+  /** The namespace's tenant; throws NoTenantError when it is none (no label, tenancy by name off). */
   private async tenantOf(namespace: string): Promise<string> {
-    const labels = await this.d.kube.namespaceLabels(namespace);
-    return labels[TENANT_LABEL] ?? namespace;
+    const tenant = namespaceTenant(namespace, await this.d.kube.namespaceLabels(namespace), this.d.tenancyByName);
+    if (tenant === undefined) throw new NoTenantError(noTenantMessage(namespace));
+    return tenant;
   }
 
   private async judgeReservation(pod: Pod, want: NonNullable<PodDemand['reservation']>, names: string[], v: Verdict, mem?: ExtenderState) {

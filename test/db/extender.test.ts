@@ -73,7 +73,7 @@ beforeEach(() => {
   kube = new FakeKube();
   logs = [];
   const log = createLogger({ level: 'debug', write: (l) => logs.push(JSON.parse(l) as Record<string, unknown>) });
-  service = new ExtenderService({ db: ctx.db, ledger: new Ledger(ctx.db), clock: ctx.clock, kube, log, admissionWaitMs: 500 });
+  service = new ExtenderService({ tenancyByName: true, db: ctx.db, ledger: new Ledger(ctx.db), clock: ctx.clock, kube, log, admissionWaitMs: 500 });
 });
 
 async function reserve(o: { tenant?: string; startInMs?: number; seconds?: number } = {}) {
@@ -220,7 +220,7 @@ describe('filter with more fits than it passes', () => {
     for (const [n, g] of Object.entries(gpus)) await makeNode(n).gpus(g).create(ctx.db, pool);
     const names = Object.keys(gpus);
     const log = createLogger({ level: 'debug', write: (l) => logs.push(JSON.parse(l) as Record<string, unknown>) });
-    const two = new ExtenderService({ db: ctx.db, ledger: new Ledger(ctx.db), clock: ctx.clock, kube, log, filterNodes: 2, bestNodeOnly: false });
+    const two = new ExtenderService({ tenancyByName: true, db: ctx.db, ledger: new Ledger(ctx.db), clock: ctx.clock, kube, log, filterNodes: 2, bestNodeOnly: false });
     const first = pod('acme-train', { 'bettercompute.io/gpu': '1' });
     const passed = await two.filter({ Pod: first, NodeNames: names } as never);
     expect(passed.NodeNames).toEqual(['best-c', 'best-e']);
@@ -258,7 +258,7 @@ describe('filter and a pod without scheduling preferences of its own (ADR 0030)'
   };
 
   it('passes its best node alone and marks it admitting; a pod with preferences is passed up to filterNodes', async () => {
-    const three = new ExtenderService({ db: ctx.db, ledger: new Ledger(ctx.db), clock: ctx.clock, kube, log: silentLogger, filterNodes: 3 });
+    const three = new ExtenderService({ tenancyByName: true, db: ctx.db, ledger: new Ledger(ctx.db), clock: ctx.clock, kube, log: silentLogger, filterNodes: 3 });
     // A one-GPU pod packs best where the fewest GPUs are left over: one-c, then one-e, one-b, one-a and one-d.
     expect((await three.filter({ Pod: pod('acme-train', { 'bettercompute.io/gpu': '1' }), NodeNames: names } as never)).NodeNames).toEqual(['one-c']);
     // kube-scheduler binds what it is passed without prioritize: the next on-demand pod is passed the next node.
@@ -288,7 +288,7 @@ describe('filter and a pod without scheduling preferences of its own (ADR 0030)'
   });
 
   it('with bestNodeOnly false, such a pod is passed up to filterNodes too', async () => {
-    const three = new ExtenderService({ db: ctx.db, ledger: new Ledger(ctx.db), clock: ctx.clock, kube, log: silentLogger, filterNodes: 3, bestNodeOnly: false });
+    const three = new ExtenderService({ tenancyByName: true, db: ctx.db, ledger: new Ledger(ctx.db), clock: ctx.clock, kube, log: silentLogger, filterNodes: 3, bestNodeOnly: false });
     expect((await three.filter({ Pod: pod('acme-train', { 'bettercompute.io/gpu': '1' }), NodeNames: names } as never)).NodeNames).toEqual(['one-b', 'one-c', 'one-e']);
   });
 
@@ -302,7 +302,7 @@ describe('filter and a pod without scheduling preferences of its own (ADR 0030)'
     kube.allocatable = { [resource]: '2', 'bettercompute.io/gpu': '8' };
     const held = (await ctx.db.query<{ node_id: string }>(`SELECT DISTINCT node_id FROM allocations WHERE reservation_id = $1 ORDER BY node_id`, [out.reservation.id])).rows.map((r) => r.node_id);
     expect(held.length).toBeGreaterThan(1);
-    const three = new ExtenderService({ db: ctx.db, ledger: new Ledger(ctx.db), clock: ctx.clock, kube, log: silentLogger, filterNodes: 3 });
+    const three = new ExtenderService({ tenancyByName: true, db: ctx.db, ledger: new Ledger(ctx.db), clock: ctx.clock, kube, log: silentLogger, filterNodes: 3 });
     const passed = (await three.filter({ Pod: pod('acme-train', { [resource]: '1' }), NodeNames: names } as never)).NodeNames!;
     expect([...passed].sort()).toEqual(held);
   });
@@ -328,7 +328,7 @@ describe('prioritize after filter', () => {
   it('takes them only for nodes filter passed: a node that fits but was left out is judged', async () => {
     const pool = await makePool('reuse-pool').owner('acme').create(ctx.db);
     for (const [n, g] of [['reuse-a', 1], ['reuse-b', 2], ['reuse-c', 8]] as const) await makeNode(n).gpus(g).create(ctx.db, pool);
-    const two = new ExtenderService({ db: ctx.db, ledger: new Ledger(ctx.db), clock: ctx.clock, kube, log: silentLogger, filterNodes: 2, bestNodeOnly: false });
+    const two = new ExtenderService({ tenancyByName: true, db: ctx.db, ledger: new Ledger(ctx.db), clock: ctx.clock, kube, log: silentLogger, filterNodes: 2, bestNodeOnly: false });
     const p = pod('acme-train', { 'bettercompute.io/gpu': '1' });
     const names = ['reuse-a', 'reuse-b', 'reuse-c'];
     const passed = await two.filter({ Pod: p, NodeNames: names } as never);
