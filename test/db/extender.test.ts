@@ -125,6 +125,20 @@ describe('bind', () => {
     expect(r.FailedAndUnresolvableNodes[NODE]).toMatch(/requests no Better Compute resource/);
   });
 
+  it('tenancy by name off: a pod of an unlabelled namespace gets no node, and its bind is refused, with the reason', async () => {
+    const off = new ExtenderService({ tenancyByName: false, db: ctx.db, ledger: new Ledger(ctx.db), clock: ctx.clock, kube, log: silentLogger });
+    const p = pod('beta', { 'bettercompute.io/gpu': '1' }); // named like tenant beta (offered the pool), no label
+    kube.pods.set(`${p.metadata.namespace}/${p.metadata.name}`, p);
+    const f = await off.filter({ Pod: p, NodeNames: [NODE] } as never);
+    expect(f.NodeNames).toEqual([]);
+    expect(f.FailedAndUnresolvableNodes[NODE]).toMatch(/namespace beta has no bettercompute.io\/tenant label, so it is no tenant/);
+    const b = await off.bind({ PodName: p.metadata.name, PodNamespace: 'beta', PodUID: p.metadata.uid, Node: NODE });
+    expect(b.Error).toMatch(/no tenant/);
+    expect(kube.bound).toEqual([]);
+    // The same pod with tenancy by name on is beta's.
+    expect((await service.filter({ Pod: p, NodeNames: [NODE] } as never)).NodeNames).toEqual([NODE]);
+  });
+
   it('binds a reservation’s pod that requests only its reservation’s resource (no marker)', async () => {
     const { id, resource } = await reserve();
     const p = pod('acme-train', { [resource]: '1' });
