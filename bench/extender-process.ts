@@ -49,6 +49,7 @@ async function main() {
   memory.start();
   await memory.ready();
   const service = new ExtenderService({
+    tenancyByName: true,
     db,
     ledger: new Ledger(db),
     clock,

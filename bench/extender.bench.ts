@@ -217,6 +217,7 @@ async function main() {
   await sync.ready();
   const memoryDb = countingDb(db);
   const memory = new ExtenderService({
+    tenancyByName: true,
     db: memoryDb,
     ledger,
     clock,
@@ -225,7 +226,7 @@ async function main() {
     memory: sync,
     metrics: { onCall: (verb, seconds) => void (verb === 'filter' && serviceTimes.push(seconds * 1000)) },
   });
-  const database = new ExtenderService({ db, ledger, clock, kube, log: silentLogger });
+  const database = new ExtenderService({ tenancyByName: true, db, ledger, clock, kube, log: silentLogger });
 
   // The empty handlers of the baseline: express, as the baseline defines them. The extenders: the controller's
   // extender listener (plain node:http, ADR 0025), served here under /memory/ and /database/ for /scheduler/.

@@ -182,7 +182,7 @@ async function main() {
     log: silentLogger,
     fence: fence.fence,
     metrics: { reconciled: (c, s) => rec.reconciled(c, s), watchRestarted() {}, setLeader() {} },
-    tuning: { capacityRefreshMs: 3_600_000, pendingMaxBackoffMs: 30_000, reservationWorkers: WORKERS, recurrenceHorizonMs: 7 * 86_400_000 },
+    tuning: { capacityRefreshMs: 3_600_000, pendingMaxBackoffMs: 30_000, reservationWorkers: WORKERS, recurrenceHorizonMs: 7 * 86_400_000, tenancyByName: false },
     watchTimeoutSeconds: 300,
     watchLivenessMs: 600_000,
   });

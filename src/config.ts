@@ -27,6 +27,16 @@ const ConfigSchema = z.object({
   httpPort: z.coerce.number().int().min(0).max(65535),
   httpHost: z.string().min(1),
   /**
+   * `controller`: HOST:PORT serves the capacity API over HTTPS (ADR 0035); this port serves it in plain HTTP on
+   * 127.0.0.1 only, for the CLI through `kubectl port-forward` (unset: no plain listener).
+   */
+  apiLoopbackPort: z.coerce.number().int().min(0).max(65535).optional(),
+  /**
+   * `controller`: a kubernetes.io/tls Secret in its namespace whose certificate the capacity API serves instead of the
+   * controller's own (the Role must let it get that name: deploy/ grants `better-compute-api-tls`).
+   */
+  apiTlsSecretName: z.string().min(1).max(253).optional(),
+  /**
    * `controller` listeners besides HOST:PORT (capacity API, health): the scheduler extender (plain HTTP, loopback by
    * default: only the scheduler container of the same pod reaches it), /metrics (HTTPS, TokenReview +
    * SubjectAccessReview) and the webhooks (HTTPS: admission, node agents). Port 0: any free port (tests).
@@ -49,10 +59,33 @@ const ConfigSchema = z.object({
   tlsExtraSans: z.array(z.string().min(1)),
   /** How often every replica re-reads its TLS material (the Secret or the files). */
   tlsReloadEveryMs: durationMs('BETTER_COMPUTE_TLS_RELOAD_EVERY'),
+  /**
+   * When the generated CA is renewed (30 days before its end), how long the new CA is published beside the old one
+   * (ConfigMap better-compute-ca, the webhook's caBundle) before the serving certificate is issued from it (ADR 0040):
+   * longer than the kubelet takes to refresh a ConfigMap volume (about a minute) and a reload poll.
+   */
+  tlsCaOverlapMs: durationMs('BETTER_COMPUTE_TLS_CA_OVERLAP').refine((ms) => ms >= 0 && ms <= 7 * 86_400_000, 'BETTER_COMPUTE_TLS_CA_OVERLAP: at most 7 days'),
   /** `serve`: how requests are authorized — a static token file (local use) or Kubernetes TokenReview + SubjectAccessReview. */
   auth: z.enum(['static', 'kubernetes']),
   /** `serve` with auth=static: the token file (YAML or JSON); without one every request is refused. */
   tokenFile: z.string().min(1).optional(),
+  /**
+   * auth=kubernetes: the audiences a capacity API token must be minted for (TokenReview `spec.audiences`, checked in
+   * `status.audiences`; ADR 0035), comma separated. Users: `kubectl create token <sa> --audience bettercompute.io`.
+   */
+  apiTokenAudiences: z.array(z.string().min(1).max(253)).min(1, 'API_TOKEN_AUDIENCES needs at least one audience'),
+  /**
+   * `controller`: the per-source request limit of the listeners that take tokens (ADR 0036): requests earned back per
+   * second and the burst, per source address and listener (0 per second: no limit).
+   */
+  rateLimitPerSecond: z.coerce.number().min(0).max(100_000),
+  rateLimitBurst: z.coerce.number().int().min(1).max(1_000_000),
+  /**
+   * `controller` (and `serve` with auth=kubernetes): whether a namespace without the bettercompute.io/tenant label is
+   * the tenant named like it (ADR 0040). Off by default: where users may create namespaces, one named like a tenant
+   * would inherit its pools and quota. The trial overlay turns it on.
+   */
+  tenancyByName: z.enum(['true', 'false']).transform((v) => v === 'true'),
   /** auth=kubernetes: a kubeconfig file; without one the in-cluster service account is used. */
   kubeconfig: z.string().min(1).optional(),
   /** How often `serve` rebuilds the capacity rollup, and how often it folds pending deltas (milliseconds). */
@@ -62,6 +95,10 @@ const ConfigSchema = z.object({
   serverUrl: z.string().url(),
   token: z.string().min(1).optional(),
   tenant: z.string().min(1).optional(),
+  /** The CLI: the CA bundle (PEM file) that signs an https:// server's certificate; unset: the system's CAs. */
+  caFile: z.string().min(1).optional(),
+  /** The CLI: the name an https:// server's certificate is checked against, when not the URL's host. */
+  tlsServerName: z.string().min(1).optional(),
   /** `controller`: the namespace of its Lease (and Deployment); the replica's identity in the Lease (POD_NAME). */
   controllerNamespace: z.string().min(1).max(63),
   podName: z.string().min(1).optional(),
@@ -191,6 +228,11 @@ export function controllerUrlFromEnv(env: NodeJS.ProcessEnv): string | undefined
   return `https://${host.includes(':') ? `[${host}]` : host}:${port}`;
 }
 
+/** A comma-separated setting as its non-empty items. */
+function list(v: string): string[] {
+  return v.split(',').map((x) => x.trim()).filter(Boolean);
+}
+
 function defaultDataDir(): string {
   // Run as root, PostgreSQL runs as the `postgres` user, which cannot enter /root: keep the data where it can.
   if (process.getuid?.() === 0) return '/var/lib/better-compute';
@@ -206,6 +248,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       logLevel: env.LOG_LEVEL || 'info',
       httpPort: env.PORT || 8080,
       httpHost: env.HOST || '127.0.0.1',
+      apiLoopbackPort: env.API_LOOPBACK_PORT || undefined,
+      apiTlsSecretName: env.API_TLS_SECRET_NAME || undefined,
       extenderHost: env.EXTENDER_HOST || '127.0.0.1',
       extenderPort: env.EXTENDER_PORT || 8888,
       metricsHost: env.METRICS_HOST || env.HOST || '127.0.0.1',
@@ -217,16 +261,23 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       tlsKeyFile: env.TLS_KEY_FILE || undefined,
       tlsCaFile: env.TLS_CA_FILE || undefined,
       webhookConfigurationName: env.BETTER_COMPUTE_WEBHOOK_CONFIGURATION || 'better-compute',
-      tlsExtraSans: (env.TLS_EXTRA_SANS ?? '').split(',').map((x) => x.trim()).filter(Boolean),
+      tlsExtraSans: list(env.TLS_EXTRA_SANS ?? ''),
       tlsReloadEveryMs: env.BETTER_COMPUTE_TLS_RELOAD_EVERY || '1m',
+      tlsCaOverlapMs: env.BETTER_COMPUTE_TLS_CA_OVERLAP || '1h',
       auth: env.BETTER_COMPUTE_AUTH || 'static',
       tokenFile: env.BETTER_COMPUTE_TOKEN_FILE || undefined,
+      tenancyByName: env.TENANCY_BY_NAMESPACE_NAME || 'false',
+      rateLimitPerSecond: env.RATE_LIMIT_PER_SECOND || 20,
+      rateLimitBurst: env.RATE_LIMIT_BURST || 40,
+      apiTokenAudiences: list(env.API_TOKEN_AUDIENCES ?? 'bettercompute.io'),
       kubeconfig: env.KUBECONFIG || undefined,
       rollupEveryMs: env.BETTER_COMPUTE_ROLLUP_EVERY || '5m',
       foldEveryMs: env.BETTER_COMPUTE_FOLD_EVERY || '10s',
       serverUrl: env.BETTER_COMPUTE_SERVER || 'http://127.0.0.1:8080',
       token: env.BETTER_COMPUTE_TOKEN || undefined,
       tenant: env.BETTER_COMPUTE_TENANT || undefined,
+      caFile: env.BETTER_COMPUTE_CA_FILE || undefined,
+      tlsServerName: env.BETTER_COMPUTE_TLS_SERVER_NAME || undefined,
       controllerNamespace: env.BETTER_COMPUTE_NAMESPACE || env.POD_NAMESPACE || 'better-compute-system',
       podName: env.POD_NAME || undefined,
       leaseDurationMs: env.BETTER_COMPUTE_LEASE_DURATION || '15s',

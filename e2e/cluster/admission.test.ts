@@ -190,7 +190,7 @@ describe.skipIf(external)('the mutating webhook: a Job that names a reservation 
       async reservation(namespace, name) {
         try {
           const o = (await custom.getNamespacedCustomObject({ group: 'bettercompute.io', version: 'v1alpha1', namespace, plural: 'reservations', name })) as Reservation;
-          return reservationRef(o, await nsOf(namespace));
+          return reservationRef(o, await nsOf(namespace), true);
         } catch {
           return undefined;
         }
@@ -198,7 +198,7 @@ describe.skipIf(external)('the mutating webhook: a Job that names a reservation 
       async reservationsIn(namespace) {
         const l = (await custom.listNamespacedCustomObject({ group: 'bettercompute.io', version: 'v1alpha1', namespace, plural: 'reservations' })) as List<Reservation>;
         const ns = await nsOf(namespace);
-        return l.items.map((o) => reservationRef(o, ns)!).filter(Boolean);
+        return l.items.map((o) => reservationRef(o, ns, true)!).filter(Boolean);
       },
     };
     const app = express();

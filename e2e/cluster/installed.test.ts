@@ -34,8 +34,24 @@ const POOL = uniqueName('pool');
 let installed: Installed;
 let caFile: string;
 
-async function token(namespace: string, sa = 'default'): Promise<string> {
-  return (await kubectl(['-n', namespace, 'create', 'token', sa, '--duration=10m'])).trim();
+async function token(namespace: string, sa = 'default', audience?: string): Promise<string> {
+  return (await kubectl(['-n', namespace, 'create', 'token', sa, '--duration=10m', ...(audience ? ['--audience', audience] : [])])).trim();
+}
+
+/** A token for the capacity API, as users make them: `kubectl create token <sa> --audience bettercompute.io` (ADR 0035). */
+const apiToken = (namespace: string, sa = 'default') => token(namespace, sa, 'bettercompute.io');
+
+/** POST a capacity API method over TLS (the Service's port 8443 on the pod's address). */
+async function capacityCall(ip: string, bearer: string, tenantId: string) {
+  const r = await request(`https://${ip}:8443/api/compute/capacity/summary`, {
+    method: 'POST',
+    ca: fs.readFileSync(caFile),
+    servername: `better-compute-controller.${SYSTEM_NS}.svc`,
+    token: bearer,
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ tenantId }),
+  });
+  return { status: r.status, body: r.json as { error?: { code: string } } };
 }
 
 function httpsGet(url: string, bearer?: string) {
@@ -107,12 +123,13 @@ describe('installed from the image with helm install of the chart (deploy/, rend
   it('the extender is on the pod loopback only: a tenant pod cannot reach it, and the Service has no port for it', async () => {
     const { ip } = await installed.controllerPod();
     const svc = await kubectlJson<{ spec: { ports: { port: number }[] } }>(['-n', SYSTEM_NS, 'get', 'service', 'better-compute-controller']);
-    expect(svc.spec.ports.map((p) => p.port).sort()).toEqual([8080, 9090, 9443]);
+    expect(svc.spec.ports.map((p) => p.port).sort()).toEqual([8443, 9090, 9443]);
     const name = uniqueName('probe');
-    // nc exits 0 only when it connected; on 8080 the main port must not serve /scheduler/bind either.
+    // nc exits 0 only when it connected. The capacity API's plain-HTTP twin (8080) is on the pod's loopback only: a
+    // token cannot be sent to it in clear text from the pod network (ADR 0035).
     const script = [
       `if nc -w 3 ${ip} 8888 </dev/null; then echo EXTENDER=open; else echo EXTENDER=closed; fi`,
-      `printf 'POST /scheduler/bind HTTP/1.0\\r\\nContent-Type: application/json\\r\\nContent-Length: 2\\r\\n\\r\\n{}' | nc -w 5 ${ip} 8080 | head -n 1`,
+      `if nc -w 3 ${ip} 8080 </dev/null; then echo PLAIN_API=open; else echo PLAIN_API=closed; fi`,
     ].join('; ');
     await apply({
       apiVersion: 'v1',
@@ -123,7 +140,7 @@ describe('installed from the image with helm install of the chart (deploy/, rend
     await waitForPodPhase(NS, name, ['Succeeded', 'Failed'], 60_000);
     const logs = await kubectl(['-n', NS, 'logs', name]);
     expect(logs).toContain('EXTENDER=closed');
-    expect(logs).toMatch(/HTTP\/1\.[01] 404/);
+    expect(logs).toContain('PLAIN_API=closed');
   });
 
   it('/metrics is TLS and needs a token that RBAC lets read it: a tenant gets 403, anonymous 401', async () => {
@@ -239,15 +256,11 @@ describe('installed from the image with helm install of the chart (deploy/, rend
     ]);
     try {
       await waitFor('default service account', async () => (await kubectlResult(['-n', OTHER_TENANT, 'get', 'sa', 'default'])).code === 0, { timeoutMs: 30_000 });
-      const bearer = await token(OTHER_TENANT);
-      const ask = async (tenantId: string) => {
-        const r = await fetch(`http://${ip}:8080/api/compute/capacity/summary`, {
-          method: 'POST',
-          headers: { authorization: `Bearer ${bearer}`, 'content-type': 'application/json' },
-          body: JSON.stringify({ tenantId }),
-        });
-        return { status: r.status, body: (await r.json()) as { error?: { code: string } } };
-      };
+      const bearer = await apiToken(OTHER_TENANT);
+      const ask = (tenantId: string) => capacityCall(ip, bearer, tenantId);
+      // A token minted for the API server (no --audience) is not one for the capacity API.
+      const apiServerToken = await token(OTHER_TENANT);
+      expect(await capacityCall(ip, apiServerToken, TENANT)).toMatchObject({ status: 401, body: { error: { code: 'UNAUTHENTICATED' } } });
       // The namespace is NAMED like tenant OTHER_TENANT, but labelled TENANT: it gives nothing of OTHER_TENANT...
       const stolen = await ask(OTHER_TENANT);
       expect(stolen.status).toBe(403);

@@ -242,6 +242,7 @@ describe('podAdmissionDeps (from informer caches)', () => {
     namespaces: { get: (k) => namespaces[k] },
     db: {} as never,
     log: silentLogger,
+    tenancyByName: true,
   });
   it('synced follows the informers', () => {
     const informer = { get: () => undefined, list: () => [], hasSynced: false };
@@ -251,7 +252,19 @@ describe('podAdmissionDeps (from informer caches)', () => {
     expect(d.synced!()).toBe(true);
   });
 
-  it('tenant: the namespace label, else the namespace name, never status.tenant; deleting', async () => {
+  it('tenancy by name off (the default): a Reservation of an unlabelled namespace is none a pod may use', async () => {
+    const off = podAdmissionDeps({
+      reservations: { get: (k) => items.find((r) => `${r.metadata.namespace}/${r.metadata.name}` === k), list: () => items },
+      namespaces: { get: (k) => namespaces[k] },
+      db: {} as never,
+      log: silentLogger,
+    });
+    expect(await off.reservation('b', 'z')).toBeUndefined();
+    expect(await off.reservationsIn('b')).toEqual([]);
+    expect((await off.reservation('a', 'x'))?.tenant).toBe('acme');
+  });
+
+  it('tenant (by name on): the namespace label, else the namespace name, never status.tenant; deleting', async () => {
     expect(await deps.reservation('a', 'x')).toEqual({ namespace: 'a', name: 'x', uid: 'u1', tenant: 'acme', deleting: false });
     expect((await deps.reservation('a', 'y'))?.tenant).toBe('acme');
     expect(await deps.reservation('b', 'z')).toMatchObject({ tenant: 'b', deleting: true });

@@ -23,7 +23,7 @@ import { z } from 'zod';
 import { GENERIC_RESOURCES, RESERVATION_GROUP, RESERVATION_LABEL, RESERVATION_MARKER, reservationIdOfResource, reservationResourceName } from '../extender/resources.ts';
 import type { Informer } from '../kube/informer.ts';
 import type { NamespaceCR, Reservation } from '../kube/types.ts';
-import { TENANT_LABEL } from '../kube/types.ts';
+import { namespaceTenant } from '../kube/types.ts';
 import type { Db } from '../db/pool.ts';
 import { capDeclaredBody } from '../api/body-cap.ts';
 import { errorFields, type Logger } from '../log.ts';
@@ -339,14 +339,17 @@ export function createPodAdmissionRouter(deps: PodAdmissionDeps): Router {
  * A Reservation as admission sees it. The tenant is its namespace's, as the extender checks at bind: a booking under
  * any other tenant (status.tenant forged by someone who may write reservations/status) is never this namespace's.
  */
-export function reservationRef(r: Reservation, namespace: NamespaceCR | undefined): ReservationRef | undefined {
+export function reservationRef(r: Reservation, namespace: NamespaceCR | undefined, byName = false): ReservationRef | undefined {
   const ns = r.metadata.namespace;
   if (!ns || !r.metadata.uid) return undefined;
+  // A namespace that is no tenant (no label, tenancy by name off) has no Reservation a pod may use.
+  const tenant = namespaceTenant(ns, namespace?.metadata.labels, byName);
+  if (tenant === undefined) return undefined;
   return {
     namespace: ns,
     name: r.metadata.name,
     uid: r.metadata.uid,
-    tenant: namespace?.metadata.labels?.[TENANT_LABEL] || ns,
+    tenant,
     deleting: Boolean(r.metadata.deletionTimestamp),
   };
 }
@@ -357,8 +360,10 @@ export function podAdmissionDeps(o: {
   namespaces: Pick<Informer<NamespaceCR>, 'get'> & { readonly hasSynced?: boolean };
   db: Db;
   log: Logger;
+  /** TENANCY_BY_NAMESPACE_NAME (default off): an unlabelled namespace is the tenant named like it. */
+  tenancyByName?: boolean;
 }): PodAdmissionDeps {
-  const ref = (r: Reservation | undefined) => r && reservationRef(r, o.namespaces.get(r.metadata.namespace ?? ''));
+  const ref = (r: Reservation | undefined) => r && reservationRef(r, o.namespaces.get(r.metadata.namespace ?? ''), o.tenancyByName ?? false);
   return {
     log: o.log,
     synced: () => o.reservations.hasSynced !== false && o.namespaces.hasSynced !== false,

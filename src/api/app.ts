@@ -9,6 +9,7 @@ import type { HttpMetrics } from '../metrics/registry.ts';
 import { bearerToken, type Authorizer, type CapacityReadTarget, type Principal } from './authz.ts';
 import type { CapacityService } from './capacity-service.ts';
 import { capDeclaredBody } from './body-cap.ts';
+import { requireTokenTransport } from './transport.ts';
 import { ApiError, invalidInput, toErrorResponse } from './errors.ts';
 import { mountCalendar } from '../ui/routes.ts';
 import type { ReservationDirectory } from '../ui/reservations.ts';
@@ -118,6 +119,9 @@ export function createApp(deps: AppDeps): express.Express {
   // A declared body over the cap is refused from its headers, before the token is reviewed (no TokenReview spent).
   const capBody = capDeclaredBody(maxBody, { status: 400, code: 'INVALID_INPUT' });
 
+  // A token on plain HTTP that did not arrive at loopback is refused before it is reviewed (ADR 0035).
+  const tokenTransport = requireTokenTransport();
+
   const authenticate: RequestHandler = async (req, res, next) => {
     locals(res).principal = await deps.authorizer.authenticate(bearerToken(req.get('authorization')));
     next();
@@ -144,6 +148,7 @@ export function createApp(deps: AppDeps): express.Express {
         next();
       },
       capBody,
+      tokenTransport,
       authenticate,
       requireJson,
       json,

@@ -1,12 +1,21 @@
 // The Kubernetes authorizer against a fake API server on loopback that answers TokenReview and SubjectAccessReview.
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { KubernetesAuthorizer, MAX_TENANT_NAMESPACES, tenantNamespaces } from './authz-kubernetes.ts';
-import { startFakeKubeApi, type FakeKubeApi, type FakeUser, type SeenRequest } from '../../test/support/fake-kube-api.ts';
+import { KubernetesAuthorizer, MAX_TENANT_NAMESPACES, PRODUCT_AUDIENCE, tenantNamespaces } from './authz-kubernetes.ts';
+import { API_SERVER_AUDIENCE, startFakeKubeApi, type FakeKubeApi, type FakeUser, type SeenRequest } from '../../test/support/fake-kube-api.ts';
 import { ApiError } from './errors.ts';
 
 /** token → user; (user, namespace, name?) → allowed. */
 const USERS: Record<string, FakeUser> = {
-  'alice-token': { username: 'alice', uid: 'u-1', groups: ['team-a', 'system:authenticated'], extra: { scopes: ['read'] } },
+  'alice-token': {
+    username: 'alice',
+    uid: 'u-1',
+    groups: ['team-a', 'system:authenticated'],
+    extra: { scopes: ['read'] },
+    audiences: [PRODUCT_AUDIENCE, API_SERVER_AUDIENCE],
+  },
+  /** Minted with `kubectl create token` and no --audience: valid for the API server only. */
+  'api-server-token': { username: 'mallory', groups: ['system:authenticated'] },
+  'product-token': { username: 'erin', groups: ['system:authenticated'], audiences: [PRODUCT_AUDIENCE] },
   'bob-token': { username: 'bob', uid: 'u-2', groups: ['system:authenticated'] },
   'carol-token': { username: 'carol', groups: ['system:authenticated'] },
   'dave-token': { username: 'dave', groups: ['system:authenticated'] },
@@ -30,7 +39,8 @@ const allowed = (user: string, ns: string, name?: string) =>
   (user === 'carol' && ns === 'globex-serve') ||
   (user === 'dave' && ns === 'initech') ||
   (user === 'carol' && ns === 'big-39');
-const namespacesOfTenant = (t: string) => tenantNamespaces(t, NAMESPACES.map((n) => ({ metadata: n })));
+/** With tenancy by name on (TENANCY_BY_NAMESPACE_NAME): acme and ops are tenants by their names. */
+const namespacesOfTenant = (t: string) => tenantNamespaces(t, NAMESPACES.map((n) => ({ metadata: n })), true);
 
 let fake: FakeKubeApi;
 let seen: SeenRequest[];
@@ -76,11 +86,37 @@ describe('KubernetesAuthorizer', () => {
     });
   });
 
+  it('with the product audience: a token minted for the API server only is refused, one minted for the audience accepted', async () => {
+    const a = new KubernetesAuthorizer({ kubeConfig: kubeConfig(), audiences: [PRODUCT_AUDIENCE] });
+    const e = await failure(a.authenticate('api-server-token'));
+    expect([e.code, e.status]).toEqual(['UNAUTHENTICATED', 401]);
+    expect(seen[0]!.body.spec).toEqual({ token: 'api-server-token', audiences: ['bettercompute.io'] });
+    expect((await a.authenticate('product-token')).subject).toBe('erin');
+    // Without the setting (the agents' and Prometheus's reviewer), the API server's tokens are the ones accepted.
+    const plain = new KubernetesAuthorizer({ kubeConfig: kubeConfig() });
+    expect((await plain.authenticate('api-server-token')).subject).toBe('mallory');
+    expect((await failure(plain.authenticate('product-token'))).code).toBe('UNAUTHENTICATED');
+  });
+
+  it('an authenticator that ignores spec.audiences (no status.audiences): refused, and the refusal is cached', async () => {
+    const lax = await startFakeKubeApi({ users: USERS, allowed, ignoresAudiences: true });
+    try {
+      const a = new KubernetesAuthorizer({ kubeConfig: lax.kubeConfig(), audiences: [PRODUCT_AUDIENCE] });
+      const e = await failure(a.authenticate('api-server-token'));
+      expect(e.code).toBe('UNAUTHENTICATED');
+      expect(e.message).toContain('--audience bettercompute.io');
+      await failure(a.authenticate('api-server-token'));
+      expect(lax.seen).toHaveLength(1);
+    } finally {
+      await lax.close();
+    }
+  });
+
   it('TokenReview, then a SubjectAccessReview for get capacity.bettercompute.io in the tenant’s namespace', async () => {
-    const a = new KubernetesAuthorizer({ kubeConfig: kubeConfig(), namespacesOfTenant, audiences: ['bettercompute'] });
+    const a = new KubernetesAuthorizer({ kubeConfig: kubeConfig(), namespacesOfTenant, audiences: [PRODUCT_AUDIENCE] });
     const alice = await a.authenticate('alice-token');
     expect(alice).toEqual({ subject: 'alice', uid: 'u-1', groups: ['team-a', 'system:authenticated'], extra: { scopes: ['read'] } });
-    expect(seen[0]!.body.spec).toEqual({ token: 'alice-token', audiences: ['bettercompute'] });
+    expect(seen[0]!.body.spec).toEqual({ token: 'alice-token', audiences: ['bettercompute.io'] });
     await a.authorizeCapacityRead(alice, { tenantId: 'acme' });
     expect(seen[1]).toMatchObject({ path: '/apis/authorization.k8s.io/v1/subjectaccessreviews', authorization: 'Bearer controller-sa-token' });
     expect(seen[1]!.body).toEqual({
@@ -111,12 +147,24 @@ describe('KubernetesAuthorizer', () => {
     expect((await failure(a.authorizeCapacityRead(alice, { tenantId: 'ops' }))).code).toBe('FORBIDDEN');
   });
 
-  it('tenantNamespaces: the labelled ones, plus the one named like the tenant only while it has no tenant label', () => {
+  it('tenantNamespaces: the labelled ones, plus (tenancy by name on) the one named like the tenant while it has no tenant label', () => {
     const all = NAMESPACES.map((n) => ({ metadata: n }));
+    expect(tenantNamespaces('globex', all, true)).toEqual(['globex-serve', 'globex-train', 'initech']);
+    expect(tenantNamespaces('acme', all, true)).toEqual(['acme']);
+    expect(tenantNamespaces('initech', all, true)).toEqual([]);
+    expect(tenantNamespaces('nobody', all, true)).toEqual([]);
+    // Off (the default): an unlabelled namespace is no tenant; labels decide alone.
+    expect(tenantNamespaces('acme', all)).toEqual([]);
     expect(tenantNamespaces('globex', all)).toEqual(['globex-serve', 'globex-train', 'initech']);
-    expect(tenantNamespaces('acme', all)).toEqual(['acme']);
-    expect(tenantNamespaces('initech', all)).toEqual([]);
-    expect(tenantNamespaces('nobody', all)).toEqual([]);
+    expect(tenantNamespaces('acme', [{ metadata: { name: 'acme', labels: { 'bettercompute.io/tenant': '' } } }], true)).toEqual(['acme']);
+  });
+
+  it('tenancy by name off (the default): the unlabelled namespace named like the tenant gives nothing, and is not even asked for', async () => {
+    const a = new KubernetesAuthorizer({ kubeConfig: kubeConfig(), cacheTtlMs: 0 });
+    const alice = await a.authenticate('alice-token');
+    seen.length = 0;
+    expect((await failure(a.authorizeCapacityRead(alice, { tenantId: 'acme' }))).code).toBe('FORBIDDEN');
+    expect(seen.map((r) => `${r.method} ${decodeURIComponent(r.path)}`)).toEqual(['GET /api/v1/namespaces?labelSelector=bettercompute.io/tenant=acme']);
   });
 
   it('a RoleBinding in any of the tenant’s labelled namespaces applies', async () => {
@@ -141,7 +189,7 @@ describe('KubernetesAuthorizer', () => {
 
   it('without namespacesOfTenant: asks the API server (label selector, then the namespace by name), cached for the TTL', async () => {
     let now = 0;
-    const a = new KubernetesAuthorizer({ kubeConfig: kubeConfig(), cacheTtlMs: 1000, monotonicNow: () => now });
+    const a = new KubernetesAuthorizer({ kubeConfig: kubeConfig(), cacheTtlMs: 1000, monotonicNow: () => now, tenancyByName: true });
     const alice = await a.authenticate('alice-token');
     const dave = await a.authenticate('dave-token');
     const carol = await a.authenticate('carol-token');

@@ -1,7 +1,7 @@
 // `compute:capacity:read` decided by Kubernetes: a TokenReview says who the bearer token belongs to, then
 // SubjectAccessReviews ask RBAC whether that user may `get` `capacity` in group `bettercompute.io` in ANY of the
-// tenant's namespaces (docs/adr/0005): those labelled `bettercompute.io/tenant=<tenant>`, plus the namespace named
-// `<tenant>` only while it carries no tenant label. A namespace named like a tenant but labelled for another gives
+// tenant's namespaces (docs/adr/0005): those labelled `bettercompute.io/tenant=<tenant>`, plus, only with tenancy by
+// name on (TENANCY_BY_NAMESPACE_NAME, ADR 0040), the namespace named `<tenant>` while it carries no tenant label. A namespace named like a tenant but labelled for another gives
 // nothing for the first. Pool-scoped reads name the pool (`resourceAttributes.name`), so a Role may narrow them with
 // `resourceNames`; the tenant-wide summary names nothing.
 import { createHash } from 'node:crypto';
@@ -15,14 +15,19 @@ import {
 } from '@kubernetes/client-node';
 import { describeTarget, type Authorizer, type CapacityReadTarget, type Principal } from './authz.ts';
 import { forbidden, unauthenticated } from './errors.ts';
-import { TENANT_LABEL as TENANT_NAMESPACE_LABEL } from '../kube/types.ts';
+import { namespaceTenant, TENANT_LABEL as TENANT_NAMESPACE_LABEL } from '../kube/types.ts';
 import { systemClock } from '../clock.ts';
 
 export const CAPACITY_GROUP = 'bettercompute.io';
+/**
+ * The audience of the capacity API's tokens (`kubectl create token <sa> --audience bettercompute.io`; ADR 0035): a
+ * token minted for it is not accepted by the API server, and one minted for the API server is not accepted here.
+ */
+export const PRODUCT_AUDIENCE = 'bettercompute.io';
 export const CAPACITY_RESOURCE = 'capacity';
 export const CAPACITY_VERB = 'get';
 
-/** Namespace label naming the tenant (ADR 0005); a namespace without it is its own tenant. */
+/** Namespace label naming the tenant (ADR 0005); a namespace without it is no tenant unless tenancy by name is on. */
 export { TENANT_NAMESPACE_LABEL };
 /** At most this many of a tenant's namespaces are asked about per decision (first by name). */
 export const MAX_TENANT_NAMESPACES = 32;
@@ -33,15 +38,14 @@ export interface NamespaceLike {
 
 /**
  * A tenant's namespaces, from a list of all namespaces (e.g. an informer's cache): those labelled
- * `bettercompute.io/tenant=<tenant>`, plus the one named `<tenant>` if it has no tenant label. Sorted by name.
+ * `bettercompute.io/tenant=<tenant>`, plus, with `byName`, the one named `<tenant>` if it has no tenant label. Sorted.
  */
-export function tenantNamespaces(tenantId: string, namespaces: Iterable<NamespaceLike>): string[] {
+export function tenantNamespaces(tenantId: string, namespaces: Iterable<NamespaceLike>, byName = false): string[] {
   const out = new Set<string>();
   for (const ns of namespaces) {
     const name = ns.metadata.name;
     if (!name) continue;
-    const label = ns.metadata.labels?.[TENANT_NAMESPACE_LABEL];
-    if (label === tenantId || (label === undefined && name === tenantId)) out.add(name);
+    if (namespaceTenant(name, ns.metadata.labels, byName) === tenantId) out.add(name);
   }
   return [...out].sort();
 }
@@ -53,7 +57,7 @@ const DNS_LABEL = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/;
  * A tenant's namespaces asked of the API server (for `serve`, which has no informer): a list by label selector and a
  * get of the namespace named like the tenant. Needs `list` and `get` on namespaces.
  */
-export function tenantNamespacesFromApi(kc: KubeConfig): (tenantId: string) => Promise<string[]> {
+export function tenantNamespacesFromApi(kc: KubeConfig, byName = false): (tenantId: string) => Promise<string[]> {
   const core = kc.makeApiClient(CoreV1Api);
   return async (tenantId) => {
     const found: NamespaceLike[] = [];
@@ -61,7 +65,7 @@ export function tenantNamespacesFromApi(kc: KubeConfig): (tenantId: string) => P
       const list = await core.listNamespace({ labelSelector: `${TENANT_NAMESPACE_LABEL}=${tenantId}` });
       found.push(...list.items.map((n) => ({ metadata: { name: n.metadata?.name, labels: n.metadata?.labels } })));
     }
-    if (tenantId.length <= 63 && DNS_LABEL.test(tenantId)) {
+    if (byName && tenantId.length <= 63 && DNS_LABEL.test(tenantId)) {
       try {
         const n = await core.readNamespace({ name: tenantId });
         found.push({ metadata: { name: n.metadata?.name, labels: n.metadata?.labels } });
@@ -69,7 +73,7 @@ export function tenantNamespacesFromApi(kc: KubeConfig): (tenantId: string) => P
         if ((e as { code?: number }).code !== 404) throw e;
       }
     }
-    return tenantNamespaces(tenantId, found);
+    return tenantNamespaces(tenantId, found, byName);
   };
 }
 
@@ -81,7 +85,9 @@ export interface KubernetesAuthorizerOptions {
    * (tenantNamespacesFromApi), cached for cacheTtlMs.
    */
   namespacesOfTenant?: (tenantId: string) => readonly string[] | Promise<readonly string[]>;
-  /** Audiences the token must be valid for (TokenReview `spec.audiences`); default: the API server's. */
+  /** Without namespacesOfTenant: whether an unlabelled namespace is the tenant named like it (TENANCY_BY_NAMESPACE_NAME). */
+  tenancyByName?: boolean;
+  /** Audiences the token must be valid for (TokenReviewerOptions); the controller passes API_TOKEN_AUDIENCES. */
   audiences?: string[];
   /** How long a review's answer is reused, in milliseconds (0: never). Default 10 s. */
   cacheTtlMs?: number;
@@ -117,7 +123,10 @@ class TtlCache<V> {
 
 export interface TokenReviewerOptions {
   kubeConfig: KubeConfig;
-  /** Audiences the token must be valid for (TokenReview `spec.audiences`); default: the API server's. */
+  /**
+   * Audiences the token must be valid for (TokenReview `spec.audiences`); the review must also name one of them in
+   * `status.audiences`. Default: the API server's (the agents' and Prometheus's projected tokens).
+   */
   audiences?: string[];
   /** How long an answer is reused, in milliseconds (0: never). Default 10 s. */
   cacheTtlMs?: number;
@@ -174,6 +183,13 @@ export class TokenReviewer {
     if (!status?.authenticated || !status.user?.username) {
       this.rejected.set(key, true);
       throw unauthenticated('the bearer token is not valid');
+    }
+    // An authenticator that ignores spec.audiences (a webhook, an old API server) answers without them: such a token
+    // was not minted for us, and a token meant for the API server must not be accepted here (ADR 0035).
+    const wanted = this.opts.audiences;
+    if (wanted?.length && !wanted.some((a) => status.audiences?.includes(a))) {
+      this.rejected.set(key, true);
+      throw unauthenticated(`the bearer token is not valid for audience ${wanted.join(', ')} (kubectl create token <sa> --audience ${wanted[0]})`);
     }
     const u = status.user;
     const principal: Principal = Object.freeze({
@@ -239,7 +255,7 @@ export class KubernetesAuthorizer implements Authorizer {
     if (opts.namespacesOfTenant) this.namespacesOfTenant = opts.namespacesOfTenant;
     else {
       const cache = new TtlCache<readonly string[]>(opts.cacheTtlMs ?? 10_000, now);
-      const ask = tenantNamespacesFromApi(opts.kubeConfig);
+      const ask = tenantNamespacesFromApi(opts.kubeConfig, opts.tenancyByName ?? false);
       this.namespacesOfTenant = async (t) => {
         const hit = cache.get(t);
         if (hit) return hit;

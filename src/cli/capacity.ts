@@ -2,6 +2,7 @@
 // tables (or a chart) or `-o json`. It talks to the capacity API (`--server`, a bearer token from `--token` or
 // BETTER_COMPUTE_TOKEN); with `--direct` it reads the database itself, through the same service and schemas but
 // without authorization (whoever can reach the database can read it all).
+import fs from 'node:fs';
 import { parseArgs } from 'node:util';
 import { CAPACITY_PATHS } from '../api/app.ts';
 import { ApiError } from '../api/errors.ts';
@@ -22,6 +23,7 @@ import { renderDomains, renderPoolRows, renderPreview, renderQuota, renderSummar
 import { formatFailure, formatOutput, OUTPUT_HELP, outputUsageMessage, parseOutput } from './output.ts';
 import { createProgress, openingStep } from './progress.ts';
 import { selectorTextToObject } from './selector-object.ts';
+import { postJson, tokenTransportProblem, type ClientTls } from './http-post.ts';
 
 export const CAPACITY_USAGE = `usage: better-compute capacity --tenant T [what] [options]
 
@@ -48,7 +50,12 @@ options:
   --tenant T                   the tenant (BETTER_COMPUTE_TENANT)
 ${OUTPUT_HELP}
   --server URL                 the capacity API (BETTER_COMPUTE_SERVER, default http://127.0.0.1:8080)
-  --token TOKEN                bearer token (BETTER_COMPUTE_TOKEN)
+  --token TOKEN                bearer token (BETTER_COMPUTE_TOKEN): kubectl create token <sa> --audience bettercompute.io
+  --ca-file FILE               the CA that signs an https:// server's certificate (BETTER_COMPUTE_CA_FILE); the
+                               controller's: kubectl -n better-compute-system get configmap better-compute-ca
+                               -o jsonpath='{.data.ca\\.crt}'
+  --tls-server-name NAME       check the certificate against NAME (BETTER_COMPUTE_TLS_SERVER_NAME), e.g.
+                               better-compute-controller.better-compute-system.svc for a ClusterIP URL
   --direct                     read the database directly instead of the API (no authorization)
   --progress                   the slow steps (starting the embedded PostgreSQL with --direct, the call) on stderr;
                                the default when stderr is a terminal
@@ -92,35 +99,43 @@ export interface CapacityClient {
 }
 
 /** One POST to the capacity API; an error answer becomes a CliError with its code. */
-export async function httpCall<T>(serverUrl: string, token: string | undefined, path: string, body: unknown): Promise<T> {
+export async function httpCall<T>(serverUrl: string, token: string | undefined, path: string, body: unknown, tls: ClientTls = {}): Promise<T> {
   const base = serverUrl.replace(/\/+$/, '');
-  let res: Response;
+  const url = new URL(`${base}${path}`);
+  const problem = tokenTransportProblem(url, token);
+  if (problem) throw new CliError('TLS_REQUIRED', problem);
+  let res: { status: number; text: string };
   try {
-    res = await fetch(`${base}${path}`, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json', ...(token ? { authorization: `Bearer ${token}` } : {}) },
-      body: JSON.stringify(body),
-    });
+    res = await postJson(url, { 'content-type': 'application/json', ...(token ? { authorization: `Bearer ${token}` } : {}) }, JSON.stringify(body), tls);
   } catch (e) {
-    const cause = (e as { cause?: { code?: string; message?: string } }).cause;
-    throw new CliError('UNREACHABLE', `cannot reach ${base}: ${cause?.code ?? cause?.message ?? (e as Error).message}`);
+    throw new CliError('UNREACHABLE', `cannot reach ${base}: ${(e as { code?: string }).code ?? (e as Error).message}`);
   }
-  const text = await res.text();
   let json: unknown;
   try {
-    json = JSON.parse(text);
+    json = JSON.parse(res.text);
   } catch {
     throw new CliError('BAD_RESPONSE', `${base}${path} answered ${res.status} with a body that is not JSON`);
   }
-  if (!res.ok) {
+  if (res.status < 200 || res.status > 299) {
     const err = (json as { error?: { code?: unknown; message?: unknown } }).error;
-    throw new CliError(String(err?.code ?? `HTTP_${res.status}`), String(err?.message ?? res.statusText));
+    throw new CliError(String(err?.code ?? `HTTP_${res.status}`), String(err?.message ?? `HTTP ${res.status}`));
   }
   return json as T;
 }
 
-export function httpClient(serverUrl: string, token: string | undefined): CapacityClient {
-  const call = <T>(path: string, body: unknown) => httpCall<T>(serverUrl, token, path, body);
+/** The CLI's TLS settings: the CA file (--ca-file, BETTER_COMPUTE_CA_FILE) read once, the name to check. */
+export function clientTls(caFile: string | undefined, servername?: string): ClientTls {
+  const name = servername ? { servername } : {};
+  if (!caFile) return name;
+  try {
+    return { ca: fs.readFileSync(caFile, 'utf8'), ...name };
+  } catch (e) {
+    throw new CliError('INVALID_INPUT', `cannot read the CA file ${caFile}: ${(e as Error).message}`, 2);
+  }
+}
+
+export function httpClient(serverUrl: string, token: string | undefined, tls: ClientTls = {}): CapacityClient {
+  const call = <T>(path: string, body: unknown) => httpCall<T>(serverUrl, token, path, body, tls);
   return {
     summary: (b) => call(CAPACITY_PATHS.summary, b),
     byPool: (b) => call(CAPACITY_PATHS.byPool, b),
@@ -204,6 +219,8 @@ export async function capacityCommand(argv: string[], config: Config, io: Capaci
         output: { type: 'string', short: 'o' },
         server: { type: 'string' },
         token: { type: 'string' },
+        'ca-file': { type: 'string' },
+        'tls-server-name': { type: 'string' },
         direct: { type: 'boolean' },
         progress: { type: 'boolean' },
         help: { type: 'boolean', short: 'h' },
@@ -234,7 +251,7 @@ export async function capacityCommand(argv: string[], config: Config, io: Capaci
     const makeClient =
       io.client ??
       (async (o: { direct: boolean; server: string; token: string | undefined }) =>
-        o.direct ? directClient(config) : httpClient(o.server, o.token));
+        o.direct ? directClient(config) : httpClient(o.server, o.token, clientTls(values['ca-file'] ?? config.caFile, values['tls-server-name'] ?? config.tlsServerName)));
     const progress = createProgress({ flag: values.progress, isTTY: io.stderrIsTTY, write: io.stderr });
     const server = values.server ?? config.serverUrl;
     if (values.direct) progress.step(openingStep(config));

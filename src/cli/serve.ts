@@ -36,7 +36,9 @@ export interface Served {
 }
 
 export async function buildAuthorizer(config: Config, log: Logger): Promise<Authorizer> {
-  if (config.auth === 'kubernetes') return new KubernetesAuthorizer({ kubeConfig: kubeConfigFrom(config.kubeconfig, undefined, 'in-cluster') });
+  if (config.auth === 'kubernetes') {
+    return new KubernetesAuthorizer({ kubeConfig: kubeConfigFrom(config.kubeconfig, undefined, 'in-cluster'), audiences: [...config.apiTokenAudiences], tenancyByName: config.tenancyByName });
+  }
   if (!config.tokenFile) {
     log.warn('no token file (BETTER_COMPUTE_TOKEN_FILE or --token-file): every API request is refused');
     return StaticTokenAuthorizer.denyAll();

@@ -7,7 +7,8 @@ import { createCapacityService, type UsageResult } from '../api/capacity-service
 import { parseInput, UsageInput } from '../core/schemas.ts';
 import type { Config } from '../config.ts';
 import { openDatabase } from '../db/connect.ts';
-import { CliError, httpCall, reportFailure } from './capacity.ts';
+import { CliError, clientTls, httpCall, reportFailure } from './capacity.ts';
+import type { ClientTls } from './http-post.ts';
 import { createProgress, openingStep } from './progress.ts';
 import { formatOutput, OUTPUT_HELP, outputUsageMessage, parseOutput } from './output.ts';
 import { renderUsage } from './render.ts';
@@ -25,7 +26,9 @@ options:
   --hourly                     one row per hour (a window of at most 31 days)
 ${OUTPUT_HELP}
   --server URL                 the capacity API (BETTER_COMPUTE_SERVER, default http://127.0.0.1:8080)
-  --token TOKEN                bearer token (BETTER_COMPUTE_TOKEN)
+  --token TOKEN                bearer token (BETTER_COMPUTE_TOKEN): kubectl create token <sa> --audience bettercompute.io
+  --ca-file FILE               the CA that signs an https:// server's certificate (BETTER_COMPUTE_CA_FILE)
+  --tls-server-name NAME       check the certificate against NAME (BETTER_COMPUTE_TLS_SERVER_NAME)
   --direct                     read the database directly instead of the API (no authorization)
   --progress                   the slow steps (starting the embedded PostgreSQL with --direct, the call) on stderr;
                                the default when stderr is a terminal
@@ -36,8 +39,8 @@ export interface UsageClient {
   close(): Promise<void>;
 }
 
-export function httpUsageClient(serverUrl: string, token: string | undefined): UsageClient {
-  return { usage: (b) => httpCall(serverUrl, token, CAPACITY_PATHS.usage, b), async close() {} };
+export function httpUsageClient(serverUrl: string, token: string | undefined, tls: ClientTls = {}): UsageClient {
+  return { usage: (b) => httpCall(serverUrl, token, CAPACITY_PATHS.usage, b, tls), async close() {} };
 }
 
 export async function directUsageClient(config: Config): Promise<UsageClient> {
@@ -79,6 +82,8 @@ export async function usageCommand(argv: string[], config: Config, io: UsageIo):
         output: { type: 'string', short: 'o' },
         server: { type: 'string' },
         token: { type: 'string' },
+        'ca-file': { type: 'string' },
+        'tls-server-name': { type: 'string' },
         direct: { type: 'boolean' },
         progress: { type: 'boolean' },
         help: { type: 'boolean', short: 'h' },
@@ -113,7 +118,7 @@ export async function usageCommand(argv: string[], config: Config, io: UsageIo):
     const makeClient =
       io.client ??
       (async (o: { direct: boolean; server: string; token: string | undefined }) =>
-        o.direct ? directUsageClient(config) : httpUsageClient(o.server, o.token));
+        o.direct ? directUsageClient(config) : httpUsageClient(o.server, o.token, clientTls(values['ca-file'] ?? config.caFile, values['tls-server-name'] ?? config.tlsServerName)));
     const progress = createProgress({ flag: values.progress, isTTY: io.stderrIsTTY, write: io.stderr });
     const server = values.server ?? config.serverUrl;
     if (values.direct) progress.step(openingStep(config));

@@ -152,3 +152,68 @@ describe('nextBundle', () => {
     expect(assessBundle(fresh, later, SANS)).toEqual({ action: 'keep' });
   }, 30_000);
 });
+
+describe('CA renewal with an overlap (ADR 0040), with real TLS handshakes', () => {
+  it('old and new CA both trusted: no client is left without a CA for the certificate it is served', async () => {
+    // In the past, so that every certificate issued below is valid for the real handshakes now: the CA renewal began
+    // 90 minutes ago (t0), the overlap (1 h) ends before now.
+    const now = Date.now();
+    const t0 = now - 90 * 60_000;
+    const names = ['localhost'];
+    // A CA with 20 days left (inside the 30-day renewal window) and its serving certificate: what the agents and the
+    // webhook hold before the renewal.
+    const ca0 = generateCa(t0, { validityMs: 20 * DAY_MS });
+    const leaf0 = issueServingCert(ca0, names, t0);
+    const b0: TlsBundle = { caCert: ca0.cert, caKey: ca0.key, cert: leaf0.cert, key: leaf0.key };
+    const oldHolder = b0.caCert;
+
+    // 1. The new CA joins the bundle; the serving certificate stays.
+    const v1 = assessBundle(b0, t0, names);
+    expect(v1).toMatchObject({ action: 'renew', newCa: true, keepLeaf: true });
+    const b1 = nextBundle(b0, v1 as Exclude<typeof v1, { action: 'keep' }>, t0, names);
+    expect(splitPem(b1.caCert)).toHaveLength(2);
+    expect(splitPem(b1.caCert)[1]!.trim()).toBe(ca0.cert.trim());
+    expect(b1.cert).toBe(leaf0.cert);
+    const newHolder = b1.caCert; // what the ConfigMap and the webhook's caBundle now carry
+    expect(await handshake(b1, oldHolder, 'localhost')).toBe('hello');
+    expect(await handshake(b1, newHolder, 'localhost')).toBe('hello');
+
+    // 2. During the overlap nothing else changes (the old leaf, within 30 days of its end, is not renewed yet).
+    expect(assessBundle(b1, t0 + 10 * 60_000, names)).toEqual({ action: 'keep' });
+    expect(assessBundle(b1, t0 + 10 * 60_000, names, undefined, 2 * 60 * 60_000)).toEqual({ action: 'keep' });
+
+    // 3. After the overlap: a serving certificate from the new CA; both CAs still in the bundle.
+    expect(assessBundle(b1, t0 + 59 * 60_000, names)).toEqual({ action: 'keep' });
+    const after = now;
+    const v2 = assessBundle(b1, after, names);
+    expect(v2).toMatchObject({ action: 'renew', newCa: false, reason: /overlap is over/ });
+    const b2 = nextBundle(b1, v2 as Exclude<typeof v2, { action: 'keep' }>, after, names);
+    expect(b2.caCert).toBe(b1.caCert);
+    expect(b2.cert).not.toBe(leaf0.cert);
+    expect(new X509Certificate(b2.cert).verify(new X509Certificate(splitPem(b1.caCert)[0]!).publicKey)).toBe(true);
+    expect(assessBundle(b2, after, names)).toEqual({ action: 'keep' });
+    // Every holder has had the new bundle for the overlap: it trusts the new leaf, and a replica still serving the
+    // old leaf (not reloaded yet) is trusted by it too.
+    expect(await handshake(b2, newHolder, 'localhost')).toBe('hello');
+    expect(await handshake(b1, b2.caCert, 'localhost')).toBe('hello');
+    // Without the overlap this is the gap: a holder of the old CA alone does not trust the new leaf.
+    await expect(handshake(b2, oldHolder, 'localhost')).rejects.toThrow(/certificate|signature|issuer/i);
+
+    // 4. Once the old CA has expired it leaves the bundle; the serving certificate stays.
+    const later = t0 + 21 * DAY_MS;
+    const v3 = assessBundle(b2, later, names);
+    expect(v3).toMatchObject({ action: 'renew', newCa: false, keepLeaf: true, reason: /expired CA/ });
+    const b3 = nextBundle(b2, v3 as Exclude<typeof v3, { action: 'keep' }>, later, names);
+    expect(splitPem(b3.caCert)).toEqual([splitPem(b2.caCert)[0]]);
+    expect(b3.cert).toBe(b2.cert);
+    expect(assessBundle(b3, later, names)).toEqual({ action: 'keep' });
+  }, 60_000);
+
+  it('a CA that cannot be used is replaced at once, and not kept in the bundle', () => {
+    const broken = { ...bundle, caKey: other.caKey };
+    const v = assessBundle(broken, NOW, SANS);
+    const next = nextBundle(broken, v as Exclude<typeof v, { action: 'keep' }>, NOW, SANS);
+    expect(splitPem(next.caCert)).toHaveLength(1);
+    expect(next.caCert).not.toContain(splitPem(bundle.caCert)[0]!.slice(40, 120));
+  }, 30_000);
+});

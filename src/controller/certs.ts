@@ -153,55 +153,127 @@ export function subjectAltNames(certPem: string): string[] {
  * What to do with what the Secret holds:
  * - `keep`: use it;
  * - `renew` (leader's job, not urgent): the serving certificate is within `renewBeforeMs` of its end or lacks a name
- *   asked for — issue a new one from the same CA;
+ *   asked for — issue a new one from the same CA; or the CA is within `renewBeforeMs` of its end — a new CA joins the
+ *   bundle and the serving certificate stays (`keepLeaf`); or the overlap is over — a serving certificate from the new
+ *   CA; or an expired CA is dropped from the bundle (`keepLeaf`);
  * - `replace` (urgent, any replica): nothing usable (missing, unreadable, expired, key or CA mismatch) — issue a new
  *   serving certificate, from the same CA when that CA is itself sound, else from a new CA (`newCa`).
+ *
+ * CA renewal with an overlap (ADR 0040): the bundle (`caCert`) lists the signing CA first, then the CAs it replaced
+ * while they are still valid. A renewal first publishes the new CA beside the old one and keeps serving the old CA's
+ * certificate; only `overlapMs` after the new CA was issued (time for the kubelet to refresh the agents' ConfigMap
+ * and the API server to read the webhook's caBundle) is the serving certificate issued from the new CA. A client
+ * holding the old bundle is served the old leaf until it has the new bundle; one holding the new bundle trusts both.
  */
 export type TlsVerdict =
   | { action: 'keep' }
-  | { action: 'renew'; reason: string; newCa: boolean }
+  | { action: 'renew'; reason: string; newCa: boolean; keepLeaf?: boolean }
   | { action: 'replace'; reason: string; newCa: boolean };
 
-export function assessBundle(b: Partial<TlsBundle> | undefined, now: number, sans: readonly string[], renewBeforeMs = RENEW_BEFORE_MS): TlsVerdict {
-  // The CA first.
-  let ca: X509Certificate | undefined;
-  let caProblem: string | undefined;
-  if (!b?.caCert || !b.caKey) caProblem = 'no CA';
-  else {
-    try {
-      ca = new X509Certificate(firstPem(b.caCert));
-      if (!ca.ca) caProblem = 'the CA certificate is not a CA';
-      else if (!ca.checkPrivateKey(createPrivateKey(b.caKey))) caProblem = 'the CA key does not match the CA certificate';
-      else if (Date.parse(ca.validTo) <= now) caProblem = 'the CA has expired';
-    } catch (e) {
-      caProblem = `the CA cannot be read (${(e as Error).message})`;
-    }
-  }
-  if (caProblem) return { action: 'replace', reason: caProblem, newCa: true };
-  const caRenew = needsRenewal(b!.caCert!, now, renewBeforeMs);
+/** How long old and new CA are both published before the serving certificate moves to the new one. */
+export const CA_OVERLAP_MS = 60 * 60 * 1000;
 
-  if (!b!.cert || !b!.key) return { action: 'replace', reason: 'no serving certificate', newCa: caRenew };
+/** The CA certificates of a bundle (PEM), the signing one first; unreadable blocks are skipped. */
+function bundleCas(caPem: string): X509Certificate[] {
+  return splitPem(caPem).flatMap((pem) => {
+    try {
+      return [new X509Certificate(pem)];
+    } catch {
+      return [];
+    }
+  });
+}
+
+/** Why the signing CA (first of the bundle) cannot be used, or undefined. */
+function caProblemOf(b: Partial<TlsBundle> | undefined, now: number): string | undefined {
+  if (!b?.caCert || !b.caKey) return 'no CA';
+  try {
+    const ca = new X509Certificate(firstPem(b.caCert));
+    if (!ca.ca) return 'the CA certificate is not a CA';
+    if (!ca.checkPrivateKey(createPrivateKey(b.caKey))) return 'the CA key does not match the CA certificate';
+    if (Date.parse(ca.validTo) <= now) return 'the CA has expired';
+  } catch (e) {
+    return `the CA cannot be read (${(e as Error).message})`;
+  }
+  return undefined;
+}
+
+/** Why the serving certificate cannot be used at all, or the CA of the bundle that issued it. */
+function servingIssuer(b: TlsBundle, cas: readonly X509Certificate[], now: number): { problem: string } | { issuer: X509Certificate; serving: X509Certificate } {
   let serving: X509Certificate;
   try {
-    serving = new X509Certificate(firstPem(b!.cert));
-    if (!serving.checkPrivateKey(createPrivateKey(b!.key))) return { action: 'replace', reason: 'the key does not match the serving certificate', newCa: caRenew };
+    serving = new X509Certificate(firstPem(b.cert));
+    if (!serving.checkPrivateKey(createPrivateKey(b.key))) return { problem: 'the key does not match the serving certificate' };
   } catch (e) {
-    return { action: 'replace', reason: `the serving certificate cannot be read (${(e as Error).message})`, newCa: caRenew };
+    return { problem: `the serving certificate cannot be read (${(e as Error).message})` };
   }
-  if (!serving.verify(ca!.publicKey)) return { action: 'replace', reason: 'the serving certificate is not signed by the CA', newCa: caRenew };
-  if (Date.parse(serving.validTo) <= now || Date.parse(serving.validFrom) > now + BACKDATE_MS) {
-    return { action: 'replace', reason: 'the serving certificate is not valid now', newCa: caRenew };
+  const issuer = cas.find((ca) => Date.parse(ca.validTo) > now && serving.verify(ca.publicKey));
+  if (!issuer) return { problem: 'the serving certificate is not signed by the CA' };
+  if (Date.parse(serving.validTo) <= now || Date.parse(serving.validFrom) > now + BACKDATE_MS) return { problem: 'the serving certificate is not valid now' };
+  return { issuer, serving };
+}
+
+export function assessBundle(
+  b: Partial<TlsBundle> | undefined,
+  now: number,
+  sans: readonly string[],
+  renewBeforeMs = RENEW_BEFORE_MS,
+  overlapMs = CA_OVERLAP_MS,
+): TlsVerdict {
+  const caProblem = caProblemOf(b, now);
+  if (caProblem) return { action: 'replace', reason: caProblem, newCa: true };
+  const caRenew = needsRenewal(b!.caCert!, now, renewBeforeMs);
+  if (!b!.cert || !b!.key) return { action: 'replace', reason: 'no serving certificate', newCa: caRenew };
+  const cas = bundleCas(b!.caCert!);
+  const signing = cas[0]!;
+  const found = servingIssuer(b as TlsBundle, cas, now);
+  if ('problem' in found) return { action: 'replace', reason: found.problem, newCa: caRenew };
+  if (caRenew) return { action: 'renew', reason: `the CA ends ${new Date(Date.parse(signing.validTo)).toISOString()}`, newCa: true, keepLeaf: true };
+  const leafEnds = Date.parse(found.serving.validTo);
+  if (found.issuer !== signing) {
+    const overlapEnds = Date.parse(signing.validFrom) + BACKDATE_MS + overlapMs;
+    // Still in the overlap: the old CA's certificate is served (unless it would end first: nothing to wait for then).
+    if (now < overlapEnds && leafEnds > overlapEnds) return { action: 'keep' };
+    return { action: 'renew', reason: 'the serving certificate is from the previous CA and the overlap is over', newCa: false };
   }
-  if (caRenew) return { action: 'renew', reason: `the CA ends ${new Date(Date.parse(ca!.validTo)).toISOString()}`, newCa: true };
-  if (needsRenewal(b!.cert, now, renewBeforeMs)) return { action: 'renew', reason: `the serving certificate ends ${new Date(Date.parse(serving.validTo)).toISOString()}`, newCa: false };
-  const have = new Set(subjectAltNames(b!.cert));
+  if (needsRenewal(b!.cert!, now, renewBeforeMs)) return { action: 'renew', reason: `the serving certificate ends ${new Date(leafEnds).toISOString()}`, newCa: false };
+  const have = new Set(subjectAltNames(b!.cert!));
   const missing = sans.filter((s) => !have.has(s));
   if (missing.length) return { action: 'renew', reason: `the serving certificate lacks ${missing.join(', ')}`, newCa: false };
+  if (cas.some((ca) => Date.parse(ca.validTo) <= now)) return { action: 'renew', reason: 'an expired CA is in the bundle', newCa: false, keepLeaf: true };
   return { action: 'keep' };
 }
 
-/** The bundle that follows a verdict other than `keep`. */
+/** The CAs of `caPem` still valid at `now` (PEM, in order). */
+function validCas(caPem: string | undefined, now: number): string[] {
+  return splitPem(caPem ?? '').filter((pem) => {
+    try {
+      return Date.parse(new X509Certificate(pem).validTo) > now;
+    } catch {
+      return false;
+    }
+  });
+}
+
+/**
+ * The bundle that follows a verdict other than `keep`. A new CA goes first in the bundle, before the CAs still valid
+ * (trusted through the overlap); `keepLeaf` keeps the serving certificate (and drops expired CAs).
+ */
 export function nextBundle(b: Partial<TlsBundle> | undefined, verdict: Exclude<TlsVerdict, { action: 'keep' }>, now: number, sans: readonly string[]): TlsBundle {
-  if (verdict.newCa || !b?.caCert || !b.caKey) return issueBundle(now, sans);
-  return issueBundle(now, sans, { cert: b.caCert, key: b.caKey });
+  const previous = validCas(b?.caCert, now);
+  // The bundle's text as it was when no CA is dropped (its peers compare it byte for byte).
+  const join = (pems: string[]) => (b?.caCert && pems.length === splitPem(b.caCert).length && pems.every((p, i) => p === splitPem(b.caCert!)[i]) ? b.caCert : pems.map((p) => `${p}\n`).join(''));
+  if (verdict.action === 'renew' && verdict.keepLeaf && b?.cert && b.key && b.caKey) {
+    const authority = verdict.newCa ? generateCa(now) : { cert: previous[0]!, key: b.caKey };
+    const trusted = verdict.newCa ? [authority.cert, ...previous] : previous;
+    return { caCert: verdict.newCa ? [authority.cert, ...previous].map((p) => `${p.trim()}\n`).join('') : join(trusted), caKey: authority.key, cert: b.cert, key: b.key };
+  }
+  if (verdict.newCa || !b?.caCert || !b.caKey) {
+    const fresh = issueBundle(now, sans);
+    // A sound CA that is being replaced stays trusted beside the new one.
+    const keep = caProblemOf(b, now) === undefined ? previous : [];
+    return { ...fresh, caCert: keep.length ? [fresh.caCert.trim(), ...keep].map((p) => `${p}\n`).join('') : fresh.caCert };
+  }
+  const fresh = issueBundle(now, sans, { cert: firstPem(b.caCert), key: b.caKey });
+  return { ...fresh, caCert: join(previous) };
 }

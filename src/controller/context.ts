@@ -24,6 +24,8 @@ export interface ControllerTuning {
   wakeIntervalMs?: number;
   /** ... at most this many per wake, the earliest created first (default 256). */
   wakeBatchSize?: number;
+  /** Whether an unlabelled namespace is the tenant named like it (TENANCY_BY_NAMESPACE_NAME, ADR 0040). */
+  tenancyByName: boolean;
 }
 
 export interface ControllerContext {

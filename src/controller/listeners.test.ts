@@ -1,4 +1,4 @@
-// The controller's four listeners as runController composes them: each serves its own routes only; /metrics is HTTPS
+// The controller's listeners as runController composes them: the capacity API over HTTPS (and plain HTTP on loopback); each serves its own routes only; /metrics is HTTPS
 // and needs a token that TokenReview accepts and RBAC allows to get /metrics (the fake API server decides); the
 // webhook listener serves the routers passed in; a new certificate is served without a restart.
 import { createHash, X509Certificate } from 'node:crypto';
@@ -15,7 +15,9 @@ import { createExtenderListener } from '../extender/listener.ts';
 import type { ExtenderService } from '../extender/service.ts';
 import { silentLogger } from '../log.ts';
 import { issueBundle, type TlsBundle } from './certs.ts';
-import { createWebhookApp, startListeners, type ControllerListeners } from './listeners.ts';
+import { createWebhookApp, limitListeners, startListeners, type ControllerListeners } from './listeners.ts';
+import { listen } from '../api/server.ts';
+import type { RequestListener } from 'node:http';
 import { createMetricsApp } from './metrics-endpoint.ts';
 
 
@@ -56,6 +58,7 @@ beforeAll(async () => {
     addresses: {
       httpHost: '127.0.0.1',
       httpPort: 0,
+      apiLoopbackPort: 0,
       extenderHost: '127.0.0.1',
       extenderPort: 0,
       metricsHost: '127.0.0.1',
@@ -82,15 +85,25 @@ beforeEach(() => {
 });
 
 describe('the capacity API listener', () => {
-  it('serves health, and neither /metrics nor the extender', async () => {
-    expect(listeners.api.url).toMatch(/^http:\/\/127\.0\.0\.1:\d+$/);
-    expect((await request(`${listeners.api.url}/healthz`)).status).toBe(200);
-    const metrics = await request(`${listeners.api.url}/metrics`);
+  it('HTTPS with the controller’s certificate: health, and neither /metrics nor the extender; plain HTTP refused', async () => {
+    expect(listeners.api.url).toMatch(/^https:\/\/127\.0\.0\.1:\d+$/);
+    const ca = tlsA.caCert;
+    expect((await request(`${listeners.api.url}/healthz`, { ca })).status).toBe(200);
+    const metrics = await request(`${listeners.api.url}/metrics`, { ca });
     expect(metrics.status).toBe(404);
     expect(metrics.json).toMatchObject({ error: { code: 'NOT_FOUND' } });
-    const filter = await request(`${listeners.api.url}/scheduler/filter`, { method: 'POST', body: '{}' });
+    const filter = await request(`${listeners.api.url}/scheduler/filter`, { method: 'POST', body: '{}', ca });
     expect(filter.status).toBe(404);
     expect(filterCalls).toEqual([]);
+    await expect(request(`${listeners.api.url.replace('https:', 'http:')}/healthz`)).rejects.toThrow();
+  });
+
+  it('the loopback listener: the same app in plain HTTP, on 127.0.0.1 only', async () => {
+    expect(listeners.apiLoopback?.url).toMatch(/^http:\/\/127\.0\.0\.1:\d+$/);
+    expect((await request(`${listeners.apiLoopback!.url}/healthz`)).status).toBe(200);
+    const summary = await request(`${listeners.apiLoopback!.url}/api/compute/capacity/summary`, { method: 'POST', token: 'any-token-00000000', body: '{}' });
+    expect(summary.json).toMatchObject({ error: { code: 'UNAUTHENTICATED' } }); // taken (and refused by denyAll), not TLS_REQUIRED
+    expect((listeners.apiLoopback!.server.address() as { address: string }).address).toBe('127.0.0.1');
   });
 });
 
@@ -168,18 +181,39 @@ describe('the webhook listener (HTTPS)', () => {
 });
 
 describe('certificate rotation', () => {
-  it('setTls: new connections to both HTTPS listeners get the new certificate; no restart', async () => {
+  it('setTls: new connections to the HTTPS listeners get the new certificate; no restart', async () => {
     const fp = (pem: string) => createHash('sha256').update(new X509Certificate(pem).raw).digest('hex');
     const before = await request(`${listeners.webhook.url}/agent/v1/nodes/a`, { ca: tlsA.caCert });
     expect(createHash('sha256').update(before.peer!.raw).digest('hex')).toBe(fp(tlsA.cert));
     const port = listeners.webhook.port;
     listeners.setTls({ cert: tlsB.cert, key: tlsB.key, ca: tlsB.caCert });
-    for (const url of [`${listeners.webhook.url}/agent/v1/nodes/a`, `${listeners.metrics.url}/metrics`]) {
+    for (const url of [`${listeners.webhook.url}/agent/v1/nodes/a`, `${listeners.metrics.url}/metrics`, `${listeners.api.url}/healthz`]) {
       const after = await request(url, { ca: tlsB.caCert, token: 'prometheus-token' });
       expect(after.status).toBe(200);
       expect(createHash('sha256').update(after.peer!.raw).digest('hex')).toBe(fp(tlsB.cert));
       await expect(request(url, { ca: tlsA.caCert })).rejects.toThrow(/certificate|signature/i);
     }
     expect(listeners.webhook.port).toBe(port);
+  });
+});
+
+describe('limitListeners (ADR 0036)', () => {
+  it('the capacity API (not its probes), /metrics and the agents are limited per source; admission is not', async () => {
+    const ok: RequestListener = (_req, res) => res.end('{}');
+    const limited: string[] = [];
+    const apps = limitListeners({ api: ok, metrics: ok, webhook: ok }, { perSecond: 0.001, burst: 1, onLimited: (l) => limited.push(l) });
+    const servers = await Promise.all([apps.api, apps.metrics, apps.webhook].map((h) => listen(h, { host: '127.0.0.1', port: 0 })));
+    try {
+      const [api, metrics, webhook] = servers.map((s) => s.url);
+      const status = async (url: string, method = 'POST') => (await request(url, { method, body: method === 'POST' ? '{}' : undefined })).status;
+      expect([await status(`${api}/api/compute/capacity/summary`), await status(`${api}/api/compute/capacity/summary`)]).toEqual([200, 429]);
+      expect([await status(`${api}/healthz`, 'GET'), await status(`${api}/readyz`, 'GET')]).toEqual([200, 200]);
+      expect([await status(`${metrics}/metrics`, 'GET'), await status(`${metrics}/metrics`, 'GET')]).toEqual([200, 429]);
+      expect([await status(`${webhook}/agent/v1/nodes/a`, 'GET'), await status(`${webhook}/agent/v1/nodes/a`, 'GET')]).toEqual([200, 429]);
+      for (let i = 0; i < 5; i++) expect(await status(`${webhook}/admission/pods?timeout=10s`)).toBe(200);
+      expect(limited).toEqual(['api', 'metrics', 'webhook']);
+    } finally {
+      await Promise.all(servers.map((s) => s.close(0)));
+    }
   });
 });

@@ -1,13 +1,17 @@
-// The controller's four listeners, each serving one audience:
-//   HOST:PORT                        HTTP   the capacity API (authenticated), /healthz, /readyz
+// The controller's listeners, each serving one audience:
+//   HOST:PORT                        HTTPS  the capacity API (authenticated), /healthz, /readyz (ADR 0035)
+//   127.0.0.1:API_LOOPBACK_PORT      HTTP   the same app, optional: the CLI through `kubectl port-forward`, which
+//                                           reaches the pod's loopback; never another address
 //   EXTENDER_HOST:EXTENDER_PORT      HTTP   /scheduler/{filter,prioritize,bind} only; loopback by default, so that only
 //                                           the scheduler container of the same pod reaches it
 //   METRICS_HOST:METRICS_PORT        HTTPS  /metrics only, TokenReview + SubjectAccessReview (metrics-endpoint.ts)
 //   WEBHOOK_HOST:WEBHOOK_PORT        HTTPS  the routers mounted by the caller (admission webhook, node agents' API)
-// The two HTTPS listeners share one certificate (tls.ts), swapped in place on rotation.
+// The HTTPS listeners share one certificate (tls.ts), swapped in place on rotation; the capacity API may serve a
+// user-provided one instead (API_TLS_SECRET_NAME).
 import express, { type NextFunction, type Request, type RequestHandler, type Response } from 'express';
-import type { RequestListener } from 'node:http';
+import type { IncomingMessage, RequestListener } from 'node:http';
 import { ApiError, toErrorResponse } from '../api/errors.ts';
+import { isProbe, limitBySource } from '../api/rate-limit.ts';
 import { listen, type RunningServer } from '../api/server.ts';
 import type { DbHealth } from '../db/health.ts';
 import { errorFields, type Logger } from '../log.ts';
@@ -25,6 +29,8 @@ export interface WebhookMount {
 export interface ListenerAddresses {
   httpHost: string;
   httpPort: number;
+  /** Plain HTTP on 127.0.0.1 for the capacity API too (port-forward); absent: none. */
+  apiLoopbackPort?: number | undefined;
   extenderHost: string;
   extenderPort: number;
   metricsHost: string;
@@ -35,11 +41,14 @@ export interface ListenerAddresses {
 
 export interface ControllerListeners {
   api: RunningServer;
+  apiLoopback: RunningServer | undefined;
   extender: RunningServer;
   metrics: RunningServer;
   webhook: RunningServer;
-  /** New certificate for both HTTPS listeners (new connections get it). */
+  /** New certificate for the HTTPS listeners (new connections get it); the capacity API's only without its own. */
   setTls(tls: ServingTls): void;
+  /** New certificate for the capacity API when it has its own (API_TLS_SECRET_NAME). */
+  setApiTls(tls: ServingTls): void;
   close(drainMs?: number): Promise<void>;
 }
 
@@ -107,7 +116,31 @@ export function healthChecks(s: HealthSources): { ready(): Promise<void>; live()
   };
 }
 
-/** Starts the four listeners; on a failure, closes the ones already started and rejects. */
+export interface ListenerRateLimit {
+  perSecond: number;
+  burst: number;
+  /** A refusal, by listener. */
+  onLimited?: (listener: 'api' | 'metrics' | 'webhook') => void;
+}
+
+/**
+ * The per-source limit (ADR 0036) in front of the listeners that take tokens: the capacity API (not its probes), /metrics
+ * and the webhook listener's agents' API. Not the admission webhook: its one caller is the API server, a single
+ * source, and a 429 there fails pod creation; it reviews no token, and its body is capped before it is read.
+ */
+export function limitListeners<T extends { api: RequestListener; metrics: RequestListener; webhook: RequestListener }>(apps: T, limit: ListenerRateLimit | undefined): T {
+  if (!limit) return apps;
+  const wrap = (handler: RequestListener, listener: 'api' | 'metrics' | 'webhook', exempt?: (req: IncomingMessage) => boolean) =>
+    limitBySource(handler, { perSecond: limit.perSecond, burst: limit.burst, ...(exempt ? { exempt } : {}), onLimited: () => limit.onLimited?.(listener) });
+  return {
+    ...apps,
+    api: wrap(apps.api, 'api', isProbe),
+    metrics: wrap(apps.metrics, 'metrics'),
+    webhook: wrap(apps.webhook, 'webhook', (req) => req.url === '/admission' || (req.url ?? '').startsWith('/admission/')),
+  };
+}
+
+/** Starts the listeners; on a failure, closes the ones already started and rejects. */
 export async function startListeners(o: {
   addresses: ListenerAddresses;
   api: RequestListener;
@@ -115,6 +148,8 @@ export async function startListeners(o: {
   metrics: RequestListener;
   webhook: RequestListener;
   tls: ServingTls;
+  /** The capacity API's own certificate; absent: it serves `tls`. */
+  apiTls?: ServingTls | undefined;
 }): Promise<ControllerListeners> {
   const a = o.addresses;
   const started: RunningServer[] = [];
@@ -124,18 +159,24 @@ export async function startListeners(o: {
     return s;
   };
   try {
-    const api = await start(o.api, a.httpHost, a.httpPort);
+    const api = await start(o.api, a.httpHost, a.httpPort, o.apiTls ?? o.tls);
+    const apiLoopback = a.apiLoopbackPort === undefined ? undefined : await start(o.api, '127.0.0.1', a.apiLoopbackPort);
     const extender = await start(o.extender, a.extenderHost, a.extenderPort);
     const metrics = await start(o.metrics, a.metricsHost, a.metricsPort, o.tls);
     const webhook = await start(o.webhook, a.webhookHost, a.webhookPort, o.tls);
     return {
       api,
+      apiLoopback,
       extender,
       metrics,
       webhook,
       setTls(tls) {
+        if (!o.apiTls) api.setTls(tls);
         metrics.setTls(tls);
         webhook.setTls(tls);
+      },
+      setApiTls(tls) {
+        if (o.apiTls) api.setTls(tls);
       },
       async close(drainMs) {
         await Promise.all(started.map((s) => s.close(drainMs)));

@@ -135,3 +135,14 @@ export function usageMetrics(registry: Registry, db: Pick<Db, 'query'>): UsageMe
   final.set(0);
   return { completed: (seconds) => final.set(seconds) };
 }
+
+/** Requests refused by the per-source limits (ADR 0036), by listener (api, metrics, webhook). */
+export function rateLimitMetrics(registry: Registry): { limited(listener: string): void } {
+  const refused = new Counter({
+    name: 'bettercompute_requests_rate_limited_total',
+    help: 'Requests answered 429 RATE_LIMITED by the per-source limit, by listener (api, metrics, webhook).',
+    labelNames: ['listener'] as const,
+    registers: [registry],
+  });
+  return { limited: (listener) => refused.inc({ listener }) };
+}

@@ -30,14 +30,14 @@ import { ledgerMetrics } from '../metrics/ledger.ts';
 import { createRegistry, httpMetrics } from '../metrics/registry.ts';
 import { serviceSans } from './certs.ts';
 import { FenceHolder, LEASE_NAME } from './fence.ts';
-import { createWebhookApp, healthChecks, startListeners, type ControllerListeners, type WebhookMount } from './listeners.ts';
+import { createWebhookApp, healthChecks, limitListeners, startListeners, type ControllerListeners, type WebhookMount } from './listeners.ts';
 import { createMetricsApp } from './metrics-endpoint.ts';
-import { ClientNodeTlsKube, FileTlsSource, SecretTlsSource, type TlsSource } from './tls.ts';
+import { ClientNodeTlsKube, FileTlsSource, ProvidedSecretTlsSource, SecretTlsSource, type TlsSource } from './tls.ts';
 import { KubeClient, kubeConfigFrom } from '../kube/client.ts';
 import { LeaderElector } from './leader.ts';
 import { LeaderWork } from './leader-work.ts';
 import { DRIFT_SERIES } from './drift-plan.ts';
-import { controllerMetrics, driftMetrics, extenderMetrics, usageMetrics } from './metrics.ts';
+import { controllerMetrics, driftMetrics, extenderMetrics, rateLimitMetrics, usageMetrics } from './metrics.ts';
 import { productWebhookRouters } from './webhooks.ts';
 import { setupControllers, type Controllers } from './setup.ts';
 import type { ControllerServices } from './services.ts';
@@ -47,8 +47,10 @@ export type { ControllerServices } from './services.ts';
 export type { WebhookMount } from './listeners.ts';
 
 export interface RunningController {
-  /** The capacity API and health (HOST:PORT). */
+  /** HTTPS: the capacity API and health (HOST:PORT), with the controller's certificate or API_TLS_SECRET_NAME's. */
   url: string;
+  /** Plain HTTP on loopback: the same app (API_LOOPBACK_PORT), when configured. */
+  apiLoopbackUrl?: string;
   /** The scheduler extender's prefix: `${extenderUrl}/scheduler/filter` etc. */
   extenderUrl: string;
   /** HTTPS: GET `${metricsUrl}/metrics` with a bearer token allowed to get the non-resource URL /metrics. */
@@ -69,7 +71,11 @@ export interface RunningController {
 async function authorizerFor(config: Config, kc: ReturnType<typeof kubeConfigFrom>, log: Logger, controllers: Controllers): Promise<Authorizer> {
   if (config.auth === 'kubernetes') {
     // A tenant's namespaces from the namespace informer's cache (tenants by label, ADR 0005).
-    return new KubernetesAuthorizer({ kubeConfig: kc, namespacesOfTenant: (t) => tenantNamespaces(t, controllers.ctx.informers.namespaces.list()) });
+    return new KubernetesAuthorizer({
+      kubeConfig: kc,
+      audiences: [...config.apiTokenAudiences],
+      namespacesOfTenant: (t) => tenantNamespaces(t, controllers.ctx.informers.namespaces.list(), config.tenancyByName),
+    });
   }
   if (!config.tokenFile) {
     log.warn('no token file (BETTER_COMPUTE_TOKEN_FILE): every capacity API request is refused');
@@ -100,7 +106,20 @@ function tlsSourceFor(config: Config, kc: KubeConfig, log: Logger, isLeader: () 
     isLeader,
     log,
     reloadEveryMs: config.tlsReloadEveryMs,
+    caOverlapMs: config.tlsCaOverlapMs,
     webhookConfiguration: config.webhookConfigurationName,
+  });
+}
+
+/** The capacity API's own certificate (API_TLS_SECRET_NAME); none: it serves the controller's. */
+function apiTlsSourceFor(config: Config, kc: KubeConfig, log: Logger): TlsSource | undefined {
+  if (!config.apiTlsSecretName) return undefined;
+  return new ProvidedSecretTlsSource({
+    kube: new ClientNodeTlsKube(kc),
+    namespace: config.controllerNamespace,
+    secretName: config.apiTlsSecretName,
+    log,
+    reloadEveryMs: config.tlsReloadEveryMs,
   });
 }
 
@@ -127,6 +146,7 @@ interface Core {
 interface Started {
   listeners?: ControllerListeners;
   tls?: TlsSource;
+  apiTls?: TlsSource;
   mounts: WebhookMount[];
   extenderState?: ExtenderStateSync;
   elector?: LeaderElector;
@@ -162,6 +182,7 @@ async function buildCore(config: Config, log: Logger, database: Database, dbHeal
       pendingMaxBackoffMs: config.pendingMaxBackoffMs,
       reservationWorkers: 4,
       recurrenceHorizonMs: config.recurrenceHorizonMs,
+      tenancyByName: config.tenancyByName,
     },
     watchTimeoutSeconds: Math.max(1, Math.round(config.watchTimeoutMs / 1000)),
     watchLivenessMs: config.watchLivenessMs,
@@ -210,6 +231,7 @@ async function createApps(config: Config, log: Logger, core: Core, started: Star
     memory,
     filterNodes: config.extenderFilterNodes,
     bestNodeOnly: config.extenderBestNodeOnly,
+    tenancyByName: config.tenancyByName,
   });
   const tokens = new TokenReviewer({ kubeConfig: kc });
   const access = new AccessReviewer({ kubeConfig: kc });
@@ -229,14 +251,14 @@ async function serve(config: Config, log: Logger, core: Core, started: Started, 
     current = next;
     started.listeners?.setTls(next);
   });
-  started.listeners = await startListeners({
-    addresses: config,
-    api,
-    extender,
-    metrics: metricsApp,
-    webhook: createWebhookApp(started.mounts, log),
-    tls: current,
-  });
+  const apiTlsSource = (started.apiTls = apiTlsSourceFor(config, kc, log));
+  const apiTls = await apiTlsSource?.start((next) => started.listeners?.setApiTls(next));
+  const limits = rateLimitMetrics(registry);
+  const apps = limitListeners(
+    { api, metrics: metricsApp, webhook: createWebhookApp(started.mounts, log) },
+    config.rateLimitPerSecond > 0 ? { perSecond: config.rateLimitPerSecond, burst: config.rateLimitBurst, onLimited: limits.limited } : undefined,
+  );
+  started.listeners = await startListeners({ addresses: config, ...apps, extender, tls: current, apiTls });
   return { listeners: started.listeners, tls, caBundle: () => current.ca };
 }
 
@@ -282,6 +304,7 @@ async function shutdown(log: Logger, core: Core, started: Started): Promise<void
   await started.elector?.stop();
   await core.controllers.stop();
   started.tls?.stop();
+  started.apiTls?.stop();
   await started.listeners?.close(5_000);
   await started.extenderState?.stop();
   for (const m of started.mounts) await m.stop?.().catch((err: unknown) => log.warn('webhook router stop failed', { path: m.path, ...errorFields(err) }));
@@ -295,6 +318,7 @@ async function abandon(database: Database, dbHealth: DbHealth, started: Started)
   dbHealth.stop();
   await started.extenderState?.stop();
   started.tls?.stop();
+  started.apiTls?.stop();
   await started.listeners?.close(0);
   for (const m of started.mounts) await m.stop?.().catch(() => undefined);
   await database.close();
@@ -315,6 +339,7 @@ export async function runController(config: Config, log: Logger, opts: RunContro
     const l = served.listeners;
     log.info('controller started', {
       url: l.api.url,
+      apiLoopbackUrl: l.apiLoopback?.url,
       extenderUrl: l.extender.url,
       metricsUrl: l.metrics.url,
       webhookUrl: l.webhook.url,
@@ -327,6 +352,7 @@ export async function runController(config: Config, log: Logger, opts: RunContro
     let stopping: Promise<void> | undefined;
     return {
       url: l.api.url,
+      ...(l.apiLoopback ? { apiLoopbackUrl: l.apiLoopback.url } : {}),
       extenderUrl: l.extender.url,
       metricsUrl: l.metrics.url,
       webhookUrl: l.webhook.url,

@@ -36,7 +36,7 @@ function setup(wakeIntervalMs: number, wakeBatchSize: number) {
     log: silentLogger,
     fence: () => ({ name: 'f', epoch: 1 }),
     metrics: noopControllerMetrics,
-    tuning: { capacityRefreshMs: 60_000, pendingMaxBackoffMs: 60_000, reservationWorkers: 1, recurrenceHorizonMs: 86_400_000, wakeIntervalMs, wakeBatchSize },
+    tuning: { capacityRefreshMs: 60_000, pendingMaxBackoffMs: 60_000, reservationWorkers: 1, recurrenceHorizonMs: 86_400_000, wakeIntervalMs, wakeBatchSize, tenancyByName: false },
     watchTimeoutSeconds: 60,
     watchLivenessMs: 90_000,
   });

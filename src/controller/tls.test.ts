@@ -7,8 +7,8 @@ import path from 'node:path';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { startFakeKubeApi, type FakeKubeApi } from '../../test/support/fake-kube-api.ts';
 import { silentLogger } from '../log.ts';
-import { DAY_MS, issueBundle, SERVING_VALIDITY_MS, serviceSans, type TlsBundle } from './certs.ts';
-import { ClientNodeTlsKube, FileTlsSource, SecretTlsSource, type ServingTls, type TlsKube } from './tls.ts';
+import { DAY_MS, generateCa, issueBundle, issueServingCert, SERVING_VALIDITY_MS, serviceSans, splitPem, type TlsBundle } from './certs.ts';
+import { ClientNodeTlsKube, FileTlsSource, ProvidedSecretTlsSource, SecretTlsSource, type ServingTls, type TlsKube } from './tls.ts';
 
 const NS = 'better-compute-system';
 const SECRET_PATH = `/api/v1/namespaces/${NS}/secrets/better-compute-tls`;
@@ -31,7 +31,7 @@ afterEach(() => {
   for (const s of sources.splice(0)) s.stop();
 });
 
-function source(o: { leader?: () => boolean; now?: () => number; kube?: TlsKube } = {}): SecretTlsSource {
+function source(o: { leader?: () => boolean; now?: () => number; kube?: TlsKube; caOverlapMs?: number } = {}): SecretTlsSource {
   const s = new SecretTlsSource({
     kube: o.kube ?? new ClientNodeTlsKube(fake.kubeConfig()),
     namespace: NS,
@@ -41,6 +41,7 @@ function source(o: { leader?: () => boolean; now?: () => number; kube?: TlsKube 
     log: silentLogger,
     reloadEveryMs: 3_600_000,
     ...(o.now ? { now: o.now } : {}),
+    ...(o.caOverlapMs !== undefined ? { caOverlapMs: o.caOverlapMs } : {}),
   });
   sources.push(s);
   return s;
@@ -207,6 +208,64 @@ describe('SecretTlsSource', () => {
     expect(changes).toEqual([]);
     expect(first.cert).toBe(unb64(secretData()['tls.crt']));
   }, 30_000);
+
+  it('a CA renewal overlaps (ADR 0040): both CAs published to the ConfigMap and the webhook, the old leaf served until the overlap ends', async () => {
+    seedWebhookConfiguration();
+    const t0 = Date.now() - 2 * 3_600_000;
+    const ca0 = generateCa(t0, { validityMs: 20 * DAY_MS }); // inside the 30-day renewal window
+    const leaf0 = issueServingCert(ca0, SANS, t0);
+    seedSecret({ caCert: ca0.cert, caKey: ca0.key, cert: leaf0.cert, key: leaf0.key });
+    let now = t0;
+    const changes: ServingTls[] = [];
+    const leader = source({ leader: () => true, now: () => now, caOverlapMs: 3_600_000 });
+    const follower = source({ now: () => now, caOverlapMs: 3_600_000 });
+    const first = await leader.start((t) => changes.push(t));
+    await follower.start(() => undefined);
+    // The new CA joined; the serving certificate is the old one.
+    expect(first.cert).toBe(leaf0.cert);
+    const cas = splitPem(first.ca!);
+    expect(cas).toHaveLength(2);
+    expect(cas[1]!.trim()).toBe(ca0.cert.trim());
+    expect(fake.objects.get(CM_PATH)!.data['ca.crt']).toBe(first.ca);
+    for (const w of fake.objects.get(MWC_PATH)!.webhooks) expect(unb64(w.clientConfig.caBundle)).toBe(first.ca);
+    // Within the overlap: nothing changes.
+    now = t0 + 30 * 60_000;
+    await leader.poll();
+    expect(changes).toEqual([]);
+    // After it: a serving certificate from the new CA, the bundle (both CAs) unchanged.
+    now = t0 + 61 * 60_000;
+    await leader.poll();
+    expect(changes).toHaveLength(1);
+    expect(changes[0]!.cert).not.toBe(leaf0.cert);
+    expect(changes[0]!.ca).toBe(first.ca);
+    expect(unb64(secretData()['tls.crt'])).toBe(changes[0]!.cert);
+  }, 60_000);
+
+  it('ProvidedSecretTlsSource: the user’s Secret is served and re-read; a missing one stops the start', async () => {
+    const kube = new ClientNodeTlsKube(fake.kubeConfig());
+    const provided = (name: string) => new ProvidedSecretTlsSource({ kube, namespace: NS, secretName: name, log: silentLogger, reloadEveryMs: 3_600_000 });
+    await expect(provided('better-compute-api-tls').start(() => undefined)).rejects.toThrow(/does not exist/);
+    const mine = issueBundle(Date.now(), ['capacity.example.com']);
+    const put = (b: TlsBundle) =>
+      fake.objects.set(`/api/v1/namespaces/${NS}/secrets/better-compute-api-tls`, {
+        apiVersion: 'v1',
+        kind: 'Secret',
+        metadata: { name: 'better-compute-api-tls', namespace: NS, resourceVersion: '9' },
+        type: 'kubernetes.io/tls',
+        data: { 'tls.crt': b64(b.cert), 'tls.key': b64(b.key) },
+      });
+    put(mine);
+    const changes: ServingTls[] = [];
+    const s = provided('better-compute-api-tls');
+    expect(await s.start((t) => changes.push(t))).toEqual({ cert: mine.cert, key: mine.key });
+    const renewed = issueBundle(Date.now(), ['capacity.example.com']);
+    put(renewed);
+    await s.poll();
+    s.stop();
+    expect(changes).toEqual([{ cert: renewed.cert, key: renewed.key }]);
+    // Nothing written: not the Secret, no ConfigMap, no webhook.
+    expect(fake.seen.filter((r) => r.method !== 'GET')).toEqual([]);
+  }, 60_000);
 
   it('the CA ConfigMap and the webhook caBundle are repaired by the leader when someone changed them', async () => {
     seedWebhookConfiguration();

@@ -255,6 +255,8 @@ export interface SecretTlsOptions {
   /** Wall clock, ms (tests move it). */
   now?: () => number;
   renewBeforeMs?: number;
+  /** How long a renewed CA is published beside the old one before the serving certificate moves to it (ADR 0040). */
+  caOverlapMs?: number;
   caConfigMap?: string;
   webhookConfiguration?: string;
 }
@@ -283,7 +285,7 @@ export class SecretTlsSource extends PollingSource {
         wrote = true;
         break;
       }
-      const verdict = assessBundle(stored.bundle, now, sans, this.o.renewBeforeMs);
+      const verdict = assessBundle(stored.bundle, now, sans, this.o.renewBeforeMs, this.o.caOverlapMs);
       if (verdict.action === 'keep' || (verdict.action === 'renew' && !this.o.isLeader())) {
         bundle = stored.bundle as TlsBundle;
         break;
@@ -320,5 +322,28 @@ export class SecretTlsSource extends PollingSource {
     } catch (e) {
       log.warn('could not set the webhook caBundle', { mutatingWebhookConfiguration: mwc, ...errorFields(e) });
     }
+  }
+}
+
+/**
+ * A user-provided certificate for one listener (the capacity API: API_TLS_SECRET_NAME): Secret `secretName` of type
+ * kubernetes.io/tls in the controller's namespace (keys tls.crt, tls.key; ca.crt optional), issued by whoever the
+ * users' clients trust (cert-manager, a company CA). Read only, never written or published; re-read every poll, so a
+ * renewal by cert-manager is served within `reloadEveryMs`. Missing or incomplete at start: the controller does not start.
+ */
+export class ProvidedSecretTlsSource extends PollingSource {
+  constructor(
+    private readonly o: { kube: Pick<TlsKube, 'readSecret'>; namespace: string; secretName: string; log: Logger; reloadEveryMs: number },
+  ) {
+    super(o.log, o.reloadEveryMs);
+  }
+
+  protected async load(): Promise<ServingTls> {
+    const { namespace, secretName } = this.o;
+    const stored = await this.o.kube.readSecret(namespace, secretName);
+    if (!stored) throw new Error(`Secret ${namespace}/${secretName} (API_TLS_SECRET_NAME) does not exist`);
+    const { cert, key, caCert } = stored.bundle;
+    if (!cert || !key) throw new Error(`Secret ${namespace}/${secretName} lacks tls.crt or tls.key`);
+    return { cert, key, ...(caCert ? { ca: caCert } : {}) };
   }
 }

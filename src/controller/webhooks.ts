@@ -11,7 +11,13 @@ export function productWebhookRouters(s: ControllerServices): WebhookMount[] {
     {
       path: '/admission',
       router: createPodAdmissionRouter(
-        podAdmissionDeps({ reservations: s.informers.reservations, namespaces: s.informers.namespaces, db: s.db, log: s.log }),
+        podAdmissionDeps({
+          reservations: s.informers.reservations,
+          namespaces: s.informers.namespaces,
+          db: s.db,
+          log: s.log,
+          tenancyByName: s.config.tenancyByName,
+        }),
       ),
     },
     {

@@ -43,11 +43,15 @@ export interface DemoOptions {
 }
 
 export interface DemoResult {
-  /** The capacity API: the controller Service's ClusterIP, port 8080 (reachable from this host through kube-proxy). */
+  /** The capacity API over TLS: the controller Service's ClusterIP, port 8443 (reachable from this host through kube-proxy). */
   url: string;
+  /** The controller's CA (ConfigMap better-compute-ca), written here for --ca-file and curl --cacert. */
+  caFile: string;
+  /** The name the API's certificate carries (the Service's), for --tls-server-name. */
+  serverName: string;
   /** /metrics over TLS on the same Service, port 9090. */
   metricsUrl: string;
-  /** A token of ServiceAccount demo-team-a/capacity-reader (examples/capacity-reader.yaml), valid for 24 h. */
+  /** A token of ServiceAccount demo-team-a/capacity-reader (examples/capacity-reader.yaml) for audience bettercompute.io, valid for 24 h. */
   token: string;
   reservationsTable: string;
   summary: string;
@@ -267,12 +271,16 @@ export class Demo {
     let summary = '';
     let url = '';
     let token = '';
+    const caFile = path.join(this.o.stateDir, 'ca.crt');
+    const serverName = `${CONTROLLER_SERVICE}.${this.installer.SYSTEM_NS}.svc`;
     await steps.run('Reading the Reservations, and the capacity summary from the capacity API', async (note) => {
       reservationsTable = await this.kubectl(['-n', DEMO_NAMESPACE, 'get', 'reservations']);
       const ip = (await this.kubectl(['-n', this.installer.SYSTEM_NS, 'get', 'service', CONTROLLER_SERVICE, '-o', 'jsonpath={.spec.clusterIP}'])).trim();
-      url = `http://${ip}:8080`;
-      token = (await this.kubectl(['-n', DEMO_NAMESPACE, 'create', 'token', 'capacity-reader', '--duration=24h'])).trim();
-      const client = httpClient(url, token);
+      url = `https://${ip}:8443`;
+      const ca = await this.kubectl(['-n', this.installer.SYSTEM_NS, 'get', 'configmap', 'better-compute-ca', '-o', 'jsonpath={.data.ca\\.crt}']);
+      fs.writeFileSync(caFile, ca);
+      token = (await this.kubectl(['-n', DEMO_NAMESPACE, 'create', 'token', 'capacity-reader', '--audience', 'bettercompute.io', '--duration=24h'])).trim();
+      const client = httpClient(url, token, { ca, servername: serverName });
       try {
         // The rollup folds its deltas every few seconds: wait until it shows the bookings.
         const s = await h.waitFor(
@@ -295,13 +303,15 @@ export class Demo {
     out(`$ kubectl -n ${DEMO_NAMESPACE} get reservations`);
     out(reservationsTable.trimEnd());
     out('');
-    out(`$ better-compute capacity --tenant ${DEMO_TENANT} --server ${url} --token "$(kubectl -n ${DEMO_NAMESPACE} create token capacity-reader)"`);
+    out(
+      `$ better-compute capacity --tenant ${DEMO_TENANT} --server ${url} --ca-file ${caFile} --tls-server-name ${serverName} --token "$(kubectl -n ${DEMO_NAMESPACE} create token capacity-reader --audience bettercompute.io)"`,
+    );
     out(summary.trimEnd());
     out('');
     out(`GPU calendar: ${calendarAddress(url)} (sign in with the token of capacity-reader, docs/calendar.md)`);
     out('');
     out(`Started in ${seconds(startupMs)} (${reused ? 'cluster reused' : 'cluster brought up by the demo'}).`);
-    return { url, metricsUrl: url.replace(/:8080$/, ':9090').replace(/^http:/, 'https:'), token, reservationsTable, summary, startupMs };
+    return { url, caFile, serverName, metricsUrl: url.replace(/:8443$/, ':9090'), token, reservationsTable, summary, startupMs };
   }
 
   /** Stops start() before its next step (it then rejects with a StepError). */
@@ -316,10 +326,12 @@ export class Demo {
     return [
       'Better Compute is running (installed in namespace ' + ns + '):',
       `  capacity API  POST ${r.url}/api/compute/capacity/{summary,byPool,preview,timeline}`,
-      `                TOKEN=$(kubectl -n ${DEMO_NAMESPACE} create token capacity-reader)`,
-      `                curl -s -H "authorization: Bearer $TOKEN" -H 'content-type: application/json' \\`,
-      `                  -d '{"tenantId":"${DEMO_TENANT}"}' ${r.url}/api/compute/capacity/summary`,
-      `                npx better-compute capacity --tenant ${DEMO_TENANT} --server ${r.url} --token "$TOKEN"`,
+      `                TOKEN=$(kubectl -n ${DEMO_NAMESPACE} create token capacity-reader --audience bettercompute.io)`,
+      `                curl -s --cacert ${r.caFile} --connect-to ${r.serverName}:8443:${new URL(r.url).host} \\`,
+      `                  -H "authorization: Bearer $TOKEN" -H 'content-type: application/json' \\`,
+      `                  -d '{"tenantId":"${DEMO_TENANT}"}' https://${r.serverName}:8443/api/compute/capacity/summary`,
+      `                npx better-compute capacity --tenant ${DEMO_TENANT} --server ${r.url} --ca-file ${r.caFile} \\`,
+      `                  --tls-server-name ${r.serverName} --token "$TOKEN"`,
       `  calendar      ${calendarAddress(r.url)}  (in a browser; sign in with $TOKEN, docs/calendar.md)`,
       `  /metrics      ${r.metricsUrl}/metrics  (TLS: CA in Secret ${ns}/better-compute-tls, key ca.crt; a bearer`,
       `                token allowed to get the non-resource URL /metrics, deploy/monitoring/rbac.yaml)`,

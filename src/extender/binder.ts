@@ -9,11 +9,10 @@ import { errorFields } from '../log.ts';
 import type { AdmittingTracker } from './admitting.ts';
 import { tenantOf } from './judge.ts';
 import { ALLOCATION_ANNOTATION, ATOMS_ANNOTATION, type PodDemand } from './resources.ts';
-import type { ExtenderDeps } from './deps.ts';
+import { BindError, type ExtenderDeps } from './deps.ts';
 import { PodSchema, type ExtenderBindingArgs, type Pod } from './wire.ts';
 
-/** A bind refused for a reason of the pod's or the ledger's (logged as refused, not as an error). */
-export class BindError extends Error {}
+export { BindError } from './deps.ts';
 
 /** How many pods filter remembers for their bind, and for how long (see recent). */
 const RECENT_PODS = 1024;

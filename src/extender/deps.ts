@@ -54,7 +54,17 @@ export interface ExtenderDeps {
    * False, and for every other pod: up to `filterNodes` (ADR 0022). Default true.
    */
   bestNodeOnly?: boolean;
+  /**
+   * Whether a namespace without the tenant label is the tenant named like it (TENANCY_BY_NAMESPACE_NAME, ADR 0040);
+   * without it such a namespace's pods are refused (it is no tenant). Required: no default to forget.
+   */
+  tenancyByName: boolean;
 }
+
+/** A bind refused for a reason of the pod's or the ledger's (logged as refused, not as an error). */
+export class BindError extends Error {}
+/** The pod's namespace is no tenant: every node refused (filter), or the bind answered with the reason. */
+export class NoTenantError extends BindError {}
 
 export interface ExtenderMemory {
   readonly state: ExtenderState;

@@ -8,8 +8,9 @@ import { toPlacementRequest } from '../db/ledger.ts';
 import { nodePools, podHolding, quotaHeadroom, reservationAtoms } from '../db/reads.ts';
 import { getPool, isPoolVisible, loadNodes, type PoolInfo } from '../db/snapshot.ts';
 import type { AdmittingTracker } from './admitting.ts';
-import type { ExtenderDeps } from './deps.ts';
-import { podDemand, TENANT_LABEL, type PodDemand } from './resources.ts';
+import { NoTenantError, type ExtenderDeps } from './deps.ts';
+import { namespaceTenant, noTenantMessage } from '../kube/types.ts';
+import { podDemand, type PodDemand } from './resources.ts';
 import type { ExtenderState } from './state.ts';
 import type { Pod } from './wire.ts';
 
@@ -38,10 +39,14 @@ export function notOurPod(namespace: string, name: string): string {
   return `pod ${namespace}/${name} requests no Better Compute resource (bettercompute.io/gpu, gpu.mig, gpu.slot or reservations.bettercompute.io/<reservation>); this scheduler places only those`;
 }
 
-/** The tenant of a namespace: its tenant label, else its name (ADR 0005). */
-export async function tenantOf(d: Pick<ExtenderDeps, 'kube'>, namespace: string): Promise<string> {
-  const labels = await d.kube.namespaceLabels(namespace);
-  return labels[TENANT_LABEL] ?? namespace;
+/**
+ * The tenant of a namespace: its tenant label, else (with tenancy by name on) its name (ADR 0005, ADR 0040); throws
+ * NoTenantError when it is none.
+ */
+export async function tenantOf(d: Pick<ExtenderDeps, 'kube' | 'tenancyByName'>, namespace: string): Promise<string> {
+  const tenant = namespaceTenant(namespace, await d.kube.namespaceLabels(namespace), d.tenancyByName);
+  if (tenant === undefined) throw new NoTenantError(noTenantMessage(namespace));
+  return tenant;
 }
 
 export class ExtenderJudge {
@@ -91,8 +96,13 @@ export class ExtenderJudge {
       });
       return v;
     }
-    if (demand.reservation) await this.judgeReservation(pod, demand.reservation, names, v, mem);
-    else await this.judgeOnDemand(pod, demand.devices, names, v, mem);
+    try {
+      if (demand.reservation) await this.judgeReservation(pod, demand.reservation, names, v, mem);
+      else await this.judgeOnDemand(pod, demand.devices, names, v, mem);
+    } catch (e) {
+      if (!(e instanceof NoTenantError)) throw e;
+      for (const n of names) v.unresolvable[n] = e.message;
+    }
     return v;
   }
 

@@ -7,8 +7,23 @@ export const VERSION = 'v1alpha1';
 export const API_VERSION = `${GROUP}/${VERSION}`;
 
 export const RESERVATION_FINALIZER = 'bettercompute.io/release';
-/** Namespace label naming the tenant; a namespace without it is its own tenant. */
+/** Namespace label naming the tenant (ADR 0005); without it a namespace is no tenant, unless tenancy by name is on. */
 export const TENANT_LABEL = 'bettercompute.io/tenant';
+
+/**
+ * The tenant of a namespace: its `bettercompute.io/tenant` label; without one (or an empty one), its own name only when
+ * tenancy by namespace name is on (TENANCY_BY_NAMESPACE_NAME, ADR 0040), else none. Off by default: where users may
+ * create namespaces, one named like a tenant would otherwise inherit that tenant's pools and quota.
+ */
+export function namespaceTenant(name: string, labels: Record<string, string> | undefined, byName: boolean): string | undefined {
+  const label = labels?.[TENANT_LABEL];
+  if (label) return label;
+  return byName ? name : undefined;
+}
+
+/** Why a namespace is no tenant (the refusals' text). */
+export const noTenantMessage = (namespace: string) =>
+  `namespace ${namespace} has no ${TENANT_LABEL} label, so it is no tenant (tenancy by namespace name, TENANCY_BY_NAMESPACE_NAME, is off)`;
 export const MAINTENANCE_LABEL = 'bettercompute.io/maintenance';
 export const ROLE_LABEL = 'bettercompute.io/role';
 export const TRUST_LABEL = 'bettercompute.io/trust';

@@ -70,6 +70,7 @@ beforeAll(async () => {
         namespaces: { get: (n) => namespaces[n] },
         db: ctx.db,
         log: silentLogger,
+        tenancyByName: true, // these namespaces are their tenants by name
       }),
     ),
   );

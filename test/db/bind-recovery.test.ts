@@ -120,7 +120,7 @@ beforeEach(async () => {
   ledger = new Ledger(db);
   const log = createLogger({ level: 'debug', write: (l) => logs.push(JSON.parse(l) as Record<string, unknown>) });
   // Every node that fits passes (ADR 0022), so that filter's answers show each node's verdict.
-  service = new ExtenderService({ db, ledger, clock: ctx.clock, kube, log, admissionWaitMs: 500, snapshotTtlMs: 0, undoRetryMs: 2000, bestNodeOnly: false });
+  service = new ExtenderService({ tenancyByName: true, db, ledger, clock: ctx.clock, kube, log, admissionWaitMs: 500, snapshotTtlMs: 0, undoRetryMs: 2000, bestNodeOnly: false });
 });
 
 describe('a bind that stopped between booking and Binding', () => {

@@ -37,7 +37,7 @@ beforeAll(async () => {
     namespaces: [{ name: 'acme' }, { name: 'ops' }, { name: 'initech', labels: { 'bettercompute.io/tenant': 'acme' } }],
   });
   const log: Logger = { ...silentLogger, error: (msg, f) => errors.push({ msg, ...f }) };
-  api = await startTestApi(t.db, { authorizer: new KubernetesAuthorizer({ kubeConfig: kube.kubeConfig(), cacheTtlMs: 0 }), log, token: '' });
+  api = await startTestApi(t.db, { authorizer: new KubernetesAuthorizer({ kubeConfig: kube.kubeConfig(), cacheTtlMs: 0, tenancyByName: true }), log, token: '' });
 });
 afterAll(async () => {
   await api?.close();

@@ -29,6 +29,8 @@ beforeAll(async () => {
     users: {
       'prom-token': { username: 'system:serviceaccount:monitoring:prometheus' },
       'tenant-token': { username: 'system:serviceaccount:team-a:default' },
+      // `kubectl create token reader --audience bettercompute.io`, and the same without --audience.
+      'reader-token': { username: 'system:serviceaccount:team-a:reader', audiences: ['bettercompute.io'] },
     },
     allowed: () => false,
     allowedNonResource: (user, p, verb) => user === 'system:serviceaccount:monitoring:prometheus' && p === '/metrics' && verb === 'get',
@@ -54,6 +56,8 @@ beforeAll(async () => {
     POD_NAME: 'listeners-test',
     HOST: '127.0.0.1',
     PORT: '0',
+    API_LOOPBACK_PORT: '0',
+    BETTER_COMPUTE_AUTH: 'kubernetes',
     EXTENDER_PORT: '0',
     METRICS_PORT: '0',
     WEBHOOK_PORT: '0',
@@ -77,12 +81,26 @@ afterAll(async () => {
 });
 
 describe('runController', () => {
-  it('reports four listeners: two HTTP on loopback, two HTTPS', () => {
-    expect(controller.url).toMatch(/^http:\/\/127\.0\.0\.1:\d+$/);
+  it('reports its listeners: the capacity API over HTTPS and plain on loopback, the extender on loopback, two more HTTPS', () => {
+    expect(controller.url).toMatch(/^https:\/\/127\.0\.0\.1:\d+$/);
+    expect(controller.apiLoopbackUrl).toMatch(/^http:\/\/127\.0\.0\.1:\d+$/);
     expect(controller.extenderUrl).toMatch(/^http:\/\/127\.0\.0\.1:\d+$/);
     expect(controller.metricsUrl).toMatch(/^https:\/\/127\.0\.0\.1:\d+$/);
     expect(controller.webhookUrl).toMatch(/^https:\/\/127\.0\.0\.1:\d+$/);
-    expect(new Set([controller.url, controller.extenderUrl, controller.metricsUrl, controller.webhookUrl].map((u) => new URL(u).port)).size).toBe(4);
+    const urls = [controller.url, controller.apiLoopbackUrl!, controller.extenderUrl, controller.metricsUrl, controller.webhookUrl];
+    expect(new Set(urls.map((u) => new URL(u).port)).size).toBe(5);
+  });
+
+  it('capacity API tokens: one minted for the API server is refused, one minted for bettercompute.io is taken', async () => {
+    const ca = controller.caBundle()!;
+    const summary = (token: string) =>
+      request(`${controller.url}/api/compute/capacity/summary`, { method: 'POST', ca, token, headers: { 'content-type': 'application/json' }, body: '{"tenantId":"acme"}' });
+    const before = fake.seen.length;
+    expect(await summary('tenant-token')).toMatchObject({ status: 401, json: { error: { code: 'UNAUTHENTICATED' } } });
+    const review = fake.seen.slice(before).find((r) => r.path === '/apis/authentication.k8s.io/v1/tokenreviews');
+    expect(review?.body.spec).toEqual({ token: 'tenant-token', audiences: ['bettercompute.io'] });
+    // Authenticated; RBAC (allowed: () => false here) then says no.
+    expect(await summary('reader-token')).toMatchObject({ status: 403, json: { error: { code: 'FORBIDDEN' } } });
   });
 
   it('made the TLS Secret and the CA ConfigMap in its namespace, and serves that certificate', async () => {
@@ -96,10 +114,12 @@ describe('runController', () => {
   });
 
   it('the capacity API listener: health, no /metrics, no /scheduler', async () => {
-    expect((await request(`${controller.url}/healthz`)).status).toBe(200);
-    expect((await request(`${controller.url}/metrics`)).status).toBe(404);
-    expect((await request(`${controller.url}/scheduler/bind`, { method: 'POST', body: '{}' })).status).toBe(404);
-    expect((await request(`${controller.url}/scheduler/filter`, { method: 'POST', body: '{}' })).status).toBe(404);
+    const ca = controller.caBundle()!;
+    expect((await request(`${controller.url}/healthz`, { ca })).status).toBe(200);
+    expect((await request(`${controller.url}/metrics`, { ca })).status).toBe(404);
+    expect((await request(`${controller.url}/scheduler/bind`, { method: 'POST', body: '{}', ca })).status).toBe(404);
+    expect((await request(`${controller.url}/scheduler/filter`, { method: 'POST', body: '{}', ca })).status).toBe(404);
+    expect((await request(`${controller.apiLoopbackUrl!}/healthz`)).status).toBe(200);
   });
 
   it('the extender listener: /scheduler only; a 60 MB body refused before it is read', async () => {

@@ -221,8 +221,8 @@ describe('filter and prioritize from memory', () => {
     const kube = new FakeKube();
     const db = countingDb(ctx.db);
     // Every node that fits passes (ADR 0022): the two answers are compared node by node.
-    const memory = new ExtenderService({ db, ledger: new Ledger(db), clock: ctx.clock, kube, log: silentLogger, memory: sync, bestNodeOnly: false });
-    const database = new ExtenderService({ db: ctx.db, ledger: new Ledger(ctx.db), clock: ctx.clock, kube, log: silentLogger, snapshotTtlMs: 0, bestNodeOnly: false });
+    const memory = new ExtenderService({ tenancyByName: true, db, ledger: new Ledger(db), clock: ctx.clock, kube, log: silentLogger, memory: sync, bestNodeOnly: false });
+    const database = new ExtenderService({ tenancyByName: true, db: ctx.db, ledger: new Ledger(ctx.db), clock: ctx.clock, kube, log: silentLogger, snapshotTtlMs: 0, bestNodeOnly: false });
     return { kube, db, memory, database };
   }
 
@@ -298,7 +298,7 @@ describe('filter and prioritize from memory', () => {
     const kube = new FakeKube();
     // The service's own reads counted apart from the ledger's (the booking is the ledger's write).
     const db = countingDb(ctx.db);
-    const memory = new ExtenderService({ db, ledger: new Ledger(ctx.db), clock: ctx.clock, kube, log: silentLogger, memory: sync, bestNodeOnly: false });
+    const memory = new ExtenderService({ tenancyByName: true, db, ledger: new Ledger(ctx.db), clock: ctx.clock, kube, log: silentLogger, memory: sync, bestNodeOnly: false });
     const first = pod({ 'bettercompute.io/gpu': '2' });
     kube.pods.set(`acme-train/${first.metadata.name}`, first);
     expect((await memory.filter({ Pod: first, NodeNames: [A] } as never)).NodeNames).toEqual([A]);

@@ -73,7 +73,7 @@ beforeEach(() => {
   kube = new FakeKube();
   logs = [];
   const log = createLogger({ level: 'debug', write: (l) => logs.push(JSON.parse(l) as Record<string, unknown>) });
-  service = new ExtenderService({ db: ctx.db, ledger: new Ledger(ctx.db), clock: ctx.clock, kube, log, admissionWaitMs: 500 });
+  service = new ExtenderService({ tenancyByName: true, db: ctx.db, ledger: new Ledger(ctx.db), clock: ctx.clock, kube, log, admissionWaitMs: 500 });
 });
 
 async function reserve(o: { tenant?: string; startInMs?: number; seconds?: number } = {}) {
@@ -123,6 +123,20 @@ describe('bind', () => {
     const r = await service.filter({ Pod: p, NodeNames: [NODE] } as never);
     expect(r.NodeNames).toEqual([]);
     expect(r.FailedAndUnresolvableNodes[NODE]).toMatch(/requests no Better Compute resource/);
+  });
+
+  it('tenancy by name off: a pod of an unlabelled namespace gets no node, and its bind is refused, with the reason', async () => {
+    const off = new ExtenderService({ tenancyByName: false, db: ctx.db, ledger: new Ledger(ctx.db), clock: ctx.clock, kube, log: silentLogger });
+    const p = pod('beta', { 'bettercompute.io/gpu': '1' }); // named like tenant beta (offered the pool), no label
+    kube.pods.set(`${p.metadata.namespace}/${p.metadata.name}`, p);
+    const f = await off.filter({ Pod: p, NodeNames: [NODE] } as never);
+    expect(f.NodeNames).toEqual([]);
+    expect(f.FailedAndUnresolvableNodes[NODE]).toMatch(/namespace beta has no bettercompute.io\/tenant label, so it is no tenant/);
+    const b = await off.bind({ PodName: p.metadata.name, PodNamespace: 'beta', PodUID: p.metadata.uid, Node: NODE });
+    expect(b.Error).toMatch(/no tenant/);
+    expect(kube.bound).toEqual([]);
+    // The same pod with tenancy by name on is beta's.
+    expect((await service.filter({ Pod: p, NodeNames: [NODE] } as never)).NodeNames).toEqual([NODE]);
   });
 
   it('binds a reservation’s pod that requests only its reservation’s resource (no marker)', async () => {
@@ -220,7 +234,7 @@ describe('filter with more fits than it passes', () => {
     for (const [n, g] of Object.entries(gpus)) await makeNode(n).gpus(g).create(ctx.db, pool);
     const names = Object.keys(gpus);
     const log = createLogger({ level: 'debug', write: (l) => logs.push(JSON.parse(l) as Record<string, unknown>) });
-    const two = new ExtenderService({ db: ctx.db, ledger: new Ledger(ctx.db), clock: ctx.clock, kube, log, filterNodes: 2, bestNodeOnly: false });
+    const two = new ExtenderService({ tenancyByName: true, db: ctx.db, ledger: new Ledger(ctx.db), clock: ctx.clock, kube, log, filterNodes: 2, bestNodeOnly: false });
     const first = pod('acme-train', { 'bettercompute.io/gpu': '1' });
     const passed = await two.filter({ Pod: first, NodeNames: names } as never);
     expect(passed.NodeNames).toEqual(['best-c', 'best-e']);
@@ -258,7 +272,7 @@ describe('filter and a pod without scheduling preferences of its own (ADR 0030)'
   };
 
   it('passes its best node alone and marks it admitting; a pod with preferences is passed up to filterNodes', async () => {
-    const three = new ExtenderService({ db: ctx.db, ledger: new Ledger(ctx.db), clock: ctx.clock, kube, log: silentLogger, filterNodes: 3 });
+    const three = new ExtenderService({ tenancyByName: true, db: ctx.db, ledger: new Ledger(ctx.db), clock: ctx.clock, kube, log: silentLogger, filterNodes: 3 });
     // A one-GPU pod packs best where the fewest GPUs are left over: one-c, then one-e, one-b, one-a and one-d.
     expect((await three.filter({ Pod: pod('acme-train', { 'bettercompute.io/gpu': '1' }), NodeNames: names } as never)).NodeNames).toEqual(['one-c']);
     // kube-scheduler binds what it is passed without prioritize: the next on-demand pod is passed the next node.
@@ -288,7 +302,7 @@ describe('filter and a pod without scheduling preferences of its own (ADR 0030)'
   });
 
   it('with bestNodeOnly false, such a pod is passed up to filterNodes too', async () => {
-    const three = new ExtenderService({ db: ctx.db, ledger: new Ledger(ctx.db), clock: ctx.clock, kube, log: silentLogger, filterNodes: 3, bestNodeOnly: false });
+    const three = new ExtenderService({ tenancyByName: true, db: ctx.db, ledger: new Ledger(ctx.db), clock: ctx.clock, kube, log: silentLogger, filterNodes: 3, bestNodeOnly: false });
     expect((await three.filter({ Pod: pod('acme-train', { 'bettercompute.io/gpu': '1' }), NodeNames: names } as never)).NodeNames).toEqual(['one-b', 'one-c', 'one-e']);
   });
 
@@ -302,7 +316,7 @@ describe('filter and a pod without scheduling preferences of its own (ADR 0030)'
     kube.allocatable = { [resource]: '2', 'bettercompute.io/gpu': '8' };
     const held = (await ctx.db.query<{ node_id: string }>(`SELECT DISTINCT node_id FROM allocations WHERE reservation_id = $1 ORDER BY node_id`, [out.reservation.id])).rows.map((r) => r.node_id);
     expect(held.length).toBeGreaterThan(1);
-    const three = new ExtenderService({ db: ctx.db, ledger: new Ledger(ctx.db), clock: ctx.clock, kube, log: silentLogger, filterNodes: 3 });
+    const three = new ExtenderService({ tenancyByName: true, db: ctx.db, ledger: new Ledger(ctx.db), clock: ctx.clock, kube, log: silentLogger, filterNodes: 3 });
     const passed = (await three.filter({ Pod: pod('acme-train', { [resource]: '1' }), NodeNames: names } as never)).NodeNames!;
     expect([...passed].sort()).toEqual(held);
   });
@@ -328,7 +342,7 @@ describe('prioritize after filter', () => {
   it('takes them only for nodes filter passed: a node that fits but was left out is judged', async () => {
     const pool = await makePool('reuse-pool').owner('acme').create(ctx.db);
     for (const [n, g] of [['reuse-a', 1], ['reuse-b', 2], ['reuse-c', 8]] as const) await makeNode(n).gpus(g).create(ctx.db, pool);
-    const two = new ExtenderService({ db: ctx.db, ledger: new Ledger(ctx.db), clock: ctx.clock, kube, log: silentLogger, filterNodes: 2, bestNodeOnly: false });
+    const two = new ExtenderService({ tenancyByName: true, db: ctx.db, ledger: new Ledger(ctx.db), clock: ctx.clock, kube, log: silentLogger, filterNodes: 2, bestNodeOnly: false });
     const p = pod('acme-train', { 'bettercompute.io/gpu': '1' });
     const names = ['reuse-a', 'reuse-b', 'reuse-c'];
     const passed = await two.filter({ Pod: p, NodeNames: names } as never);

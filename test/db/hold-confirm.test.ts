@@ -58,7 +58,7 @@ beforeAll(async () => {
   f.informers.namespaces.put({ metadata: { name: 'team-a', labels: { [TENANT_LABEL]: 'acme' } } });
   reconciler = new ReservationReconciler(f.ctx);
   kube = new FakeKube();
-  extender = new ExtenderService({ db: t.db, ledger: new Ledger(t.db), clock: t.clock, kube, log: silentLogger });
+  extender = new ExtenderService({ tenancyByName: true, db: t.db, ledger: new Ledger(t.db), clock: t.clock, kube, log: silentLogger });
 });
 
 const cr = (name: string, spec: Partial<Reservation['spec']>, annotations?: Record<string, string>): Reservation =>

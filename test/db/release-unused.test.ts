@@ -77,7 +77,7 @@ describe('releaseIfUnusedSeconds', () => {
     await t.clock.sync();
     const pod = { metadata: { name: 'busy-0', namespace: 'team-a', uid: 'busy-0' }, spec: { containers: [{ name: 'm', resources: { limits: { [reservationResourceName(busy)]: '1' } } }] } };
     pods.set('team-a/busy-0', pod);
-    const extender = new ExtenderService({ db: t.db, ledger: new Ledger(t.db), clock: t.clock, kube, log: silentLogger });
+    const extender = new ExtenderService({ tenancyByName: true, db: t.db, ledger: new Ledger(t.db), clock: t.clock, kube, log: silentLogger });
     expect((await extender.bind({ PodName: 'busy-0', PodNamespace: 'team-a', PodUID: 'busy-0', Node: status('busy').allocations![0]!.node })).Error).toBe('');
 
     // Before the time nothing is released.

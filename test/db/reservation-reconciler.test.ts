@@ -106,6 +106,25 @@ describe('Reservation reconciler: identity from the ledger, by metadata.uid', ()
     expect(c.tenant).toBe('alpha');
   });
 
+  it('tenancy by name off: a Reservation in an unlabelled namespace books nothing, Pending NoTenant; on, it books under the name', async () => {
+    f.informers.namespaces.put({ metadata: { name: 'alpha' } }); // named like the tenant, no label
+    cr('alpha', 'squatter', 'uid-squatter');
+    f.ctx.tuning.tenancyByName = false;
+    try {
+      await reconciler.reconcile('alpha/squatter');
+      const st = get('alpha/squatter')!.status!;
+      expect(st.phase).toBe('Pending');
+      expect(st.conditions?.find((c) => c.type === 'Reserved')).toMatchObject({ status: 'False', reason: 'NoTenant' });
+      expect(st.reservationId).toBeUndefined();
+    } finally {
+      f.ctx.tuning.tenancyByName = true;
+    }
+    await reconciler.reconcile('alpha/squatter');
+    const booked = get('alpha/squatter')!.status!;
+    expect(booked.reservationId).toBeDefined();
+    expect(await tenantOf(booked.reservationId!)).toBe('alpha');
+  });
+
   it('a status with no reservationId at all: the booking is found by uid and mirrored again, not booked twice', async () => {
     cr('team-a', 'd', 'uid-d');
     await reconciler.reconcile('team-a/d');

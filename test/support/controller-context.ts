@@ -111,7 +111,8 @@ export async function fakeController(o: { db: Db; clock: DbClock }): Promise<Fak
     log: silentLogger,
     fence: fence.fence,
     metrics: {} as ControllerMetrics,
-    tuning: { capacityRefreshMs: 60_000, pendingMaxBackoffMs: 60_000, reservationWorkers: 1, recurrenceHorizonMs: 7 * 86_400_000 },
+    // Tenancy by name on: these tests' namespaces are their tenants by name (ADR 0005); off is tested on its own.
+    tuning: { capacityRefreshMs: 60_000, pendingMaxBackoffMs: 60_000, reservationWorkers: 1, recurrenceHorizonMs: 7 * 86_400_000, tenancyByName: true },
     informers: informers as unknown as ControllerContext['informers'] & Record<string, Informer<KubeObject>>,
     queues: { reservations: queue, pools: queue, nodes: queue, nodeDevices: queue },
     poolIds,

@@ -16,10 +16,15 @@ export interface SeenRequest {
 
 export interface FakeUser {
   username: string;
+  /** The token's audiences (TokenRequest's `audiences`); default the API server's, API_SERVER_AUDIENCE. */
+  audiences?: string[];
   uid?: string;
   groups?: string[];
   extra?: Record<string, string[]>;
 }
+
+/** The audience of a token minted without `--audience`. */
+export const API_SERVER_AUDIENCE = 'https://kubernetes.default.svc.cluster.local';
 
 type KubeObj = { metadata: { name: string; namespace?: string; resourceVersion?: string } } & Record<string, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
 
@@ -42,6 +47,12 @@ export async function startFakeKubeApi(opts: {
   allowedNonResource?: (user: string, path: string, verb: string) => boolean;
   /** Keep Secrets, ConfigMaps and MutatingWebhookConfigurations. */
   objects?: boolean;
+  /**
+   * Answer TokenReviews as an authenticator that ignores `spec.audiences` would: authenticated, no `status.audiences`
+   * (some webhook authenticators). Default false: as the API server, which intersects the token's audiences with the
+   * requested ones and refuses a token that has none of them.
+   */
+  ignoresAudiences?: boolean;
   /** Namespaces served at /api/v1/namespaces (default none). */
   namespaces?: { name: string; labels?: Record<string, string> }[];
 }): Promise<FakeKubeApi> {
@@ -63,9 +74,8 @@ export async function startFakeKubeApi(opts: {
         return;
       }
       if (req.method === 'POST' && req.url === '/apis/authentication.k8s.io/v1/tokenreviews') {
-        const user = opts.users[body.spec?.token];
         res.statusCode = 201;
-        res.end(JSON.stringify({ ...body, status: user ? { authenticated: true, user } : { authenticated: false, error: 'invalid bearer token' } }));
+        res.end(JSON.stringify({ ...body, status: reviewToken(body.spec ?? {}) }));
         return;
       }
       if (req.method === 'POST' && req.url === '/apis/authorization.k8s.io/v1/subjectaccessreviews') {
@@ -103,6 +113,17 @@ export async function startFakeKubeApi(opts: {
       res.end(JSON.stringify({ kind: 'Status', apiVersion: 'v1', status: 'Failure', code: 404 }));
     });
   });
+
+  function reviewToken(spec: { token?: string; audiences?: string[] }): Record<string, unknown> {
+    const found = spec.token === undefined ? undefined : opts.users[spec.token];
+    if (!found) return { authenticated: false, error: 'invalid bearer token' };
+    const { audiences: tokenAudiences = [API_SERVER_AUDIENCE], ...user } = found;
+    if (opts.ignoresAudiences) return { authenticated: true, user };
+    const asked = spec.audiences?.length ? spec.audiences : [API_SERVER_AUDIENCE];
+    const audiences = asked.filter((a) => tokenAudiences.includes(a));
+    if (!audiences.length) return { authenticated: false, error: '[invalid bearer token, token audiences is invalid for the target audiences]' };
+    return { authenticated: true, user, audiences };
+  }
 
   const status = (res: http.ServerResponse, code: number, message: string) => {
     res.statusCode = code;

@@ -16,7 +16,8 @@ import type { ReconcileResult } from '../queue.ts';
 import {
   CONFIRM_ANNOTATION,
   RESERVATION_FINALIZER,
-  TENANT_LABEL,
+  namespaceTenant,
+  noTenantMessage,
   findCondition,
   reservationResourceName,
   sameJson,
@@ -168,8 +169,11 @@ export class ReservationReconciler {
     }
 
     const st = r.status ?? {};
-    const nsTenant = this.namespaceTenant(namespace);
-    if (r.spec.recurrence !== undefined) return this.reconcileRecurring(r, nsTenant);
+    const known = this.namespaceTenant(namespace);
+    const nsTenant = known ?? undefined;
+    // A recurring Reservation in a namespace that is no tenant books no window (none it booked before is found by a
+    // tenant it does not have; they end by their window).
+    if (r.spec.recurrence !== undefined) return known === null ? this.refuseNoTenant(r, namespace) : this.reconcileRecurring(r, nsTenant);
     // Already booked: mirror the ledger's state (held → confirmed, expired, released elsewhere).
     let view = await this.bookingOf(r, nsTenant);
     if (view) {
@@ -189,6 +193,7 @@ export class ReservationReconciler {
 
     // The tenant of a new booking: the namespace's now. Once booked, the ledger pins it (found by uid above), so a
     // relabelled namespace cannot book twice under two tenants.
+    if (known === null) return this.refuseNoTenant(r, namespace);
     if (nsTenant === undefined) return { requeueAfterMs: 500 };
     const tenant = nsTenant;
 
@@ -421,7 +426,7 @@ export class ReservationReconciler {
     if (!(r.metadata.finalizers ?? []).includes(RESERVATION_FINALIZER)) return;
     this.lastEvent.delete(`${namespace}/${name}`);
     // Every booking this CR made (by its uid), whatever its status says: another tenant's booking is never released here.
-    const tenants = this.tenantsToAsk(r, this.namespaceTenant(namespace));
+    const tenants = this.tenantsToAsk(r, this.namespaceTenant(namespace) ?? undefined);
     const uid = r.metadata.uid;
     // A recurring Reservation's windows are keyed `${uid}:${start}`: every one of them, past or ahead.
     const bookings = uid
@@ -469,10 +474,24 @@ export class ReservationReconciler {
     return { phase: 'Pending', status: 'False', reason: TOO_MANY_PENDING, message, eventType: 'Normal' };
   }
 
-  /** The tenant of the namespace now (its label, else its name); undefined while the namespace is not known. */
-  private namespaceTenant(namespace: string): string | undefined {
+  /**
+   * A Reservation in a namespace that is no tenant (no tenant label, tenancy by name off): Pending, reason NoTenant,
+   * tried again after the longest backoff (labelling the namespace makes it a tenant).
+   */
+  private async refuseNoTenant(r: Reservation, namespace: string): Promise<ReconcileResult> {
+    const v: Verdict = { phase: 'Pending', status: 'False', reason: 'NoTenant', message: noTenantMessage(namespace), eventType: 'Warning' };
+    await this.writeStatus(r, { phase: 'Pending' }, v);
+    return { requeueAfterMs: this.ctx.tuning.pendingMaxBackoffMs };
+  }
+
+  /**
+   * The tenant of the namespace now (its label; else its name, with tenancy by name on); null when the namespace is
+   * known and is no tenant; undefined while the namespace is not known.
+   */
+  private namespaceTenant(namespace: string): string | null | undefined {
     const ns = this.ctx.informers.namespaces.get(namespace);
-    return ns ? ns.metadata.labels?.[TENANT_LABEL] || namespace : undefined;
+    if (!ns) return undefined;
+    return namespaceTenant(namespace, ns.metadata.labels, this.ctx.tuning.tenancyByName) ?? null;
   }
 
   /**
