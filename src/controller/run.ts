@@ -2,7 +2,7 @@
 // the scheduler extender on loopback, /metrics over HTTPS, the webhooks over HTTPS with the routers the caller mounts)
 // and keeps informer caches warm; the replica holding the Lease
 // `better-compute-controller` takes the ledger fence and runs the reconcilers and the periodic jobs (rollup fold and
-// rebuild, lease expiry, resync, drift reconcile, usage windows). Losing the Lease stops the leader work at once. Health: /readyz
+// rebuild, lease expiry, resync, drift reconcile, usage windows, the Kueue AdmissionCheck once Kueue is installed). Losing the Lease stops the leader work at once. Health: /readyz
 // while the informers are synced and the database answers; /healthz until the database has been silent for
 // BETTER_COMPUTE_DB_LIVENESS; a leader whose database is silent for a renew deadline gives the Lease up. SIGTERM: stop
 // leading and release the Lease, stop the informers, drain HTTP, close the database.
@@ -43,6 +43,7 @@ import { DRIFT_SERIES } from './drift-plan.ts';
 import { startDriftReconcile } from './drift.ts';
 import { controllerMetrics, driftMetrics, extenderMetrics, usageMetrics } from './metrics.ts';
 import { startUsageWindows } from './usage.ts';
+import { startKueueChecks } from './kueue/start.ts';
 import { productWebhookRouters } from './webhooks.ts';
 import { setupControllers, type Controllers } from './setup.ts';
 import type { ControllerServices } from './services.ts';
@@ -285,6 +286,21 @@ export async function runController(config: Config, log: Logger, opts: RunContro
       });
       // Hourly usage windows: at once (backfilling the hours no leader computed), then every usageEvery.
       leaderServices.push(startUsageWindows({ db: database.db, fence: fence.fence, log, metrics: usage, everyMs: config.usageEveryMs }));
+      // The Kueue AdmissionCheck bettercompute.io/reservation, once Kueue is installed (docs/kueue.md, ADR 0041).
+      leaderServices.push(
+        startKueueChecks({
+          kc,
+          kube,
+          db: database.db,
+          fence: fence.fence,
+          log,
+          reservations: controllers.ctx.informers.reservations,
+          namespaces: controllers.ctx.informers.namespaces,
+          nowMs: () => clock.now(),
+          watchTimeoutSeconds: Math.max(1, Math.round(config.watchTimeoutMs / 1000)),
+          watchLivenessMs: config.watchLivenessMs,
+        }),
+      );
       // Pods that end give their atoms back; pods of ended reservations are evicted. Then deletions no leader saw
       // (the informers have synced: startLeading waited for them), now and every driftEvery, the releaser's orphan
       // sweep among them.

@@ -92,7 +92,9 @@ describe('the reservation admission check', () => {
   it('is Pending until the window starts, saying when, and looks again at the start', () => {
     const start = NOW + 2 * MIN;
     const d = decide(w(), reservation({ start }));
-    expect(d).toEqual({ state: 'Pending', message: expect.stringContaining('starts at 2026-12-03T12:02:00Z (in 120 s)'), recheckAtMs: start });
+    expect(d).toEqual({ state: 'Pending', message: expect.stringContaining('starts at 2026-12-03T12:02:00Z: the Workload starts then'), recheckAtMs: start });
+    // The same message a minute later: it is written only when it changes.
+    expect(decide(w(), reservation({ start }), NOW + MIN).message).toBe(d.message);
   });
 
   it('is Ready from the start, with every pod set labelled with the Reservation', () => {

@@ -181,8 +181,8 @@ function onReservation(w: Workload, r: ReservationFacts, demand: Map<string, num
     return { state: 'Pending', message: `waiting for Reservation ${key} to be booked (phase ${win.phase ?? 'none yet'})` };
   }
   if (win.startMs > input.nowMs) {
-    const s = Math.ceil((win.startMs - input.nowMs) / 1000);
-    return { state: 'Pending', message: `Reservation ${key} starts at ${iso(win.startMs)} (in ${s} s); the Workload starts then`, recheckAtMs: win.startMs };
+    // No countdown in the message: it is written only when it changes.
+    return { state: 'Pending', message: `Reservation ${key} starts at ${iso(win.startMs)}: the Workload starts then`, recheckAtMs: win.startMs };
   }
   return {
     state: 'Ready',
