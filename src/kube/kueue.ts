@@ -43,13 +43,14 @@ export class KueueClient {
     this.custom = kc.makeApiClient(CustomObjectsApi);
   }
 
-  /** Whether Kueue's API is served (its CRDs are installed): a 404 says not. */
-  async installed(): Promise<boolean> {
+  /** Whether Kueue's API is served (its CRDs are installed: else 404) and ours to read (deploy/kueue's RBAC: else 403). */
+  async installed(): Promise<'installed' | 'absent' | 'forbidden'> {
     try {
       await this.custom.listClusterCustomObject({ group: KUEUE_GROUP, version: KUEUE_VERSION, plural: KUEUE_PLURALS.admissionChecks, limit: 1 });
-      return true;
+      return 'installed';
     } catch (e) {
-      if (statusOf(e) === 404) return false;
+      if (statusOf(e) === 404) return 'absent';
+      if (statusOf(e) === 403) return 'forbidden';
       throw e;
     }
   }

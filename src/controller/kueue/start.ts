@@ -43,14 +43,19 @@ export function startKueueChecks(o: KueueCheckOptions): { stop(): Promise<void> 
   const kueue = new KueueClient(o.kc);
   let running: Running | undefined;
   let stopped = false;
+  let saidForbidden = false;
   let timer: NodeJS.Timeout | undefined;
   const poll = async () => {
     if (stopped) return;
     try {
-      if (await kueue.installed()) {
+      const state = await kueue.installed();
+      if (state === 'installed') {
         if (!stopped) running = start(o, kueue);
         return;
       }
+      // Kueue without deploy/kueue's RBAC: said once, asked again (the RBAC may come).
+      if (state === 'forbidden' && !saidForbidden) o.log.info('kueue check: Kueue is installed, but deploy/kueue is not (no RBAC on its objects); waiting for it');
+      saidForbidden ||= state === 'forbidden';
     } catch (e) {
       o.log.warn('kueue check: could not tell whether Kueue is installed', errorFields(e));
     }
