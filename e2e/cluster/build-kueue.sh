@@ -29,7 +29,7 @@ flock 9
 if [[ "${BC_FORCE_BUILD:-0}" != 1 ]] && up_to_date; then echo "$out"; exit 0; fi
 
 start=$(date +%s)
-echo "build-kueue.sh: building Kueue $version into $out (cold build: ~10-20 min on 2 cores)" >&2
+echo "build-kueue.sh: building Kueue $version into $out (cold build: ~15-45 min on 2 shared cores)" >&2
 rm -rf "$out/bin.tmp" "$out/manifests.tmp"; mkdir -p "$out/bin.tmp" "$out/manifests.tmp"
 (
   cd "$module"
