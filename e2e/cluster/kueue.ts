@@ -10,7 +10,7 @@ import fs from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
 import { promisify } from 'node:util';
-import { CLUSTER_SCRIPTS_DIR, apply, clusterInfo, kubectl, kubectlResult, waitFor } from './harness.ts';
+import { CLUSTER_SCRIPTS_DIR, apply, clusterInfo, kubectlResult, waitCondition, waitFor } from './harness.ts';
 
 export const KUEUE_NS = 'kueue-system';
 
@@ -62,7 +62,7 @@ export async function startKueue(out: string): Promise<RunningKueue> {
   const c = clusterInfo();
   const r = await kubectlResult(['apply', '--server-side', '--force-conflicts', '-f', path.join(out, 'manifests', 'crds.yaml')], { timeoutMs: 120_000 });
   if (r.code !== 0) throw new Error(`applying Kueue's CRDs failed: ${r.stderr}`);
-  await kubectl(['wait', '--for=condition=Established', '--timeout=60s', 'crd/workloads.kueue.x-k8s.io', 'crd/admissionchecks.kueue.x-k8s.io', 'crd/clusterqueues.kueue.x-k8s.io']);
+  await waitCondition(['crd/workloads.kueue.x-k8s.io', 'crd/admissionchecks.kueue.x-k8s.io', 'crd/clusterqueues.kueue.x-k8s.io'], 'Established');
   await apply({ apiVersion: 'v1', kind: 'Namespace', metadata: { name: KUEUE_NS } });
   const dir = fs.mkdtempSync(path.join(c.dir, 'kueue-'));
   const certDir = path.join(dir, 'certs');
