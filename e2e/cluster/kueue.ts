@@ -13,6 +13,7 @@ import { promisify } from 'node:util';
 import { CLUSTER_SCRIPTS_DIR, apply, clusterInfo, kubectlResult, waitCondition, waitFor } from './harness.ts';
 
 export const KUEUE_NS = 'kueue-system';
+const METRICS_CERT_DIR = '/etc/kueue/metrics/certs';
 
 export interface RunningKueue {
   logFile: string;
@@ -68,6 +69,10 @@ export async function startKueue(out: string): Promise<RunningKueue> {
   const certDir = path.join(dir, 'certs');
   fs.mkdirSync(certDir);
   await selfSignedCert(certDir);
+  // With internalCertManagement off, v0.17 reads its metrics server's certificate from this fixed path (main.go), even
+  // with metrics off: the same throwaway certificate, on this test machine only.
+  fs.mkdirSync(METRICS_CERT_DIR, { recursive: true });
+  for (const f of ['tls.crt', 'tls.key']) fs.copyFileSync(path.join(certDir, f), path.join(METRICS_CERT_DIR, f));
   const health = await freePort();
   fs.writeFileSync(path.join(dir, 'config.yaml'), configYaml({ health, webhook: await freePort(), certDir }));
   const logFile = path.join(c.dir, 'logs', 'kueue.log');
