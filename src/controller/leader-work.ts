@@ -1,6 +1,6 @@
 // The leader's work, started when this replica takes the Lease and stopped when it loses it (run.ts wires it): the
 // capacity jobs (rollup fold and rebuild), the periodic passes (lease expiry, spot preemption, resync, booking repair),
-// the usage windows, the pod releaser and the drift reconcile.
+// the usage windows, the Kueue AdmissionCheck once Kueue is installed, the pod releaser and the drift reconcile.
 import type { KubeConfig } from '@kubernetes/client-node';
 import type { Config } from '../config.ts';
 import type { DbClock } from '../db/clock.ts';
@@ -18,6 +18,7 @@ import { startDriftReconcile } from './drift.ts';
 import { startPodReleaser } from './releaser.ts';
 import type { Controllers } from './setup.ts';
 import { startUsageWindows } from './usage.ts';
+import { startKueueChecks } from './kueue/start.ts';
 
 export interface LeaderWorkDeps {
   config: Config;
@@ -49,6 +50,23 @@ export class LeaderWork {
     this.startPasses();
     // Hourly usage windows: at once (backfilling the hours no leader computed), then every usageEvery.
     this.services.push(startUsageWindows({ db, fence: this.d.fence.fence, log, metrics: this.d.usage, everyMs: config.usageEveryMs }));
+    // The Kueue AdmissionCheck bettercompute.io/reservation, once Kueue is installed (docs/kueue.md, ADR 0041).
+    const { informers } = this.d.controllers.ctx;
+    this.services.push(
+      startKueueChecks({
+        kc: this.d.kc,
+        kube: this.d.kube,
+        db,
+        fence: this.d.fence.fence,
+        log,
+        reservations: informers.reservations,
+        namespaces: informers.namespaces,
+        nowMs: () => clock.now(),
+        tenancyByName: config.tenancyByName,
+        watchTimeoutSeconds: Math.max(1, Math.round(config.watchTimeoutMs / 1000)),
+        watchLivenessMs: config.watchLivenessMs,
+      }),
+    );
     const started = this.startReleaserAndDrift();
     started.catch((e: unknown) => log.error('leader services failed to start', errorFields(e)));
     this.starts = started.catch(() => undefined);

@@ -1,0 +1,158 @@
+import { describe, expect, it } from 'vitest';
+import {
+  decideReservationCheck,
+  MISSING_RESERVATION_GRACE_MS,
+  podSetDemand,
+  RESERVATION_LABEL,
+  reservationNameOf,
+  WorkloadSchema,
+  type ReservationFacts,
+  type Workload,
+} from './kueue-check.ts';
+
+const NOW = Date.UTC(2026, 11, 3, 12, 0);
+const MIN = 60_000;
+
+/** A Workload builder: makeWorkload().label('train').podSet('main', 2, { gpu: 1 }).obj(). */
+function makeWorkload(ns = 'team-a') {
+  const labels: Record<string, string> = {};
+  const podSets: unknown[] = [];
+  let created = new Date(NOW - 1000).toISOString();
+  const b = {
+    label(name: string) {
+      labels[RESERVATION_LABEL] = name;
+      return b;
+    },
+    createdAt(ms: number) {
+      created = new Date(ms).toISOString();
+      return b;
+    },
+    podSet(name: string, count: number, gpus: Record<string, string | number> = {}, templateLabels: Record<string, string> = {}, init?: Record<string, string | number>) {
+      const limits = Object.fromEntries(Object.entries(gpus).map(([k, v]) => [k === 'gpu' ? 'bettercompute.io/gpu' : `bettercompute.io/${k}`, v]));
+      podSets.push({
+        name,
+        count,
+        template: {
+          metadata: { labels: templateLabels },
+          spec: {
+            containers: [{ name: 'main', resources: { limits: { cpu: '1', ...limits } } }],
+            ...(init ? { initContainers: [{ name: 'init', resources: { requests: { 'bettercompute.io/gpu': init.gpu! } } }] } : {}),
+          },
+        },
+      });
+      return b;
+    },
+    obj(): Workload {
+      return WorkloadSchema.parse({ metadata: { name: 'job-x-1a2b3', namespace: ns, labels, creationTimestamp: created }, spec: { podSets } });
+    },
+  };
+  return b;
+}
+
+function reservation(o: Partial<ReservationFacts> & { start?: number; end?: number; phase?: string } = {}): ReservationFacts {
+  return {
+    namespace: o.namespace ?? 'team-a',
+    name: o.name ?? 'train',
+    tenant: 'tenant' in o ? o.tenant : 'team-a',
+    deleting: o.deleting ?? false,
+    devices: o.devices ?? [{ class: 'gpu', count: 2 }],
+    windows: o.windows ?? [{ phase: 'phase' in o ? o.phase : 'Reserved', startMs: o.start ?? NOW - MIN, endMs: o.end ?? NOW + 60 * MIN }],
+  };
+}
+
+const decide = (workload: Workload, r: ReservationFacts | undefined, nowMs = NOW, namespaceTenant = 'team-a') =>
+  decideReservationCheck({ workload, reservation: r, namespaceTenant, nowMs });
+
+describe('the Reservation a Workload names', () => {
+  it('is its own label (copied from the Job), else its pod templates’; two different names are refused', () => {
+    expect(reservationNameOf(makeWorkload().label('a').podSet('main', 1).obj())).toEqual({ ok: true, name: 'a' });
+    expect(reservationNameOf(makeWorkload().podSet('main', 1, {}, { [RESERVATION_LABEL]: 'b' }).obj())).toEqual({ ok: true, name: 'b' });
+    expect(reservationNameOf(makeWorkload().label('a').podSet('main', 1, {}, { [RESERVATION_LABEL]: 'a' }).obj())).toEqual({ ok: true, name: 'a' });
+    expect(reservationNameOf(makeWorkload().podSet('main', 1).obj())).toEqual({ ok: true, name: undefined });
+    const two = reservationNameOf(makeWorkload().label('a').podSet('main', 1, {}, { [RESERVATION_LABEL]: 'b' }).obj());
+    expect(two).toEqual({ ok: false, message: expect.stringContaining('more than one Reservation (a, b)') });
+  });
+});
+
+describe('the devices a Workload’s pods ask for', () => {
+  it('add up over containers and pods, by class; an init container needs its own at most', () => {
+    const w = makeWorkload().podSet('leader', 1, { gpu: 1 }).podSet('workers', 3, { gpu: '2', 'gpu.mig': 1 }, {}, { gpu: 4 }).obj();
+    const d = podSetDemand(w);
+    expect(d.ok && Object.fromEntries(d.byClass)).toEqual({ gpu: 1 + 3 * 4, 'gpu.mig': 3 });
+  });
+
+  it('refuses a fraction of a device', () => {
+    expect(podSetDemand(makeWorkload().podSet('main', 1, { gpu: '500m' }).obj())).toEqual({ ok: false, message: expect.stringContaining('only whole devices') });
+  });
+});
+
+describe('the reservation admission check', () => {
+  const w = () => makeWorkload().label('train').podSet('main', 2, { gpu: 1 }).obj();
+
+  it('is Pending until the window starts, saying when, and looks again at the start', () => {
+    const start = NOW + 2 * MIN;
+    const d = decide(w(), reservation({ start }));
+    expect(d).toEqual({ state: 'Pending', message: expect.stringContaining('starts at 2026-12-03T12:02:00Z: the Workload starts then'), recheckAtMs: start });
+    // The same message a minute later: it is written only when it changes.
+    expect(decide(w(), reservation({ start }), NOW + MIN).message).toBe(d.message);
+  });
+
+  it('is Ready from the start, with every pod set labelled with the Reservation', () => {
+    const two = makeWorkload().label('train').podSet('leader', 1, { gpu: 1 }).podSet('workers', 1, { gpu: 1 }).obj();
+    const d = decide(two, reservation({ start: NOW }));
+    expect(d.state).toBe('Ready');
+    expect(d.podSetUpdates).toEqual([
+      { name: 'leader', labels: { [RESERVATION_LABEL]: 'train' } },
+      { name: 'workers', labels: { [RESERVATION_LABEL]: 'train' } },
+    ]);
+    expect(d.message).toContain('live until 2026-12-03T13:00:00Z');
+  });
+
+  it('is Pending while the Reservation is not booked yet', () => {
+    expect(decide(w(), reservation({ phase: 'Pending' }))).toMatchObject({ state: 'Pending', message: expect.stringContaining('to be booked (phase Pending)') });
+    expect(decide(w(), reservation({ phase: undefined }))).toMatchObject({ state: 'Pending', message: expect.stringContaining('phase none yet') });
+  });
+
+  it('waits a grace for a Reservation that does not exist yet, then rejects', () => {
+    const young = decide(w(), undefined);
+    expect(young).toMatchObject({ state: 'Pending', message: expect.stringContaining('team-a/train to exist') });
+    expect(young.recheckAtMs).toBeGreaterThan(NOW);
+    const old = decide(makeWorkload().label('train').podSet('main', 1).createdAt(NOW - MISSING_RESERVATION_GRACE_MS).obj(), undefined);
+    expect(old).toEqual({ state: 'Rejected', message: expect.stringContaining('no Reservation train in namespace team-a') });
+  });
+
+  it('rejects a Reservation of another tenant', () => {
+    const d = decide(w(), reservation({ tenant: 'team-b' }));
+    expect(d).toEqual({ state: 'Rejected', message: 'Reservation team-a/train is of tenant team-b; namespace team-a is of tenant team-a' });
+  });
+
+  it('rejects pods the Reservation cannot hold: too many, or another class', () => {
+    const many = decide(makeWorkload().label('train').podSet('main', 3, { gpu: 1 }).obj(), reservation());
+    expect(many).toEqual({ state: 'Rejected', message: expect.stringContaining('ask for 3 bettercompute.io/gpu in all, Reservation team-a/train holds 2') });
+    const mig = decide(makeWorkload().label('train').podSet('main', 1, { 'gpu.mig': 1 }).obj(), reservation());
+    expect(mig).toMatchObject({ state: 'Rejected', message: expect.stringContaining('holds 0 of class gpu.mig') });
+    // Exactly what it holds is fine.
+    expect(decide(makeWorkload().label('train').podSet('main', 2, { gpu: 1 }).obj(), reservation()).state).toBe('Ready');
+  });
+
+  it('rejects a Reservation that ended or is being deleted', () => {
+    expect(decide(w(), reservation({ phase: 'Released' }))).toMatchObject({ state: 'Rejected', message: expect.stringContaining('has ended (Released)') });
+    expect(decide(w(), reservation({ end: NOW }))).toMatchObject({ state: 'Rejected', message: expect.stringContaining('has ended') });
+    expect(decide(w(), reservation({ deleting: true }))).toMatchObject({ state: 'Rejected', message: expect.stringContaining('being deleted') });
+  });
+
+  it('rejects a Workload naming no Reservation, or two', () => {
+    expect(decide(makeWorkload().podSet('main', 1).obj(), undefined)).toMatchObject({ state: 'Rejected', message: expect.stringContaining('names no Reservation') });
+    expect(decide(makeWorkload().label('a').podSet('main', 1, {}, { [RESERVATION_LABEL]: 'b' }).obj(), reservation()).state).toBe('Rejected');
+  });
+
+  it('of a recurring Reservation, is Ready in an occurrence under way and Pending until the next one', () => {
+    const occurrences = [
+      { phase: 'Reserved', startMs: NOW - 10 * MIN, endMs: NOW - 5 * MIN },
+      { phase: 'Reserved', startMs: NOW + 5 * MIN, endMs: NOW + 10 * MIN },
+    ];
+    const between = decide(w(), reservation({ windows: occurrences }));
+    expect(between).toMatchObject({ state: 'Pending', recheckAtMs: NOW + 5 * MIN });
+    expect(decide(w(), reservation({ windows: occurrences }), NOW + 6 * MIN)).toMatchObject({ state: 'Ready', message: expect.stringContaining('until 2026-12-03T12:10:00Z') });
+  });
+});
