@@ -108,6 +108,8 @@ beforeAll(async () => {
   });
   process.stderr.write(`[controller] deploy/overlays/external (2 replicas, host PostgreSQL) to Ready in ${installed.readySeconds.toFixed(1)}s\n`);
   await kubectl(['create', 'namespace', tenantNs]);
+  // A tenant by its label: the installed product takes no namespace for a tenant by its name (ADR 0040).
+  await kubectl(['label', 'namespace', tenantNs, `bettercompute.io/tenant=${tenantNs}`]);
   await waitFor('a controller leads', leaderPod, { timeoutMs: 60_000 });
 }, 1_800_000);
 

@@ -165,6 +165,8 @@ beforeAll(async () => {
   });
   process.stderr.write(`[operations] deploy/overlays/external to Ready in ${installed.readySeconds.toFixed(1)}s\n`);
   await kubectl(['create', 'namespace', tenantNs]);
+  // A tenant by its label: the installed product takes no namespace for a tenant by its name (ADR 0040).
+  await kubectl(['label', 'namespace', tenantNs, `bettercompute.io/tenant=${tenantNs}`]);
 }, 1_800_000);
 
 afterAll(async () => {
