@@ -287,22 +287,32 @@ describe('installed from the image with helm install of the chart (deploy/, rend
       },
     ]);
     await waitFor('default service account', async () => (await kubectlResult(['-n', NS, 'get', 'sa', 'default'])).code === 0, { timeoutMs: 30_000 });
-    const url = `http://${ip}:8080/calendar?tenant=${TENANT}&pool=${POOL}`;
-    const anonymous = await fetch(url);
+    // Over the Service's HTTPS port, as a browser on the pod network reaches it (the plain port is the pod's loopback).
+    const base = `https://${ip}:8443`;
+    const tls = { ca: fs.readFileSync(caFile), servername: `better-compute-controller.${SYSTEM_NS}.svc` };
+    const url = `${base}/calendar?tenant=${TENANT}&pool=${POOL}`;
+    const anonymous = await request(url, tls);
     expect(anonymous.status).toBe(401);
-    const signIn = await anonymous.text();
+    const signIn = anonymous.text;
     expect(signIn).toContain('action="/calendar/session"');
     expect(signIn).not.toContain(booked.reservationId);
     // Signing in as the browser does: the token in a form, back an HttpOnly cookie, the page with it.
-    const bearer = await token(NS);
-    const session = await fetch(`http://${ip}:8080/calendar/session`, { method: 'POST', body: new URLSearchParams({ token: bearer, tenant: TENANT, pool: POOL }), redirect: 'manual' });
+    const bearer = await apiToken(NS);
+    const session = await request(`${base}/calendar/session`, {
+      ...tls,
+      method: 'POST',
+      headers: { 'content-type': 'application/x-www-form-urlencoded' },
+      body: new URLSearchParams({ token: bearer, tenant: TENANT, pool: POOL }).toString(),
+    });
     expect(session.status).toBe(303);
-    const cookie = session.headers.get('set-cookie')!.split(';')[0]!;
+    const setCookie = session.headers['set-cookie']?.[0] ?? '';
+    expect(setCookie).toMatch(/HttpOnly/i);
+    expect(setCookie).toMatch(/Secure/i);
+    const cookie = setCookie.split(';')[0]!;
     // The informer's copy may lag the status write by a moment: the name shows once it has the object.
     const body = await waitFor('the calendar to show the Reservation by name', async () => {
-      const r = await fetch(url, { headers: { cookie } });
-      const text = r.status === 200 ? await r.text() : '';
-      return text.includes(`${NS}/${rsv}`) ? text : undefined;
+      const r = await request(url, { ...tls, headers: { cookie } });
+      return r.status === 200 && r.text.includes(`${NS}/${rsv}`) ? r.text : undefined;
     }, { timeoutMs: 30_000, intervalMs: 1000 });
     expect(body).toContain(`data-rsv="${booked.reservationId}"`);
     expect(body).toMatch(new RegExp(`data-node="${booked.allocations[0]!.node}"[^>]*data-rsv="${booked.reservationId}"`));
