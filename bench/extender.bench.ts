@@ -11,17 +11,12 @@
 //      BENCH_WRITER_RATE (bookings and releases per second in the background row, default 50),
 //      BETTER_COMPUTE_SCAVENGES (main-thread or parallel: where young collections run, as in the controller; ADR 0029).
 // One call at a time: kube-scheduler calls the extender from its scheduling cycle, one pod after another.
-import fs from 'node:fs/promises';
+import { benchDatabase } from './database.ts';
 import { Agent as HttpAgent, createServer, request, type RequestListener, type Server } from 'node:http';
 import os from 'node:os';
-import path from 'node:path';
 import express from 'express';
-import pg from 'pg';
 import { DbClock } from '../src/db/clock.ts';
-import { startEmbedded } from '../src/db/embedded.ts';
 import { Ledger } from '../src/db/ledger.ts';
-import { migrate } from '../src/db/migrate.ts';
-import { createPool } from '../src/db/pool.ts';
 import { newAllocationId } from '../src/ids.ts';
 import { seedPool } from './seed.ts';
 import type { ExtenderKube } from '../src/extender/kube.ts';
@@ -190,26 +185,8 @@ async function main() {
   // Young collections where the controller has them (BETTER_COMPUTE_SCAVENGES, ADR 0029).
   const scavenges = loadConfig().scavenges;
   setScavenges(scavenges);
-  let url = process.env.DATABASE_URL;
-  let stop = async () => undefined as void;
-  let dir: string | undefined;
-  if (!url) {
-    dir = await fs.mkdtemp(path.join(os.tmpdir(), 'bc-bench-ext-'));
-    await fs.chmod(dir, 0o755);
-    const server = await startEmbedded({ dataDir: path.join(dir, 'pg'), fast: true });
-    url = server.url;
-    stop = () => server.stop();
-  }
-  const admin = new pg.Client({ connectionString: url });
-  await admin.connect();
-  const dbName = `bench_ext_${process.pid}`;
-  await admin.query(`CREATE DATABASE ${dbName}`);
-  const dbUrl = new URL(url);
-  dbUrl.pathname = `/${dbName}`;
-  const db = createPool(dbUrl.toString(), 8);
-  const client = await db.connect();
-  await migrate(client);
-  client.release();
+  const bench = await benchDatabase('ext', 8);
+  const { db } = bench;
   const clock = await DbClock.create(db);
   const ledger = new Ledger(db);
   const sync = new ExtenderStateSync({ db, log: silentLogger });
@@ -382,11 +359,7 @@ async function main() {
   agent.destroy();
   server.close();
   server.closeAllConnections();
-  await db.end();
-  await admin.query(`DROP DATABASE ${dbName}`);
-  await admin.end();
-  await stop();
-  if (dir) await fs.rm(dir, { recursive: true, force: true });
+  await bench.stop();
 }
 
 main().catch((e: unknown) => {

@@ -13,18 +13,14 @@
 //      BENCH_LEADER=0 (the caches only: no leader phases; the extender's state then loads a ledger seeded directly with
 //      the nodes and their GPUs, bench/seed.ts), BENCH_WORKERS (Reservation workers, 8), BENCH_SETTLE_S (how long a phase may take, 3600), BENCH_PROGRESS (a line
 //      on stderr now and then while a leader phase runs).
+import { benchDatabase } from './database.ts';
 import { spawn } from 'node:child_process';
-import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
-import pg from 'pg';
 import { DbClock } from '../src/db/clock.ts';
-import { startEmbedded } from '../src/db/embedded.ts';
 import { Ledger } from '../src/db/ledger.ts';
-import { migrate } from '../src/db/migrate.ts';
-import { createPool, type Db } from '../src/db/pool.ts';
 import { FenceHolder } from '../src/controller/fence.ts';
 import { startPodReleaser } from '../src/controller/releaser.ts';
 import { setupControllers } from '../src/controller/setup.ts';
@@ -108,38 +104,6 @@ const kube: ExtenderKube = {
   deletePod: async () => undefined,
 };
 
-async function database(): Promise<{ db: Db; stop(): Promise<void> }> {
-  let url = process.env.DATABASE_URL;
-  let stop = async () => undefined as void;
-  let dir: string | undefined;
-  if (!url) {
-    dir = await fs.mkdtemp(path.join(os.tmpdir(), 'bc-bench-scale-'));
-    await fs.chmod(dir, 0o755);
-    const server = await startEmbedded({ dataDir: path.join(dir, 'pg'), fast: true });
-    url = server.url;
-    stop = () => server.stop();
-  }
-  const admin = new pg.Client({ connectionString: url });
-  await admin.connect();
-  const dbName = `bench_scale_${process.pid}`;
-  await admin.query(`CREATE DATABASE ${dbName}`);
-  await admin.end();
-  const dbUrl = new URL(url);
-  dbUrl.pathname = `/${dbName}`;
-  const db = createPool(dbUrl.toString(), 12);
-  const client = await db.connect();
-  await migrate(client);
-  client.release();
-  return {
-    db,
-    async stop() {
-      await db.end();
-      await stop();
-      if (dir) await fs.rm(dir, { recursive: true, force: true });
-    },
-  };
-}
-
 interface Phase {
   name: string;
   seconds: number;
@@ -159,7 +123,7 @@ function row(p: Phase): string {
 }
 
 async function main() {
-  const { db, stop: stopDb } = await database();
+  const { db, stop: stopDb } = await benchDatabase('scale', 12);
   const sim = await startSim();
   const kc = new TimedKubeConfig(120_000);
   kc.loadFromOptions({
