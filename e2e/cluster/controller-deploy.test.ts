@@ -136,7 +136,7 @@ describe('deploy/', () => {
     tdb = await createTestDatabase(3);
     replica = await startReplica({ name: uniqueName('ctl-metrics'), databaseUrl: tdb.url, namespace: uniqueName('unused-ns') });
     // /metrics is on its own HTTPS listener only, for a token RBAC allows to get /metrics.
-    expect((await fetch(`${replica.url}/metrics`)).status).toBe(404);
+    expect((await httpsGet(`${replica.url}/metrics`, { ca: replica.ca! })).status).toBe(404);
     const scraper = await metricsToken(NS, uniqueName('scraper'), true);
     const tenant = await metricsToken(NS, uniqueName('tenant'), false);
     let text: string;
