@@ -12,6 +12,7 @@
 //      BETTER_COMPUTE_SCAVENGES (main-thread or parallel: where young collections run, as in the controller; ADR 0029).
 // One call at a time: kube-scheduler calls the extender from its scheduling cycle, one pod after another.
 import { benchDatabase } from './database.ts';
+import { inertExtenderKube } from './inert-kube.ts';
 import { Agent as HttpAgent, createServer, request, type RequestListener, type Server } from 'node:http';
 import os from 'node:os';
 import express from 'express';
@@ -19,7 +20,6 @@ import { DbClock } from '../src/db/clock.ts';
 import { Ledger } from '../src/db/ledger.ts';
 import { newAllocationId } from '../src/ids.ts';
 import { seedPool } from './seed.ts';
-import type { ExtenderKube } from '../src/extender/kube.ts';
 import { createExtenderListener } from '../src/extender/listener.ts';
 import { DEFAULT_FILTER_NODES, ExtenderService } from '../src/extender/service.ts';
 import { setScavenges } from '../src/scavenge.ts';
@@ -159,16 +159,7 @@ async function measure(n: number, post: (path: string) => Promise<void>, path: s
   return baseline ? { row, base: stats(baseTimes, serverTimes.get(baseline) ?? []) } : { row };
 }
 
-// The filter reads no pod or node from the API server for an on-demand pod; the namespace's labels come from here.
-const kube: ExtenderKube = {
-  getPod: async () => undefined,
-  nodeAllocatable: async () => ({}),
-  namespaceLabels: async () => ({}),
-  annotatePod: async () => undefined,
-  bindPod: async () => undefined,
-  evictPod: async () => undefined,
-  deletePod: async () => undefined,
-};
+const kube = inertExtenderKube;
 
 // Two shapes of on-demand pod: one without scheduling preferences, which filter passes its best node alone (ADR 0030),
 // and one of a ReplicaSet (spread by default, so it has preferences), which filter passes the best DEFAULT_FILTER_NODES.

@@ -14,6 +14,7 @@
 //      the nodes and their GPUs, bench/seed.ts), BENCH_WORKERS (Reservation workers, 8), BENCH_SETTLE_S (how long a phase may take, 3600), BENCH_PROGRESS (a line
 //      on stderr now and then while a leader phase runs).
 import { benchDatabase } from './database.ts';
+import { inertExtenderKube } from './inert-kube.ts';
 import { spawn } from 'node:child_process';
 import os from 'node:os';
 import path from 'node:path';
@@ -24,7 +25,6 @@ import { Ledger } from '../src/db/ledger.ts';
 import { FenceHolder } from '../src/controller/fence.ts';
 import { startPodReleaser } from '../src/controller/releaser.ts';
 import { setupControllers } from '../src/controller/setup.ts';
-import type { ExtenderKube } from '../src/extender/kube.ts';
 import { ExtenderStateSync } from '../src/extender/state-sync.ts';
 import { KubeClient, TimedKubeConfig } from '../src/kube/client.ts';
 import { findCondition } from '../src/kube/types.ts';
@@ -94,15 +94,7 @@ async function startSim(): Promise<{ url: string; stats(): Promise<string>; stop
   };
 }
 
-const kube: ExtenderKube = {
-  getPod: async () => undefined,
-  nodeAllocatable: async () => ({}),
-  namespaceLabels: async () => ({}),
-  annotatePod: async () => undefined,
-  bindPod: async () => undefined,
-  evictPod: async () => undefined,
-  deletePod: async () => undefined,
-};
+const kube = inertExtenderKube;
 
 interface Phase {
   name: string;
