@@ -21,7 +21,7 @@ import type { Summary } from '../db/capacity.ts';
 import { openDatabase } from '../db/connect.ts';
 import { renderDomains, renderPoolRows, renderPreview, renderQuota, renderSummary, renderTimeline } from './render.ts';
 import { formatFailure, formatOutput, OUTPUT_HELP, outputUsageMessage, parseOutput } from './output.ts';
-import { createProgress, openingStep } from './progress.ts';
+import { createProgress, openingStep, type Progress } from './progress.ts';
 import { selectorTextToObject } from './selector-object.ts';
 import { postJson, tokenTransportProblem, type ClientTls } from './http-post.ts';
 
@@ -121,6 +121,43 @@ export async function httpCall<T>(serverUrl: string, token: string | undefined, 
     throw new CliError(String(err?.code ?? `HTTP_${res.status}`), String(err?.message ?? `HTTP ${res.status}`));
   }
   return json as T;
+}
+
+/** The flags every API command shares: where, who, over what TLS, and whether to show progress. */
+export interface ClientFlags {
+  direct?: boolean | undefined;
+  server?: string | undefined;
+  token?: string | undefined;
+  progress?: boolean | undefined;
+  'ca-file'?: string | undefined;
+  'tls-server-name'?: string | undefined;
+}
+
+/**
+ * A command's client: `--direct` the database (opened with a progress step), else the API at --server with the CLI's
+ * TLS settings; `made` (a test's) replaces both. The progress reports the call as the next step.
+ */
+export async function openClient<C>(o: {
+  values: ClientFlags;
+  config: Config;
+  io: { stderr: (text: string) => void; stderrIsTTY?: boolean | undefined };
+  made: ((c: { direct: boolean; server: string; token: string | undefined }) => Promise<C>) | undefined;
+  direct: () => Promise<C> | C;
+  http: (server: string, token: string | undefined, tls: ClientTls) => C;
+}): Promise<{ client: C; progress: Progress }> {
+  const { values, config } = o;
+  const progress = createProgress({ flag: values.progress, isTTY: o.io.stderrIsTTY, write: o.io.stderr });
+  const server = values.server ?? config.serverUrl;
+  const token = values.token ?? config.token;
+  const direct = values.direct ?? false;
+  if (direct) progress.step(openingStep(config));
+  const client = o.made
+    ? await o.made({ direct, server, token })
+    : direct
+      ? await o.direct()
+      : o.http(server, token, clientTls(values['ca-file'] ?? config.caFile, values['tls-server-name'] ?? config.tlsServerName));
+  progress.step(direct ? 'reading the database' : `asking ${server}`);
+  return { client, progress };
 }
 
 /** The CLI's TLS settings: the CA file (--ca-file, BETTER_COMPUTE_CA_FILE) read once, the name to check. */
@@ -248,15 +285,7 @@ export async function capacityCommand(argv: string[], config: Config, io: Capaci
     if (values['topology-key'] !== undefined && !values.preview && !values.domains) throw usage('--topology-key needs --preview or --domains');
     if (views[0] && views[0] !== 'quota' && !values.pool) throw usage(`--${views[0]} needs --pool`); // quota: every pool the tenant sees, or one
 
-    const makeClient =
-      io.client ??
-      (async (o: { direct: boolean; server: string; token: string | undefined }) =>
-        o.direct ? directClient(config) : httpClient(o.server, o.token, clientTls(values['ca-file'] ?? config.caFile, values['tls-server-name'] ?? config.tlsServerName)));
-    const progress = createProgress({ flag: values.progress, isTTY: io.stderrIsTTY, write: io.stderr });
-    const server = values.server ?? config.serverUrl;
-    if (values.direct) progress.step(openingStep(config));
-    const client = await makeClient({ direct: values.direct ?? false, server, token: values.token ?? config.token });
-    progress.step(values.direct ? 'reading the database' : `asking ${server}`);
+    const { client, progress } = await openClient({ values, config, io, made: io.client, direct: () => directClient(config), http: httpClient });
     try {
       let result: unknown;
       let render: { table: () => string; wide?: () => string };

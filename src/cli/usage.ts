@@ -7,9 +7,8 @@ import { createCapacityService, type UsageResult } from '../api/capacity-service
 import { parseInput, UsageInput } from '../core/schemas.ts';
 import type { Config } from '../config.ts';
 import { openDatabase } from '../db/connect.ts';
-import { CliError, clientTls, httpCall, reportFailure } from './capacity.ts';
+import { CliError, httpCall, openClient, reportFailure } from './capacity.ts';
 import type { ClientTls } from './http-post.ts';
-import { createProgress, openingStep } from './progress.ts';
 import { formatOutput, OUTPUT_HELP, outputUsageMessage, parseOutput } from './output.ts';
 import { renderUsage } from './render.ts';
 
@@ -115,15 +114,7 @@ export async function usageCommand(argv: string[], config: Config, io: UsageIo):
       ...(values.to !== undefined ? { to: values.to } : {}),
       ...(values.hourly ? { hourly: true } : {}),
     };
-    const makeClient =
-      io.client ??
-      (async (o: { direct: boolean; server: string; token: string | undefined }) =>
-        o.direct ? directUsageClient(config) : httpUsageClient(o.server, o.token, clientTls(values['ca-file'] ?? config.caFile, values['tls-server-name'] ?? config.tlsServerName)));
-    const progress = createProgress({ flag: values.progress, isTTY: io.stderrIsTTY, write: io.stderr });
-    const server = values.server ?? config.serverUrl;
-    if (values.direct) progress.step(openingStep(config));
-    const client = await makeClient({ direct: values.direct ?? false, server, token: values.token ?? config.token });
-    progress.step(values.direct ? 'reading the database' : `asking ${server}`);
+    const { client, progress } = await openClient({ values, config, io, made: io.client, direct: () => directUsageClient(config), http: httpUsageClient });
     try {
       const r = await client.usage(body);
       progress.done();
