@@ -52,3 +52,46 @@ export interface AgentBackend {
   state(): Promise<NodeState>;
   admissionDone(podUid: string): Promise<void>;
 }
+
+// ---- Dynamic Resource Allocation (ADR 0043) ----
+
+/** The DRA driver name of the product: ResourceSlices, allocation results and the kubelet plugin all carry it. */
+export const DRA_DRIVER = 'gpu.bettercompute.io';
+
+/** A ResourceClaim's UID (as the kubelet's NodePrepareResources names it). */
+export const ClaimUid = PodUid;
+
+/** The agent asks: may this claim, allocated on my node, be prepared, and with which atoms? (body of POST .../claims/{uid}/prepare) */
+export const ClaimPrepareRequestSchema = z.strictObject({
+  namespace: z.string().min(1).max(63),
+  name: z.string().min(1).max(253),
+});
+export type ClaimPrepareRequest = z.infer<typeof ClaimPrepareRequestSchema>;
+
+/**
+ * The controller answers, after reading the claim afresh from the API server and the ledger: each allocated device of
+ * the claim with the atom the ledger booked to that claim's pod or Reservation. Refusals are errors
+ * (`{"error":{"code","message"}}`): 403 CLAIM_NOT_BOOKED when a device of the allocation is not booked to the claim,
+ * 404 CLAIM_NOT_FOUND, 409 CLAIM_NOT_ON_NODE / CLAIM_NOT_ALLOCATED / CLAIM_OUTSIDE_WINDOW.
+ */
+export const ClaimPrepareAnswerSchema = z.strictObject({
+  claimUid: z.string().min(1),
+  /** The pod (on demand) or Reservation the atoms are booked to. */
+  bookedTo: z.discriminatedUnion('kind', [
+    z.strictObject({ kind: z.literal('pod'), podUid: z.string().min(1) }),
+    z.strictObject({ kind: z.literal('reservation'), reservationId: z.string().min(1) }),
+  ]),
+  /** Epoch milliseconds: the end of the booking (null: open-ended, an on-demand pod's). */
+  end: z.number().nullable(),
+  devices: z.array(
+    z.strictObject({
+      /** The claim's request name this device answers. */
+      request: z.string().min(1),
+      /** The device name in the node's ResourceSlice (draDeviceName(atomId)). */
+      device: z.string().min(1).max(63),
+      /** The ledger's atom id. */
+      atomId: z.string().min(1),
+    }),
+  ),
+});
+export type ClaimPrepareAnswer = z.infer<typeof ClaimPrepareAnswerSchema>;
