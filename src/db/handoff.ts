@@ -128,10 +128,12 @@ export interface PodRelease {
 }
 
 /**
- * Everything a pod holds, given back in the caller's transaction: its reservation assignment freed, its on-demand
- * booking truncated (counters and rollup with it, bc_release_allocations), its admission lease dropped. Idempotent.
+ * Everything a pod holds, given back in the caller's transaction: its ResourceClaims' atoms, its reservation
+ * assignment freed, its on-demand booking truncated (counters and rollup with it, bc_release_allocations), its admission lease dropped. Idempotent.
  */
 export async function releasePodHoldings(c: Queryable, podUid: string): Promise<PodRelease> {
+  // Its ResourceClaims' atoms too (DRA, migrations/0019): what stands behind them is released just below.
+  await c.query('UPDATE claim_atoms SET released_at = compute_now() WHERE pod_uid = $1 AND released_at IS NULL', [podUid]);
   const assignment = await releaseAssignment(c, podUid);
   const { rows } = await c.query<{ id: string; node_id: string; pool_id: string }>(
     `SELECT id, node_id, pool_id FROM allocations WHERE pod_uid = $1 AND kind = 'pod' AND released_at IS NULL`,

@@ -29,6 +29,8 @@ export interface PoolSpec {
   archived?: boolean;
   /** The longest grace period a pod gets when its booking ends (docs/booking-end.md; default 30). */
   stopGraceSeconds?: number;
+  /** How the pool's atoms reach pods (Pool spec.handoff, ADR 0043; default devicePlugin). */
+  handoff?: 'devicePlugin' | 'dra';
   offerings?: {
     tenantId: string;
     quota?: Partial<Record<string, number | null>>;
@@ -48,12 +50,12 @@ export async function upsertPool(db: Db, spec: PoolSpec): Promise<string> {
   return withTransaction(db, async (c) => {
     const { rows } = await c.query<{ id: string; was_archived: boolean | null }>(
       `INSERT INTO pools (id, name, owner_tenant, gpu_model, sharing, slots_per_gpu, topology_key, node_selector, overcommit, archived,
-                          stop_grace_seconds)
-       VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+                          stop_grace_seconds, handoff)
+       VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
        ON CONFLICT (name) DO UPDATE SET owner_tenant = EXCLUDED.owner_tenant, gpu_model = EXCLUDED.gpu_model,
          sharing = EXCLUDED.sharing, slots_per_gpu = EXCLUDED.slots_per_gpu, topology_key = EXCLUDED.topology_key,
          node_selector = EXCLUDED.node_selector, overcommit = EXCLUDED.overcommit, archived = EXCLUDED.archived,
-         stop_grace_seconds = EXCLUDED.stop_grace_seconds, updated_at = compute_now()
+         stop_grace_seconds = EXCLUDED.stop_grace_seconds, handoff = EXCLUDED.handoff, updated_at = compute_now()
        RETURNING id, (SELECT archived FROM pools WHERE name = $2) AS was_archived`,
       [
         spec.id ?? newPoolId(),
@@ -67,6 +69,7 @@ export async function upsertPool(db: Db, spec: PoolSpec): Promise<string> {
         spec.overcommit ?? {},
         spec.archived ?? false,
         spec.stopGraceSeconds ?? DEFAULT_STOP_GRACE_SECONDS,
+        spec.handoff ?? 'devicePlugin',
       ],
     );
     const poolId = rows[0]!.id;

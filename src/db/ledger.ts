@@ -14,6 +14,7 @@ import { newAllocationId, newReservationId } from '../ids.ts';
 import type pg from 'pg';
 import { isRetryable, sqlState } from './errors.ts';
 import { GroupCommit, type ItemOutcome } from './group-commit.ts';
+import * as claims from './claims.ts';
 import * as handoff from './handoff.ts';
 import * as holds from './holds.ts';
 import * as preemption from './preemption.ts';
@@ -197,7 +198,9 @@ interface PlaceResult {
 /** A pod's on-demand booking: on one node, maybe open-ended, maybe moving one from another node, maybe with its admission lease. */
 interface PodPlacement {
   podUid: string;
-  nodeId: string;
+  /** The node the pod's booking must be on; absent: any node of the pool that `nodeFilter` lets through (DRA). */
+  nodeId?: string;
+  nodeFilter?: (n: NodeSnap) => boolean;
   openEnded: boolean;
   replacing?: string;
   admission?: PodAdmission & { nodeId: string; podUid: string };
@@ -520,6 +523,77 @@ export class Ledger {
     return this.statement((c) => handoff.dropAdmission(c, nodeId, podUid));
   }
 
+  /**
+   * Books an on-demand ResourceClaim (DRA, ADR 0043): atoms for the claim's pod on the node the placer chooses, in the
+   * first of the tenant's DRA pools where they fit (nodes whose labels match `nodeSelector`), then the claim's rows in
+   * their own transaction. Idempotent per claim and per pod: a claim that holds atoms gets them back; a pod's live
+   * booking (a crash between the booking and the rows, or the controller's restart) is handed to the claim, not booked
+   * again.
+   */
+  async bookClaim(
+    p: {
+      id: claims.ClaimIdentity;
+      tenantId: string;
+      requests: readonly claims.ClaimRequest[];
+      nodeSelector?: Readonly<Record<string, string>>;
+      durationSeconds: number | null;
+    },
+    now: number,
+  ): Promise<{ ok: true; holding: claims.ClaimHolding } | Extract<PodBookingOutcome, { ok: false }>> {
+    const held = await claims.claimHolding(this.db, p.id.claimUid);
+    if (held) return { ok: true, holding: held };
+    const booking = (await this.podBooking(p.id.podUid)) ?? (await this.bookClaimPod(p, now));
+    if ('ok' in booking) return booking;
+    const holding = await this.tx((c) => claims.recordOnDemandClaim(c, p.id, p.requests, booking));
+    return { ok: true, holding };
+  }
+
+  /** bookClaim's booking: the first DRA pool of the tenant's where the placer finds room. */
+  private async bookClaimPod(
+    p: Parameters<Ledger['bookClaim']>[0],
+    now: number,
+  ): Promise<{ allocationId: string; nodeId: string; atoms: string[] } | Extract<PodBookingOutcome, { ok: false }>> {
+    const devices = p.requests.map((r) => ({ class: r.class === 'any' ? 'gpu' : r.class, count: r.count }) as const);
+    const selector = Object.entries(p.nodeSelector ?? {});
+    const nodeFilter = (n: NodeSnap) => selector.every(([k, v]) => n.labels[k] === v);
+    const pools = await claims.draPoolsOf(this.db, p.tenantId);
+    let last: Extract<PodBookingOutcome, { ok: false }> = { ok: false, code: 'NO_CAPACITY', message: `no pool in DRA mode is offered to tenant ${p.tenantId}`, replans: 0 };
+    for (const poolId of pools) {
+      const input: ReservationCreateInput = { tenantId: p.tenantId, poolId, devices, duration: p.durationSeconds ?? 0, binding: 'hold', idempotencyKey: p.id.podUid };
+      const pod = { podUid: p.id.podUid, nodeFilter, openEnded: p.durationSeconds === null };
+      const out = await this.reserveOnce(input, now, pod);
+      if (out.ok) {
+        const a = out.reservation.allocations[0]!;
+        return { allocationId: a.id, nodeId: a.nodeId, atoms: a.atoms };
+      }
+      last = out;
+      if (out.code === 'CONTENDED') break;
+    }
+    return last;
+  }
+
+  /** Assigns a Reservation's claim atoms of the Reservation on one node, while its window holds (claims.assignReservationClaim). */
+  async assignClaim(a: Parameters<typeof claims.assignReservationClaim>[1]): Promise<claims.AssignClaimOutcome> {
+    try {
+      return await this.tx((c) => claims.assignReservationClaim(c, a));
+    } catch (e) {
+      if (e instanceof claims.ClaimRefusal) return { ok: false, reason: e.message };
+      throw e;
+    }
+  }
+
+  /** A claim's live holding (its atoms, node and owner), if any. */
+  claimHolding(claimUid: string): Promise<claims.ClaimHolding | undefined> {
+    return claims.claimHolding(this.db, claimUid);
+  }
+
+  /** Releases a claim and what stands behind it once the pod's other claims do not use it (claims.releaseClaim). */
+  async releaseClaim(claimUid: string): Promise<boolean> {
+    const r = await this.tx((c) => claims.releaseClaim(c, claimUid));
+    for (const b of r.bookings) if (this.pools.has(b.pool_id)) await this.reloadNodes(b.pool_id, [b.node_id]);
+    return r.released;
+  }
+
   /** One request's plan → place → outcome, planned again (after what was stale is reloaded) until it answers. */
   private async reserveOnce(input: ReservationCreateInput, now: number, pod?: PodPlacement): Promise<ReserveOutcome | AdmissionBusy> {
     const notFound = { ok: false, code: 'NOT_FOUND', message: `pool ${input.poolId} not found`, replans: 0 } as const;
@@ -571,8 +645,7 @@ export class Ledger {
     const c = await this.cached(input.poolId);
     if (!isPoolVisible(c.info, input.tenantId)) return answer({ ok: false, code: 'NOT_FOUND', message: `pool ${input.poolId} not found`, replans });
     if (c.info.archived) return answer({ ok: false, code: 'POOL_ARCHIVED', message: `pool ${c.info.id} is archived`, replans });
-    const podNode = pod && c.nodes.get(pod.nodeId);
-    const p = pod ? plan({ ...c.snap, nodes: podNode ? [podNode] : [] }, req) : plan(c.snap, req, c.groups);
+    const p = pod ? plan({ ...c.snap, nodes: podNodes(c, pod) }, req) : plan(c.snap, req, c.groups);
     if (!p.ok) return this.noFit(a, c, p.reason);
     return this.placeChosen(a, c, input.gang ? [...p.candidates] : [p.candidates[0]!]);
   }
@@ -948,6 +1021,16 @@ export class Ledger {
     for (const { id } of rows) if (await this.end(id, 'expired', true)) expired.push(id);
     return expired;
   }
+}
+
+/** The nodes a pod's booking may take: its one node, or those of the pool its filter lets through. */
+function podNodes(c: CachedPool, pod: PodPlacement): NodeSnap[] {
+  if (pod.nodeId !== undefined) {
+    const n = c.nodes.get(pod.nodeId);
+    return n ? [n] : [];
+  }
+  const keep = pod.nodeFilter;
+  return keep ? c.snap.nodes.filter(keep) : [...c.snap.nodes];
 }
 
 function withSummaries(nodes: NodeSnap[], shared: Map<string, NodeSummary>): NodeSnap[] {

@@ -162,6 +162,8 @@ export interface PoolSpecCR {
   overcommit?: Partial<Record<'vcpu' | 'memoryGiB' | 'hugepages1Gi', number>>;
   archived?: boolean;
   stopGraceSeconds?: number;
+  /** How the Pool's atoms reach pods: the device plugin and extender (default), or DRA ResourceClaims (ADR 0043). */
+  handoff?: 'devicePlugin' | 'dra';
   /** At most this many of a tenant's Reservations pending in the Pool try to book (default 100; core/pending.ts). */
   maxPendingPerTenant?: number;
 }

@@ -38,6 +38,10 @@ export class PoolBuilder {
     this.spec.archived = a;
     return this;
   }
+  handoff(h: 'devicePlugin' | 'dra') {
+    this.spec.handoff = h;
+    return this;
+  }
   create(db: Db): Promise<string> {
     return upsertPool(db, this.spec);
   }

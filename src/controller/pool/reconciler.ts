@@ -43,6 +43,7 @@ export function toPoolSpec(p: PoolCR): PoolSpec {
     overcommit: s.overcommit ?? {},
     archived: s.archived ?? false,
     stopGraceSeconds: s.stopGraceSeconds ?? DEFAULT_STOP_GRACE_SECONDS,
+    handoff: s.handoff ?? 'devicePlugin',
     offerings,
   };
 }
