@@ -1,6 +1,7 @@
 // The leader's work, started when this replica takes the Lease and stopped when it loses it (run.ts wires it): the
 // capacity jobs (rollup fold and rebuild), the periodic passes (lease expiry, spot preemption, resync, booking repair),
-// the usage windows, the Kueue AdmissionCheck once Kueue is installed, the pod releaser and the drift reconcile.
+// the usage windows, the Kueue AdmissionCheck once Kueue is installed, the DRA claim allocator once ResourceClaims
+// are served, the pod releaser and the drift reconcile.
 import type { KubeConfig } from '@kubernetes/client-node';
 import type { Config } from '../config.ts';
 import type { DbClock } from '../db/clock.ts';
@@ -19,6 +20,7 @@ import { startPodReleaser } from './releaser.ts';
 import type { Controllers } from './setup.ts';
 import { startUsageWindows } from './usage.ts';
 import { startKueueChecks } from './kueue/start.ts';
+import { startClaimAllocator } from './dra/start.ts';
 
 export interface LeaderWorkDeps {
   config: Config;
@@ -57,6 +59,23 @@ export class LeaderWork {
         kc: this.d.kc,
         kube: this.d.kube,
         db,
+        fence: this.d.fence.fence,
+        log,
+        reservations: informers.reservations,
+        namespaces: informers.namespaces,
+        nowMs: () => clock.now(),
+        tenancyByName: config.tenancyByName,
+        watchTimeoutSeconds: Math.max(1, Math.round(config.watchTimeoutMs / 1000)),
+        watchLivenessMs: config.watchLivenessMs,
+      }),
+    );
+    // The DRA claim allocator, once resource.k8s.io/v1 is served (docs/dra.md, ADR 0043).
+    this.services.push(
+      startClaimAllocator({
+        kc: this.d.kc,
+        kube: this.d.kube,
+        db,
+        ledger: this.d.ledger,
         fence: this.d.fence.fence,
         log,
         reservations: informers.reservations,

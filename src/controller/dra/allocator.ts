@@ -1,0 +1,199 @@
+// The claim allocator (ADR 0043: the ledger allocates, the scheduler follows), leader-only: one reconcile per
+// ResourceClaim key. For an unallocated claim of our DeviceClasses it puts our finalizer on the claim, books in the
+// ledger (on demand) or assigns the pod's Reservation's atoms (inside its window only), and only then writes
+// status.allocation; kube-scheduler then places the pod on that node by itself. Write first, then hand over: a status
+// write that fails leaves the ledger's rows, which the next reconcile hands over again (claimHolding), and a claim
+// deleted meanwhile is released before our finalizer lets it go. An allocated claim that no pod reserves any more and
+// whose booking is over (the Reservation's end, its pod released) is released and its allocation cleared.
+import { z } from 'zod';
+import type { BookingLookup } from '../../admission/bookings.ts';
+import {
+  allocationFor,
+  CLAIM_FINALIZER,
+  claimPodRef,
+  classifyClaim,
+  decideAllocated,
+  decideClaim,
+  isOurAllocation,
+  POD_RESERVATION_LABEL,
+  ResourceClaimSchema,
+  type ClaimDecision,
+  type PodView,
+  type ReservationWindow,
+  type ResourceClaim,
+} from '../../core/dra-allocate.ts';
+import type { ClaimHolding } from '../../db/claims.ts';
+import type { Ledger } from '../../db/ledger.ts';
+import { statusOf, type EventInput } from '../../kube/client.ts';
+import type { Informer } from '../../kube/informer.ts';
+import type { ResourceClaimObject } from '../../kube/resource-claims.ts';
+import { namespaceTenant, type KubeObject, type NamespaceCR, type Reservation } from '../../kube/types.ts';
+import { errorFields, type Logger } from '../../log.ts';
+import type { ReconcileResult } from '../queue.ts';
+
+export interface ClaimAllocatorDeps {
+  claims: Pick<Informer<ResourceClaimObject>, 'get'>;
+  reservations: Pick<Informer<Reservation>, 'get'>;
+  namespaces: Pick<Informer<NamespaceCR>, 'get'>;
+  kube: {
+    getPod(namespace: string, name: string): Promise<unknown>;
+    replaceStatus(claim: ResourceClaimObject): Promise<ResourceClaimObject>;
+    setFinalizers(namespace: string, name: string, finalizers: string[], resourceVersion: string): Promise<ResourceClaimObject>;
+    event(obj: KubeObject, kind: string, e: EventInput): Promise<void>;
+  };
+  ledger: Pick<Ledger, 'bookClaim' | 'assignClaim' | 'claimHolding' | 'releaseClaim' | 'get'>;
+  bookings: BookingLookup;
+  /** Runs a Kubernetes write inside a transaction that checked the leader's fence (fence.ts fenced). */
+  fenced: <T>(fn: () => Promise<T>) => Promise<T>;
+  nowMs: () => number;
+  tenancyByName: boolean;
+  log: Logger;
+}
+
+const PodSchema = z.looseObject({
+  metadata: z.looseObject({ name: z.string(), uid: z.string(), labels: z.record(z.string(), z.string()).optional(), deletionTimestamp: z.unknown().optional() }),
+  spec: z.looseObject({ nodeSelector: z.record(z.string(), z.string()).nullish(), activeDeadlineSeconds: z.number().nullish() }).optional(),
+  status: z.looseObject({ phase: z.string().optional() }).optional(),
+});
+
+/** How long a claim waits before it is looked at again when nothing it waits for wakes it. */
+const WAIT_AGAIN_MS = 15_000;
+
+export class ClaimAllocator {
+  /** `${claim uid} ${reason}`: each wait is told once on the pod per leader. */
+  private readonly told = new Set<string>();
+
+  constructor(private readonly d: ClaimAllocatorDeps) {}
+
+  async reconcile(key: string): Promise<ReconcileResult> {
+    const raw = this.d.claims.get(key);
+    if (!raw) return;
+    const parsed = ResourceClaimSchema.safeParse(raw);
+    if (!parsed.success) return; // not a claim we can read: not one of ours to serve
+    const claim = parsed.data;
+    if (classifyClaim(claim).kind === 'foreign' && !claim.metadata.finalizers?.includes(CLAIM_FINALIZER)) return;
+    if (claim.metadata.deletionTimestamp) return this.letGo(claim);
+    if (claim.status?.allocation) return this.allocated(claim);
+    return this.unallocated(claim);
+  }
+
+  /** A deleted claim: released in the ledger, then our finalizer removed. */
+  private async letGo(claim: ResourceClaim): Promise<ReconcileResult> {
+    const finalizers = claim.metadata.finalizers ?? [];
+    if (!finalizers.includes(CLAIM_FINALIZER)) return;
+    const released = await this.d.ledger.releaseClaim(claim.metadata.uid);
+    await this.d.fenced(() =>
+      this.d.kube.setFinalizers(claim.metadata.namespace, claim.metadata.name, finalizers.filter((f) => f !== CLAIM_FINALIZER), claim.metadata.resourceVersion ?? ''),
+    );
+    this.d.log.info('dra: claim deleted; released', { claim: nameOf(claim), released });
+  }
+
+  /** An allocated claim of ours: kept while reserved; cleared when nobody reserves it and its booking is over. */
+  private async allocated(claim: ResourceClaim): Promise<ReconcileResult> {
+    if (!isOurAllocation(claim)) return;
+    const holding = await this.d.ledger.claimHolding(claim.metadata.uid);
+    const verdict = decideAllocated({ claim, holds: holding?.now === true });
+    if (verdict === 'keep') return holding?.end != null ? { requeueAfterMs: Math.max(1000, holding.end - this.d.nowMs() + 1000) } : undefined;
+    await this.d.ledger.releaseClaim(claim.metadata.uid);
+    const { allocation: _gone, ...status } = claim.status ?? {};
+    await this.d.fenced(() => this.d.kube.replaceStatus({ ...(claim as ResourceClaimObject), status: { ...status, allocation: null } }));
+    this.d.log.info('dra: claim deallocated (no pod reserves it, its booking is over)', { claim: nameOf(claim) });
+  }
+
+  private async unallocated(claim: ResourceClaim): Promise<ReconcileResult> {
+    const ref = claimPodRef(claim);
+    const pod = ref && (await this.podView(claim.metadata.namespace, ref.name));
+    const reservation = pod && (await this.reservationOf(claim.metadata.namespace, pod));
+    const decision = decideClaim({ claim, pod, reservation, now: this.d.nowMs() });
+    if (decision.do === 'ignore') return;
+    if (decision.do === 'wait') return this.wait(claim, decision);
+    if (!claim.metadata.finalizers?.includes(CLAIM_FINALIZER)) {
+      // Our finalizer first: from now on the claim cannot go before the ledger released what it books.
+      const finalizers = [...(claim.metadata.finalizers ?? []), CLAIM_FINALIZER];
+      const updated = await this.d.fenced(() => this.d.kube.setFinalizers(claim.metadata.namespace, claim.metadata.name, finalizers, claim.metadata.resourceVersion ?? ''));
+      claim.metadata.resourceVersion = updated.metadata.resourceVersion;
+      claim.metadata.finalizers = finalizers;
+    }
+    const booked = await this.book(claim, pod!, decision);
+    if (!booked.ok) return this.wait(claim, { do: 'wait', reason: booked.reason, message: booked.message });
+    return this.handOver(claim, booked.holding);
+  }
+
+  /** The ledger's side: book on demand, or assign the Reservation's atoms. */
+  private async book(claim: ResourceClaim, pod: PodView, decision: Extract<ClaimDecision, { do: 'book' | 'assign' }>): Promise<{ ok: true; holding: ClaimHolding } | { ok: false; reason: string; message: string }> {
+    const id = { claimUid: claim.metadata.uid, namespace: claim.metadata.namespace, claimName: claim.metadata.name, podUid: pod.uid, podName: pod.name };
+    const tenantId = this.tenantOf(claim.metadata.namespace);
+    if (tenantId === undefined) return { ok: false, reason: 'NoTenant', message: `namespace ${claim.metadata.namespace} is no tenant` };
+    if (decision.do === 'book') {
+      const r = await this.d.ledger.bookClaim({ id, tenantId, requests: decision.requests, nodeSelector: decision.nodeSelector, durationSeconds: decision.durationSeconds }, this.d.nowMs());
+      return r.ok ? r : { ok: false, reason: r.code === 'QUOTA_EXCEEDED' ? 'QuotaExceeded' : 'NoCapacity', message: r.message };
+    }
+    const r = await this.d.ledger.assignClaim({ id, reservationId: decision.reservationId, tenantId, requests: decision.requests });
+    return r.ok ? r : { ok: false, reason: 'ReservationRefused', message: r.reason };
+  }
+
+  /** Writes status.allocation from what the ledger holds; a claim gone meanwhile is released. */
+  private async handOver(claim: ResourceClaim, holding: ClaimHolding): Promise<ReconcileResult> {
+    const a = allocationFor(claim, holding);
+    if (!a.ok) return this.wait(claim, { do: 'wait', reason: 'LedgerMismatch', message: a.message });
+    try {
+      await this.d.fenced(() => this.d.kube.replaceStatus({ ...(claim as ResourceClaimObject), status: { ...(claim.status ?? {}), allocation: a.allocation } }));
+    } catch (e) {
+      if (statusOf(e) === 404) {
+        await this.d.ledger.releaseClaim(claim.metadata.uid);
+        return;
+      }
+      // A 409 (the claim changed) or a failure: the rows stay, and the next reconcile hands them over again.
+      this.d.log.warn('dra: writing the allocation failed; retried', { claim: nameOf(claim), ...errorFields(e) });
+      return { backoff: true };
+    }
+    this.d.log.info('dra: claim allocated', { claim: nameOf(claim), node: holding.nodeId, atoms: holding.devices.map((x) => x.atomId), owner: holding.owner });
+  }
+
+  private async wait(claim: ResourceClaim, w: Extract<ClaimDecision, { do: 'wait' }>): Promise<ReconcileResult> {
+    const key = `${claim.metadata.uid} ${w.reason}`;
+    const ref = claimPodRef(claim);
+    if (ref && !this.told.has(key)) {
+      this.told.add(key);
+      const pod = { apiVersion: 'v1', kind: 'Pod', metadata: { name: ref.name, namespace: claim.metadata.namespace, uid: ref.uid } };
+      await this.d.kube.event(pod, 'Pod', { type: 'Normal', reason: w.reason, message: `claim ${claim.metadata.name}: ${w.message}` }).catch((e: unknown) =>
+        this.d.log.warn('dra: writing an event failed', { claim: nameOf(claim), ...errorFields(e) }),
+      );
+    }
+    if (w.retryAt !== undefined) return { requeueAfterMs: Math.max(0, w.retryAt - this.d.nowMs()) };
+    return { requeueAfterMs: w.reason === 'PodNotFound' ? 2000 : WAIT_AGAIN_MS };
+  }
+
+  private async podView(namespace: string, name: string): Promise<PodView | undefined> {
+    const p = PodSchema.safeParse(await this.d.kube.getPod(namespace, name));
+    if (!p.success) return undefined;
+    const { metadata, spec, status } = p.data;
+    return {
+      name: metadata.name,
+      uid: metadata.uid,
+      labels: metadata.labels ?? {},
+      nodeSelector: spec?.nodeSelector ?? {},
+      activeDeadlineSeconds: spec?.activeDeadlineSeconds ?? null,
+      done: Boolean(metadata.deletionTimestamp) || status?.phase === 'Succeeded' || status?.phase === 'Failed',
+    };
+  }
+
+  private tenantOf(namespace: string): string | undefined {
+    return namespaceTenant(namespace, this.d.namespaces.get(namespace)?.metadata.labels, this.d.tenancyByName);
+  }
+
+  /** The pod's Reservation (its label) as the ledger has it: the booking its uid made, and its window. */
+  private async reservationOf(namespace: string, pod: PodView): Promise<ReservationWindow | undefined> {
+    const label = pod.labels[POD_RESERVATION_LABEL];
+    const cr = label ? this.d.reservations.get(`${namespace}/${label}`) : undefined;
+    const tenant = this.tenantOf(namespace);
+    if (!label || !cr?.metadata.uid || tenant === undefined) return undefined;
+    const deleting = Boolean(cr.metadata.deletionTimestamp);
+    const b = await this.d.bookings.byReservationUid(tenant, cr.metadata.uid);
+    if (!b) return { name: label, ended: false, deleting };
+    const view = await this.d.ledger.get(b.id);
+    return { name: label, bookingId: b.id, ended: b.ended, deleting, ...(view ? { start: view.start, end: view.end } : {}) };
+  }
+}
+
+const nameOf = (c: ResourceClaim) => `${c.metadata.namespace}/${c.metadata.name}`;

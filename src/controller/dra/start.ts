@@ -1,0 +1,112 @@
+// Starts the claim allocator on the leader (ADR 0043): an informer on ResourceClaims (resource.k8s.io/v1) and one work
+// queue of claim keys (allocator.ts). A cluster that does not serve resource.k8s.io/v1 (before 1.34, or the RBAC of
+// deploy/dra not installed) is asked again every `pollMs`, as the Kueue check waits for Kueue. A Reservation that
+// changes wakes the claims of its namespace; a window's start wakes its claims by the queue's delay. Stopped with the
+// leadership.
+import type { KubeConfig } from '@kubernetes/client-node';
+import { ledgerBookings } from '../../admission/bookings.ts';
+import type { Fence, Ledger } from '../../db/ledger.ts';
+import type { Db } from '../../db/pool.ts';
+import type { KubeClient } from '../../kube/client.ts';
+import { Informer } from '../../kube/informer.ts';
+import { RESOURCE_CLAIMS_PATH, ResourceClaimClient, type ResourceClaimObject } from '../../kube/resource-claims.ts';
+import { keyOf, type NamespaceCR, type Reservation } from '../../kube/types.ts';
+import { ClientNodeExtenderKube } from '../../extender/kube.ts';
+import { errorFields, type Logger } from '../../log.ts';
+import { fenced } from '../fence.ts';
+import { WorkQueue } from '../queue.ts';
+import { ClaimAllocator } from './allocator.ts';
+
+export interface ClaimAllocatorOptions {
+  kc: KubeConfig;
+  kube: KubeClient;
+  db: Db;
+  /** The leader's (fenced) ledger. */
+  ledger: Ledger;
+  fence: () => Fence;
+  log: Logger;
+  reservations: Informer<Reservation>;
+  namespaces: Informer<NamespaceCR>;
+  nowMs: () => number;
+  tenancyByName: boolean;
+  watchTimeoutSeconds: number;
+  watchLivenessMs: number;
+  /** How often to ask whether resource.k8s.io/v1 is served, until it is (default 30 s). */
+  pollMs?: number;
+}
+
+/** Starts waiting for the DRA API, then allocating; `stop()` ends either. */
+export function startClaimAllocator(o: ClaimAllocatorOptions): { stop(): Promise<void> } {
+  const client = new ResourceClaimClient(o.kc);
+  let running: { claims: Informer<ResourceClaimObject>; queue: WorkQueue } | undefined;
+  let stopped = false;
+  let timer: NodeJS.Timeout | undefined;
+  const poll = async () => {
+    if (stopped) return;
+    try {
+      const state = await client.served();
+      if (state === 'served') {
+        if (!stopped) running = start(o, client);
+        return;
+      }
+      o.log.info('dra: resource.k8s.io/v1 ResourceClaims are not served or not ours to read; asking again', { state });
+    } catch (e) {
+      o.log.warn('dra: could not tell whether ResourceClaims are served', errorFields(e));
+    }
+    if (!stopped) timer = setTimeout(() => void poll(), o.pollMs ?? 30_000);
+    timer?.unref?.();
+  };
+  void poll();
+  const wake = (r: Reservation) => {
+    if (!running) return;
+    for (const c of running.claims.list()) if (c.metadata.namespace === r.metadata.namespace) running.queue.add(keyOf(c));
+  };
+  o.reservations.on({ add: wake, update: (_a, b) => wake(b), delete: wake });
+  return {
+    async stop() {
+      stopped = true;
+      if (timer) clearTimeout(timer);
+      const r = running;
+      running = undefined;
+      if (!r) return;
+      await r.queue.stop();
+      await r.claims.stop();
+    },
+  };
+}
+
+function start(o: ClaimAllocatorOptions, client: ResourceClaimClient): { claims: Informer<ResourceClaimObject>; queue: WorkQueue } {
+  const claims = new Informer<ResourceClaimObject>({
+    name: 'resourceclaims',
+    kc: o.kc,
+    path: RESOURCE_CLAIMS_PATH,
+    list: client.list,
+    log: o.log,
+    watchTimeoutSeconds: o.watchTimeoutSeconds,
+    livenessMs: o.watchLivenessMs,
+  });
+  const queue = new WorkQueue({ name: 'resourceclaims', workers: 4, log: o.log, maxDelayMs: 30_000 });
+  const pods = new ClientNodeExtenderKube(o.kc);
+  const allocator = new ClaimAllocator({
+    claims,
+    reservations: o.reservations,
+    namespaces: o.namespaces,
+    kube: {
+      getPod: (ns, name) => pods.getPod(ns, name),
+      replaceStatus: (c) => client.replaceStatus(c),
+      setFinalizers: (ns, name, f, rv) => client.setFinalizers(ns, name, f, rv),
+      event: (obj, kind, e) => o.kube.event(obj, kind, e),
+    },
+    ledger: o.ledger,
+    bookings: ledgerBookings(o.db),
+    fenced: (fn) => fenced(o.db, o.fence(), () => fn()),
+    nowMs: o.nowMs,
+    tenancyByName: o.tenancyByName,
+    log: o.log,
+  });
+  claims.on({ add: (c) => queue.add(keyOf(c)), update: (_a, b) => queue.add(keyOf(b)) });
+  claims.start();
+  void claims.synced.then(() => queue.start((k) => allocator.reconcile(k)));
+  o.log.info('dra: claim allocator started');
+  return { claims, queue };
+}
