@@ -11,7 +11,9 @@ import type { Clock } from '../db/clock.ts';
 import type { Db } from '../db/pool.ts';
 import { errorFields, type Logger } from '../log.ts';
 import { admissionDone, nodeState, NodeInventoryCache } from './state.ts';
-import { NodeName, PodUid } from './wire.ts';
+import { claimHolding } from '../db/claims.ts';
+import { judgePrepare } from './claims.ts';
+import { ClaimPrepareAnswerSchema, ClaimPrepareRequestSchema, ClaimUid, NodeName, PodUid } from './wire.ts';
 
 /** The claim of a pod-bound ServiceAccount token that names the node of its pod. */
 export const NODE_NAME_CLAIM = 'authentication.kubernetes.io/node-name';
@@ -32,6 +34,11 @@ export interface AgentApiDeps {
   agentUsername: string;
   /** How long a node's atoms and reservations are reused, in milliseconds (0: never). Default 250. */
   stateCacheMs?: number;
+  /**
+   * Reads a ResourceClaim afresh from the API server (undefined: none by that name): ResourceClaimClient.get
+   * (src/kube/resource-claims.ts). Without it the DRA prepare route is not served.
+   */
+  readClaim?: (namespace: string, name: string) => Promise<unknown>;
 }
 
 /** The agent's user name for the controller's namespace. */
@@ -39,7 +46,7 @@ export function agentUsernameFor(namespace: string, serviceAccount = 'better-com
   return `system:serviceaccount:${namespace}:${serviceAccount}`;
 }
 
-/** GET /nodes/:node/state, POST /nodes/:node/admissions/:podUid/done. */
+/** GET /nodes/:node/state, POST /nodes/:node/admissions/:podUid/done, POST /nodes/:node/claims/:claimUid/prepare (DRA). */
 export function createAgentApiRouter(deps: AgentApiDeps): Router {
   const router = express.Router();
   const cache = new NodeInventoryCache(deps.stateCacheMs ?? 250);
@@ -81,6 +88,29 @@ export function createAgentApiRouter(deps: AgentApiDeps): Router {
     deps.log.info('agent API: admission done', { node: req.params.node, podUid: uid.data, dropped });
     res.json({ dropped });
   });
+
+  // DRA's guard 6 (ADR 0043): the claim read afresh, its allocation checked against the ledger's rows for it now.
+  const readClaim = deps.readClaim;
+  if (readClaim) {
+    const json = express.json({ limit: AGENT_API_MAX_BODY_BYTES, type: () => true });
+    router.post('/nodes/:node/claims/:claimUid/prepare', authorizeNode, json, async (req: Request<{ node: string; claimUid: string }>, res) => {
+      const uid = ClaimUid.safeParse(req.params.claimUid);
+      if (!uid.success) throw invalidInput(`${req.params.claimUid} is not a claim uid`);
+      const body = ClaimPrepareRequestSchema.safeParse(req.body);
+      if (!body.success) throw invalidInput(`the body is not a ClaimPrepareRequest: ${body.error.issues.map((x) => x.message).join('; ')}`);
+      const raw = await readClaim(body.data.namespace, body.data.name);
+      const verdict = judgePrepare({ raw, claimUid: uid.data, node: req.params.node, holding: await claimHolding(deps.db, uid.data) });
+      res.set('cache-control', 'no-store');
+      const fields = { node: req.params.node, claim: `${body.data.namespace}/${body.data.name}`, claimUid: uid.data };
+      if (!verdict.ok) {
+        deps.log.warn('agent API: claim prepare refused', { ...fields, code: verdict.code, reason: verdict.message });
+        res.status(verdict.status).json({ error: { code: verdict.code, message: verdict.message } });
+        return;
+      }
+      deps.log.info('agent API: claim prepare allowed', { ...fields, atoms: verdict.answer.devices.map((d) => d.atomId) });
+      res.json(ClaimPrepareAnswerSchema.parse(verdict.answer));
+    });
+  }
 
   router.use((_req, _res) => {
     throw notFound('no such agent API method');

@@ -3,6 +3,7 @@
 import { createPodAdmissionRouter, podAdmissionDeps } from '../admission/pods.ts';
 import { createAgentApiRouter, agentUsernameFor } from '../agentapi/router.ts';
 import { AGENT_API_PREFIX } from '../agentapi/wire.ts';
+import { ResourceClaimClient } from '../kube/resource-claims.ts';
 import type { ControllerServices } from './services.ts';
 import type { WebhookMount } from './listeners.ts';
 
@@ -28,6 +29,7 @@ export function productWebhookRouters(s: ControllerServices): WebhookMount[] {
         log: s.log,
         agentUsername: agentUsernameFor(s.config.controllerNamespace),
         authenticate: (token) => s.tokens.authenticate(token),
+        readClaim: new ResourceClaimClient(s.kc).get,
       }),
     },
   ];
