@@ -160,6 +160,21 @@ describe('admitPod', () => {
     expect(await admitPod(pod({ label: 'no-such', containers: [{ requests: { cpu: '1' } }] }), lookups)).toEqual({ allowed: true });
   });
 
+  it('a pod that takes GPUs through DRA claims of our DeviceClasses is not rewritten; one that mixes both modes is refused', async () => {
+    const classes: Record<string, string[]> = { 'team-a/ours': ['gpu.bettercompute.io'], 'team-a/nvidia': ['gpu.nvidia.com'] };
+    const withClaims = { ...lookups, claimDeviceClasses: async (ns: string, ref: { resourceClaimTemplateName?: string | null }) => classes[`${ns}/${ref.resourceClaimTemplateName}`] ?? [] };
+    const claimed = (template: string, containers: C[]) => {
+      const p = pod({ containers });
+      return { ...p, spec: { ...p.spec, resourceClaims: [{ name: 'gpu', resourceClaimTemplateName: template }] } } as PodLike;
+    };
+    // DRA only: nothing of ours is requested, so nothing is rewritten (the webhook is not even called for it).
+    expect(await admitPod(claimed('ours', [{ requests: { cpu: '1' } }]), withClaims)).toEqual({ allowed: true });
+    const mixed = await admitPod(claimed('ours', [{ limits: gpu('1') }]), withClaims);
+    expect(mixed).toMatchObject({ allowed: false, code: 403, message: expect.stringMatching(/claims gpu \(gpu\.bettercompute\.io\) through DRA: .* not both/) });
+    // Another driver's claim beside our device-plugin resource is not ours to judge.
+    expect(await admitPod(claimed('nvidia', [{ limits: gpu('1') }]), withClaims)).toEqual({ allowed: true, patch: [SCHED] });
+  });
+
   const denials: { name: string; pod: PodLike; message: RegExp }[] = [
     {
       name: 'the labelled Reservation does not exist in the pod’s namespace',

@@ -20,6 +20,7 @@ import express, { type Router } from 'express';
 import type { IncomingMessage } from 'node:http';
 import type { TLSSocket } from 'node:tls';
 import { z } from 'zod';
+import { isOurDeviceClass } from '../core/dra-allocate.ts';
 import { GENERIC_RESOURCES, RESERVATION_GROUP, RESERVATION_LABEL, RESERVATION_MARKER, reservationIdOfResource, reservationResourceName } from '../extender/resources.ts';
 import type { Informer } from '../kube/informer.ts';
 import type { NamespaceCR, Reservation } from '../kube/types.ts';
@@ -66,6 +67,9 @@ export const PodSchema = z.looseObject({
     initContainers: z.array(Container).nullish(),
     schedulerName: z.string().nullish(),
     nodeName: z.string().nullish(),
+    resourceClaims: z
+      .array(z.looseObject({ name: z.string(), resourceClaimName: z.string().nullish(), resourceClaimTemplateName: z.string().nullish() }))
+      .nullish(),
   }),
 });
 export type PodLike = z.infer<typeof PodSchema>;
@@ -103,6 +107,12 @@ export interface AdmissionLookups {
   reservationsIn(namespace: string): Promise<readonly ReservationRef[]>;
   /** The ledger. */
   bookings: BookingLookup;
+  /**
+   * The DeviceClass names of a pod's claim reference (its ResourceClaimTemplate's or ResourceClaim's requests): a pod
+   * that requests our extended resources and uses our DeviceClasses mixes the two hand-off modes (ADR 0043). Absent:
+   * not checked.
+   */
+  claimDeviceClasses?: (namespace: string, ref: { resourceClaimName?: string | null; resourceClaimTemplateName?: string | null }) => Promise<string[]>;
 }
 
 export interface JsonPatchOp {
@@ -190,6 +200,17 @@ async function resolveByResource(ctx: AdmissionLookups, who: string, namespace: 
   return { ok: true, resource, bookingId: id };
 }
 
+/** The first of the pod's claims that asks for one of our DeviceClasses (`claim <name> (<class>)`), if any. */
+async function usesOurDeviceClasses(pod: PodLike, namespace: string, ctx: AdmissionLookups): Promise<string | undefined> {
+  const lookup = ctx.claimDeviceClasses;
+  if (!lookup) return undefined;
+  for (const ref of pod.spec.resourceClaims ?? []) {
+    const ours = (await lookup(namespace, ref)).find(isOurDeviceClass);
+    if (ours) return `${ref.name} (${ours})`;
+  }
+  return undefined;
+}
+
 /**
  * The decision for a pod at CREATE. `pod.metadata.namespace` must be set (the transport fills it in from the request).
  * Pods that request none of our resources are admitted untouched.
@@ -201,6 +222,12 @@ export async function admitPod(pod: PodLike, ctx: AdmissionLookups): Promise<Adm
   if (ours.size === 0) return { allowed: true };
   const who = podName(pod, namespace);
   const label = pod.metadata?.labels?.[RESERVATION_LABEL];
+  const mixed = await usesOurDeviceClasses(pod, namespace, ctx);
+  if (mixed) {
+    return deny(
+      `pod ${who} requests ${[...ours].join(', ')} and claims ${mixed} through DRA: a pod takes its GPUs through the device plugin (bettercompute.io/gpu or its Reservation's resource) or through ResourceClaims of the bettercompute.io DeviceClasses, not both (docs/dra.md)`,
+    );
+  }
 
   const named = [...ours].filter(isReservationResource);
   if (new Set(named).size > 1) return deny(`pod ${who} requests ${named.join(' and ')}: a pod draws from one reservation`);
@@ -362,12 +389,15 @@ export function podAdmissionDeps(o: {
   log: Logger;
   /** TENANCY_BY_NAMESPACE_NAME (default off): an unlabelled namespace is the tenant named like it. */
   tenancyByName?: boolean;
+  /** Reads a claim reference's DeviceClasses (ResourceClaimClient.deviceClassesOf); absent: mixing is not checked. */
+  claimDeviceClasses?: AdmissionLookups['claimDeviceClasses'];
 }): PodAdmissionDeps {
   const ref = (r: Reservation | undefined) => r && reservationRef(r, o.namespaces.get(r.metadata.namespace ?? ''), o.tenancyByName ?? false);
   return {
     log: o.log,
     synced: () => o.reservations.hasSynced !== false && o.namespaces.hasSynced !== false,
     bookings: ledgerBookings(o.db),
+    ...(o.claimDeviceClasses ? { claimDeviceClasses: o.claimDeviceClasses } : {}),
     reservation: async (namespace, name) => ref(o.reservations.get(`${namespace}/${name}`)),
     reservationsIn: async (namespace) =>
       o.reservations

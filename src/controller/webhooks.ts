@@ -8,6 +8,7 @@ import type { ControllerServices } from './services.ts';
 import type { WebhookMount } from './listeners.ts';
 
 export function productWebhookRouters(s: ControllerServices): WebhookMount[] {
+  const claims = new ResourceClaimClient(s.kc);
   return [
     {
       path: '/admission',
@@ -18,6 +19,7 @@ export function productWebhookRouters(s: ControllerServices): WebhookMount[] {
           db: s.db,
           log: s.log,
           tenancyByName: s.config.tenancyByName,
+          claimDeviceClasses: (ns, ref) => claims.deviceClassesOf(ns, ref),
         }),
       ),
     },
@@ -29,7 +31,7 @@ export function productWebhookRouters(s: ControllerServices): WebhookMount[] {
         log: s.log,
         agentUsername: agentUsernameFor(s.config.controllerNamespace),
         authenticate: (token) => s.tokens.authenticate(token),
-        readClaim: new ResourceClaimClient(s.kc).get,
+        readClaim: claims.get,
       }),
     },
   ];

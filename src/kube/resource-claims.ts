@@ -65,6 +65,25 @@ export class ResourceClaimClient {
     }
   };
 
+  /**
+   * The DeviceClass names a pod's claim reference asks for: those of its ResourceClaimTemplate or ResourceClaim
+   * (empty when there is none by that name yet). Admission's check that a pod does not mix hand-off modes.
+   */
+  async deviceClassesOf(namespace: string, ref: { resourceClaimName?: string | null; resourceClaimTemplateName?: string | null }): Promise<string[]> {
+    const template = ref.resourceClaimTemplateName;
+    const name = template ?? ref.resourceClaimName;
+    if (!name) return [];
+    let obj: { spec?: { spec?: unknown; devices?: unknown } } | undefined;
+    try {
+      obj = (await this.custom.getNamespacedCustomObject({ ...claimsOf, plural: template ? 'resourceclaimtemplates' : 'resourceclaims', namespace, name })) as typeof obj;
+    } catch (e) {
+      if (statusOf(e) === 404) return [];
+      throw e;
+    }
+    const spec = (template ? obj?.spec?.spec : obj?.spec) as { devices?: { requests?: { exactly?: { deviceClassName?: string }; firstAvailable?: { deviceClassName?: string }[] }[] } } | undefined;
+    return (spec?.devices?.requests ?? []).flatMap((r) => [r.exactly?.deviceClassName, ...(r.firstAvailable ?? []).map((f) => f.deviceClassName)]).filter((x): x is string => typeof x === 'string');
+  }
+
   /** Replaces the claim's status (PUT of the status subresource): `claim` carries its resourceVersion. */
   async replaceStatus(claim: ResourceClaimObject): Promise<ResourceClaimObject> {
     const { namespace, name } = claim.metadata;
