@@ -1,0 +1,51 @@
+// deploy/dra/ (docs/dra.md, ADR 0043): shipped by the base, DeviceClasses that select nothing, the controller's RBAC
+// on ResourceClaims and nothing more, and a Deny-bound policy on claim status writes.
+import fs from 'node:fs';
+import path from 'node:path';
+import { describe, expect, it } from 'vitest';
+import YAML from 'yaml';
+import { DRA_DRIVER } from '../../src/agentapi/wire.ts';
+import { DEVICE_CLASSES } from '../../src/core/dra-allocate.ts';
+
+const DIR = path.join(import.meta.dirname, '../../deploy/dra');
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+type Obj = Record<string, any>;
+const docs = (file: string): Obj[] => YAML.parseAllDocuments(fs.readFileSync(path.join(DIR, file), 'utf8')).map((d) => d.toJS() as Obj);
+
+describe('deploy/dra', () => {
+  it('the base includes it, and its kustomization lists every manifest of the directory', () => {
+    const base = YAML.parse(fs.readFileSync(path.join(DIR, '../base/kustomization.yaml'), 'utf8')) as Obj;
+    expect(base.resources).toContain('../dra');
+    const yamls = fs.readdirSync(DIR).filter((f) => f.endsWith('.yaml') && f !== 'kustomization.yaml');
+    expect([...docs('kustomization.yaml')[0]!.resources].sort()).toEqual(yamls.sort());
+  });
+
+  it('the four DeviceClasses the allocator serves, each selecting no device of our driver', () => {
+    const classes = docs('deviceclasses.yaml');
+    expect(classes.map((c) => c.metadata.name).sort()).toEqual(Object.keys(DEVICE_CLASSES).sort());
+    for (const c of classes) {
+      expect(c.apiVersion).toBe('resource.k8s.io/v1');
+      expect(c.spec.selectors).toEqual([{ cel: { expression: `device.driver == '${DRA_DRIVER}' && false` } }]);
+    }
+  });
+
+  it('RBAC: claims read and updated (finalizers), their status written, templates read; no wildcard, nothing else', () => {
+    const [role, binding] = docs('rbac.yaml');
+    expect(role!.rules).toEqual([
+      { apiGroups: ['resource.k8s.io'], resources: ['resourceclaims'], verbs: ['get', 'list', 'watch', 'update', 'patch'] },
+      { apiGroups: ['resource.k8s.io'], resources: ['resourceclaims/status'], verbs: ['update', 'patch'] },
+      { apiGroups: ['resource.k8s.io'], resources: ['resourceclaimtemplates'], verbs: ['get'] },
+    ]);
+    expect(binding!.subjects).toEqual([{ kind: 'ServiceAccount', name: 'better-compute-controller', namespace: 'better-compute-system' }]);
+  });
+
+  it('the status policy: UPDATE of resourceclaims/status, Deny-bound, the controller the only allocator of our driver', () => {
+    const [policy, binding] = docs('policies.yaml');
+    expect(policy!.spec.matchConstraints.resourceRules).toEqual([{ apiGroups: ['resource.k8s.io'], apiVersions: ['*'], operations: ['UPDATE'], resources: ['resourceclaims/status'] }]);
+    expect(policy!.spec.failurePolicy).toBe('Fail');
+    const v = policy!.spec.validations[0];
+    expect(v.expression).toContain("'system:serviceaccount:better-compute-system:better-compute-controller'");
+    expect(policy!.spec.variables.find((x: Obj) => x.name === 'ours').expression).toContain(`r.driver == '${DRA_DRIVER}'`);
+    expect(binding).toMatchObject({ kind: 'ValidatingAdmissionPolicyBinding', spec: { policyName: policy!.metadata.name, validationActions: ['Deny'] } });
+  });
+});
