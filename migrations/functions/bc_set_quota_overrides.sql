@@ -1,5 +1,6 @@
 -- Replaces the key's overrides with `p_overrides` ([{"start": ms, "end": ms, "kind": "add"|"set", "amount": n}]),
--- under the key's row lock (created unlimited when missing), and keeps has_overrides true while any exist.
+-- under the key's row lock (created unlimited when missing), and keeps has_overrides true while any exist. A change
+-- of the key's limits: overrides_version rises, and the backstop sets grace anew (ADR 0045).
 CREATE OR REPLACE FUNCTION bc_set_quota_overrides(p_tenant text, p_pool text, p_resource text, p_overrides jsonb) RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
@@ -12,6 +13,7 @@ BEGIN
          o ->> 'kind', (o ->> 'amount')::integer
   FROM jsonb_array_elements(coalesce(p_overrides, '[]')) o;
   UPDATE quotas SET has_overrides = EXISTS (
-    SELECT 1 FROM quota_overrides WHERE tenant_id = p_tenant AND pool_id = p_pool AND resource = p_resource)
+    SELECT 1 FROM quota_overrides WHERE tenant_id = p_tenant AND pool_id = p_pool AND resource = p_resource),
+    overrides_version = overrides_version + 1
   WHERE tenant_id = p_tenant AND pool_id = p_pool AND resource = p_resource;
 END $$;

@@ -118,18 +118,21 @@ interface Queryable {
 }
 
 async function setQuotaIn(c: Queryable, tenantId: string, poolId: string, resource: string, max: number | null) {
-  // The limit changes; `used` never does. Lowering below use only blocks new bookings (grace keeps the CHECK true).
-  const { rows } = await c.query<{ counted: boolean }>(
-    `WITH before AS (SELECT max IS NOT NULL AS counted FROM quotas WHERE tenant_id = $1 AND pool_id = $2 AND resource = $3)
-     INSERT INTO quotas (tenant_id, pool_id, resource, max) VALUES ($1, $2, $3, $4)
-     ON CONFLICT (tenant_id, pool_id, resource) DO UPDATE
-       SET max = EXCLUDED.max, grace = greatest(0, quotas.used - coalesce(EXCLUDED.max, quotas.used))
-     RETURNING coalesce((SELECT counted FROM before), false) AS counted`,
-    [tenantId, poolId, resource, max],
+  // The limit changes; `used` never does. Lowering below use only blocks new bookings: the backstop trigger sets
+  // `grace` from the key's charges and overrides at this change (ADR 0045), so check$quotas$used stays true.
+  await c.query(
+    'INSERT INTO quotas (tenant_id, pool_id, resource, max) VALUES ($1, $2, $3, NULL) ON CONFLICT DO NOTHING',
+    [tenantId, poolId, resource],
   );
-  // An unlimited key's counters are only kept by the periodic rebuild: a key that becomes limited is counted now, in
-  // the same transaction, so that the drift reconcile never mistakes its stale counters for drift.
+  const { rows } = await c.query<{ counted: boolean }>(
+    'SELECT max IS NOT NULL AS counted FROM quotas WHERE tenant_id = $1 AND pool_id = $2 AND resource = $3 FOR UPDATE',
+    [tenantId, poolId, resource],
+  );
+  // An unlimited key's counters are only kept by the periodic rebuild: a key that becomes limited is counted first, in
+  // the same transaction, so that the CHECK meets true counters and the drift reconcile never mistakes stale ones for
+  // drift.
   if (max !== null && !rows[0]!.counted) await c.query('SELECT bc_refresh_quota($1, $2, $3)', [tenantId, poolId, resource]);
+  await c.query('UPDATE quotas SET max = $4 WHERE tenant_id = $1 AND pool_id = $2 AND resource = $3', [tenantId, poolId, resource, max]);
 }
 
 /** Sets a tenant's limit in a pool for one resource (`gpu`, `gpu.mig`, `gpu.slot`); null removes the limit. */

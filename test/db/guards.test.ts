@@ -1,7 +1,7 @@
 // One test per guard of the capacity guide, each attacking it directly: behind the placer's back, or in the middle of
 // a placement.
 import { describe, expect, it } from 'vitest';
-import { applyInventory, setNodeState, upsertNode } from '../../src/db/inventory.ts';
+import { applyInventory, setNodeState, setQuota, upsertNode } from '../../src/db/inventory.ts';
 import { Ledger } from '../../src/db/ledger.ts';
 import { createPool } from '../../src/db/pool.ts';
 import { makeNode, makePool, reservation } from '../support/builders.ts';
@@ -195,6 +195,51 @@ describe('guard 5: quota', () => {
     }
     const { rows } = await ctx.db.query(`SELECT max, used FROM quotas WHERE tenant_id = 'acme' AND pool_id = $1`, [poolId]);
     expect(rows[0]).toEqual({ max: 5, used: 5 });
+  });
+
+  it('refuses a charge past max + grace that skipped the peak check (a bug in bc_place): the charging path cannot raise grace', async () => {
+    const poolId = await makePool('g5-backstop').owner('ops').offer('acme', { gpu: 2 }).create(ctx.db);
+    await makeNode('g5-backstop-n').gpus(4).create(ctx.db, poolId);
+    const ledger = new Ledger(ctx.db);
+    const r = await ledger.reserve(reservation(poolId, { devices: [{ class: 'gpu', count: 2 }] }), ctx.clock.now());
+    if (!r.ok) throw new Error(r.message);
+    const key = [poolId, r.reservation.allocations[0]!.id];
+    const quota = async () =>
+      (await ctx.db.query(`SELECT max, used, grace FROM quotas WHERE tenant_id = 'acme' AND pool_id = $1 AND resource = 'gpu'`, [poolId])).rows[0];
+
+    // What bc_place writes after its peak check, without the check: one GPU more than the limit, from now, then the
+    // counters' refresh, as bc_place runs it.
+    const overCharge = async () => {
+      const c = await ctx.db.connect();
+      try {
+        await c.query('BEGIN');
+        await c.query(
+          `INSERT INTO quota_charges (tenant_id, pool_id, resource, allocation_id, amount, during)
+           VALUES ('acme', $1, 'gpu', $2, 1, tstzrange(compute_now(), compute_now() + interval '1 hour'))`,
+          key,
+        );
+        return await sqlError(c.query(`SELECT bc_refresh_quota('acme', $1, 'gpu')`, [poolId]));
+      } finally {
+        await c.query('ROLLBACK');
+        c.release();
+      }
+    };
+    expect(await overCharge()).toMatchObject({ code: '23514', constraint: 'check$quotas$used' });
+    // Raising the ceiling by hand is refused too, alone or with the counter.
+    for (const set of ['grace = grace + 1', 'used = used + 1, grace = grace + 1']) {
+      const e = await sqlError(ctx.db.query(`UPDATE quotas SET ${set} WHERE tenant_id = 'acme' AND pool_id = $1 AND resource = 'gpu'`, [poolId]));
+      expect(e, set).toMatchObject({ code: '23514', constraint: 'trigger$quotas$backstop' });
+    }
+    expect(await quota()).toEqual({ max: 2, used: 2, grace: 0 });
+
+    // The admin path may raise it: a limit lowered below use keeps the live booking (grace 1) and blocks new ones.
+    await setQuota(ctx.db, 'acme', poolId, 'gpu', 1);
+    expect(await quota()).toEqual({ max: 1, used: 2, grace: 1 });
+    expect(await ledger.reserve(reservation(poolId), ctx.clock.now())).toMatchObject({ ok: false, code: 'QUOTA_EXCEEDED' });
+    expect(await overCharge()).toMatchObject({ code: '23514', constraint: 'check$quotas$used' });
+    // A writer cannot fake a limit change either: grace is set from the charges at a change of max, whatever it wrote.
+    await ctx.db.query(`UPDATE quotas SET max = 0, grace = 100 WHERE tenant_id = 'acme' AND pool_id = $1 AND resource = 'gpu'`, [poolId]);
+    expect(await quota()).toEqual({ max: 0, used: 2, grace: 2 });
   });
 });
 

@@ -254,6 +254,45 @@ describe('time-bounded overrides', () => {
   });
 });
 
+describe('the backstop (check$quotas$used, ADR 0045): grace set by a change of the limits, lowered by time', () => {
+  it('a lowered limit keeps bookings now and later, an override lifts the ceiling, and grace falls as they end', async () => {
+    const poolId = await makePool('backstop-grace').owner('ops').offer('kappa', { gpu: 4 }).create(ctx.db);
+    await makeNode('backstop-grace-n').gpus(8).create(ctx.db, poolId);
+    const ledger = new Ledger(ctx.db);
+    const start = ctx.clock.now();
+    const book = async (count: number, fromNow: number, hours: number) =>
+      ledger.reserve(reservation(poolId, { tenantId: 'kappa', devices: [{ class: 'gpu', count }], ...(fromNow ? { start: ctx.clock.now() + fromNow } : {}), duration: hours * 3600 }), ctx.clock.now());
+    const quota = async () => {
+      await ctx.db.query(`SELECT bc_refresh_quota('kappa', $1, 'gpu')`, [poolId]);
+      return (await ctx.db.query(`SELECT max, used, reserved, grace FROM quotas WHERE tenant_id = 'kappa' AND pool_id = $1 AND resource = 'gpu'`, [poolId])).rows[0];
+    };
+    onTestFinished(() => moveClock(start - ctx.clock.now()));
+
+    expect((await book(4, 0, 1)).ok).toBe(true);
+    expect((await book(4, 2 * HOUR, 1)).ok).toBe(true);
+    // Lowered to 2: both bookings stand, with their peak (4) above the limit as grace; a new one is refused.
+    await setQuota(ctx.db, 'kappa', poolId, 'gpu', 2);
+    expect(await quota()).toEqual({ max: 2, used: 4, reserved: 4, grace: 2 });
+    expect(await book(1, 30 * 60_000, 1)).toMatchObject({ ok: false, code: 'QUOTA_EXCEEDED' });
+    // The later booking starts: counted in `used`, within the grace the limit change set.
+    await moveClock(2.5 * HOUR);
+    expect(await quota()).toEqual({ max: 2, used: 4, reserved: 0, grace: 2 });
+    // Both over: grace falls to 0, and the limit alone is the ceiling again.
+    await moveClock(HOUR);
+    expect(await quota()).toEqual({ max: 2, used: 0, reserved: 0, grace: 0 });
+
+    // An override in force lifts the ceiling (+2 for an hour): 4 now fit. Taken away, grace keeps the booking.
+    await setQuotaOverrides(ctx.db, 'kappa', poolId, 'gpu', [{ start: ctx.clock.now(), end: ctx.clock.now() + HOUR, kind: 'add', amount: 2 }]);
+    expect(await quota()).toMatchObject({ used: 0, grace: 2 });
+    expect((await book(4, 0, 1)).ok).toBe(true);
+    await setQuotaOverrides(ctx.db, 'kappa', poolId, 'gpu', []);
+    expect(await quota()).toEqual({ max: 2, used: 4, reserved: 0, grace: 2 });
+    expect(await book(1, 0, 1)).toMatchObject({ ok: false, code: 'QUOTA_EXCEEDED' });
+    await moveClock(1.5 * HOUR);
+    expect(await quota()).toEqual({ max: 2, used: 0, reserved: 0, grace: 0 });
+  });
+});
+
 describe('period arithmetic (bc_quota_period, bc_quota_hours)', () => {
   it('calendar periods in UTC whatever the session time zone: ISO weeks from Monday, months of their own length', async () => {
     const c = await ctx.db.connect();

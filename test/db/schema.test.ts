@@ -7,23 +7,36 @@ import path from 'node:path';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { UNRECORDED_CHECKSUMS } from '../../src/db/migration-checksums.ts';
-import { MIGRATIONS_DIR, migrateSchema, readFunctions, readMigrations, type Migration } from '../../src/db/migrate.ts';
+import { MIGRATIONS_DIR, migrateSchema, readFunctions, readMigrations, type Migration, type SqlFunction } from '../../src/db/migrate.ts';
 import { dumpSchema, SCHEMA_DUMP_FILE } from '../../src/db/schema-dump.ts';
 import { createTestDatabase, type TestDatabase } from '../support/db.ts';
 
 const BEFORE = '3d04e30';
 const DUMP = path.join(MIGRATIONS_DIR, SCHEMA_DUMP_FILE);
 
-/** The migration files as they were at `rev`, from git. */
-function migrationsAt(rev: string): Migration[] {
-  const git = (...args: string[]) => execFileSync('git', args, { cwd: path.dirname(MIGRATIONS_DIR), encoding: 'utf8', maxBuffer: 1 << 24 });
+function git(...args: string[]): string {
+  return execFileSync('git', args, { cwd: path.dirname(MIGRATIONS_DIR), encoding: 'utf8', maxBuffer: 1 << 24 });
+}
+
+/** The `.sql` files of `dir` as they were at `rev`, from git. */
+function filesAt(rev: string, dir: string, pattern: RegExp): { file: string; sql: string }[] {
   let names: string[];
   try {
-    names = git('ls-tree', '--name-only', `${rev}:migrations`).split('\n').filter((f) => /^\d{4}_.*\.sql$/.test(f));
+    names = git('ls-tree', '--name-only', `${rev}:${dir}`).split('\n').filter((f) => pattern.test(f));
   } catch (e) {
-    throw new Error(`the upgrade test reads the migrations of ${rev} from git; fetch the full history (${(e as Error).message})`);
+    throw new Error(`the upgrade test reads ${dir} of ${rev} from git; fetch the full history (${(e as Error).message})`);
   }
-  return names.map((f) => ({ version: Number(f.slice(0, 4)), name: f.replace(/\.sql$/, ''), sql: git('show', `${rev}:migrations/${f}`) }));
+  return names.map((file) => ({ file, sql: git('show', `${rev}:${dir}/${file}`) }));
+}
+
+/** The migration files as they were at `rev`, from git. */
+function migrationsAt(rev: string): Migration[] {
+  return filesAt(rev, 'migrations', /^\d{4}_.*\.sql$/).map(({ file, sql }) => ({ version: Number(file.slice(0, 4)), name: file.replace(/\.sql$/, ''), sql }));
+}
+
+/** The function files as they were at `rev`, from git. */
+function functionsAt(rev: string): SqlFunction[] {
+  return filesAt(rev, 'migrations/functions', /^[a-z][a-z0-9_]*\.sql$/).map(({ file, sql }) => ({ name: file.replace(/\.sql$/, ''), sql }));
 }
 
 /** What the migrator before ADR 0032 did: each migration in a transaction, a row without checksum. */
@@ -54,16 +67,21 @@ async function emptyDatabase(): Promise<{ t: TestDatabase; client: pg.Client }> 
   return { t, client };
 }
 
-/** The last migration of BEFORE, and the function files that only migrations after it need. */
+/**
+ * The last migration of BEFORE; the function files that only migrations after it need; and the commit whose function
+ * files still had the bodies BEFORE's migrations ended with. A function changed after it (the quota backstop of 0020,
+ * ADR 0045) is part of the upgrade, not of the schema up to LAST_OLD.
+ */
 const LAST_OLD = 18;
 const LATER_FUNCTIONS = ['bc_check_claim_atom'];
+const FUNCTIONS_AT_LAST_OLD = '26c4646';
 
 /** The schema this code builds from the migrations up to LAST_OLD (the one BEFORE's files built, ADR 0032). */
 async function dumpUpToLastOld(): Promise<string> {
   const { t: db, client } = await emptyDatabase();
   try {
     const migrations = (await readMigrations()).filter((m) => m.version <= LAST_OLD);
-    const functions = (await readFunctions()).filter((f) => !LATER_FUNCTIONS.includes(f.name));
+    const functions = functionsAt(FUNCTIONS_AT_LAST_OLD).filter((f) => !LATER_FUNCTIONS.includes(f.name));
     await migrateSchema(client, { migrations, functions });
     return withoutBookkeeping(await dumpSchema(client));
   } finally {
