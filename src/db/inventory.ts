@@ -7,6 +7,7 @@ import {
   layoutAtoms,
   layoutChanges,
   ownedByOtherNode,
+  type DeviceRow,
   type InventoryReport,
   type OtherNodesDevice,
 } from '../core/inventory.ts';
@@ -48,32 +49,7 @@ export interface PoolSpec {
 /** Creates or updates a pool by name (its id is kept), with its offerings and their quotas. Returns the id. */
 export async function upsertPool(db: Db, spec: PoolSpec): Promise<string> {
   return withTransaction(db, async (c) => {
-    const { rows } = await c.query<{ id: string; was_archived: boolean | null }>(
-      `INSERT INTO pools (id, name, owner_tenant, gpu_model, sharing, slots_per_gpu, topology_key, node_selector, overcommit, archived,
-                          stop_grace_seconds, handoff)
-       VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
-       ON CONFLICT (name) DO UPDATE SET owner_tenant = EXCLUDED.owner_tenant, gpu_model = EXCLUDED.gpu_model,
-         sharing = EXCLUDED.sharing, slots_per_gpu = EXCLUDED.slots_per_gpu, topology_key = EXCLUDED.topology_key,
-         node_selector = EXCLUDED.node_selector, overcommit = EXCLUDED.overcommit, archived = EXCLUDED.archived,
-         stop_grace_seconds = EXCLUDED.stop_grace_seconds, handoff = EXCLUDED.handoff, updated_at = compute_now()
-       RETURNING id, (SELECT archived FROM pools WHERE name = $2) AS was_archived`,
-      [
-        spec.id ?? newPoolId(),
-        spec.name,
-        spec.ownerTenant,
-        spec.gpuModel ?? null,
-        spec.sharing ?? 'exclusive',
-        spec.slotsPerGpu ?? 1,
-        spec.topologyKey ?? 'topology.kubernetes.io/zone',
-        spec.nodeSelector ?? {},
-        spec.overcommit ?? {},
-        spec.archived ?? false,
-        spec.stopGraceSeconds ?? DEFAULT_STOP_GRACE_SECONDS,
-        spec.handoff ?? 'devicePlugin',
-      ],
-    );
-    const poolId = rows[0]!.id;
-    const archivedChanged = rows[0]!.was_archived !== null && rows[0]!.was_archived !== (spec.archived ?? false);
+    const { poolId, archivedChanged } = await writePoolRow(c, spec);
     // Every pool has a whole-GPU row, even one with only MIG or slot atoms (summaries sum it per GPU model).
     await c.query(`INSERT INTO pool_capacity_rollup (pool_id, resource) VALUES ($1, 'gpu') ON CONFLICT DO NOTHING`, [poolId]);
     // Ratios follow the pool onto its nodes' counters.
@@ -85,32 +61,62 @@ export async function upsertPool(db: Db, spec: PoolSpec): Promise<string> {
     if (spec.offerings) {
       const tenants = spec.offerings.map((o) => o.tenantId);
       await c.query('DELETE FROM pool_offerings WHERE pool_id = $1 AND NOT (tenant_id = ANY ($2))', [poolId, tenants]);
-      for (const o of spec.offerings) {
-        await c.query('INSERT INTO pool_offerings (pool_id, tenant_id) VALUES ($1, $2) ON CONFLICT DO NOTHING', [
-          poolId,
-          o.tenantId,
-        ]);
-        for (const [resource, max] of Object.entries(o.quota ?? {})) {
-          await setQuotaIn(c, o.tenantId, poolId, resource, max ?? null);
-        }
-        if (o.hours) {
-          const limited = Object.entries(o.hours).filter(([, limit]) => limit !== null && limit !== undefined);
-          await c.query(
-            `UPDATE quotas SET hour_limit = NULL
-             WHERE tenant_id = $1 AND pool_id = $2 AND hour_limit IS NOT NULL AND NOT (resource = ANY ($3))`,
-            [o.tenantId, poolId, limited.map(([resource]) => resource)],
-          );
-          for (const [resource, limit] of limited) {
-            await setQuotaHoursIn(c, o.tenantId, poolId, resource, limit ?? null, o.hoursPeriod ?? 'month');
-          }
-        }
-        if (o.overrides) await replaceOverridesIn(c, o.tenantId, poolId, o.overrides);
-      }
+      for (const o of spec.offerings) await writeOffering(c, poolId, o);
     }
     // Archiving moves the pool's atoms between buckets: recount (rare, so the whole rebuild is fine).
     if (archivedChanged) await c.query('SELECT bc_rebuild_rollup()');
     return poolId;
   });
+}
+
+/** The pool's row, by name; whether its archived flag changed. */
+async function writePoolRow(c: Queryable, spec: PoolSpec): Promise<{ poolId: string; archivedChanged: boolean }> {
+  const { rows } = await c.query<{ id: string; was_archived: boolean | null }>(
+    `INSERT INTO pools (id, name, owner_tenant, gpu_model, sharing, slots_per_gpu, topology_key, node_selector, overcommit, archived,
+                        stop_grace_seconds, handoff)
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
+     ON CONFLICT (name) DO UPDATE SET owner_tenant = EXCLUDED.owner_tenant, gpu_model = EXCLUDED.gpu_model,
+       sharing = EXCLUDED.sharing, slots_per_gpu = EXCLUDED.slots_per_gpu, topology_key = EXCLUDED.topology_key,
+       node_selector = EXCLUDED.node_selector, overcommit = EXCLUDED.overcommit, archived = EXCLUDED.archived,
+       stop_grace_seconds = EXCLUDED.stop_grace_seconds, handoff = EXCLUDED.handoff, updated_at = compute_now()
+     RETURNING id, (SELECT archived FROM pools WHERE name = $2) AS was_archived`,
+    [
+      spec.id ?? newPoolId(),
+      spec.name,
+      spec.ownerTenant,
+      spec.gpuModel ?? null,
+      spec.sharing ?? 'exclusive',
+      spec.slotsPerGpu ?? 1,
+      spec.topologyKey ?? 'topology.kubernetes.io/zone',
+      spec.nodeSelector ?? {},
+      spec.overcommit ?? {},
+      spec.archived ?? false,
+      spec.stopGraceSeconds ?? DEFAULT_STOP_GRACE_SECONDS,
+      spec.handoff ?? 'devicePlugin',
+    ],
+  );
+  const row = rows[0]!;
+  return { poolId: row.id, archivedChanged: row.was_archived !== null && row.was_archived !== (spec.archived ?? false) };
+}
+
+/** One tenant's offering in the pool: its limits, hour budgets (exactly those given) and overrides (when given). */
+async function writeOffering(c: Queryable, poolId: string, o: NonNullable<PoolSpec['offerings']>[number]): Promise<void> {
+  await c.query('INSERT INTO pool_offerings (pool_id, tenant_id) VALUES ($1, $2) ON CONFLICT DO NOTHING', [poolId, o.tenantId]);
+  for (const [resource, max] of Object.entries(o.quota ?? {})) {
+    await setQuotaIn(c, o.tenantId, poolId, resource, max ?? null);
+  }
+  if (o.hours) {
+    const limited = Object.entries(o.hours).filter(([, limit]) => limit !== null && limit !== undefined);
+    await c.query(
+      `UPDATE quotas SET hour_limit = NULL
+       WHERE tenant_id = $1 AND pool_id = $2 AND hour_limit IS NOT NULL AND NOT (resource = ANY ($3))`,
+      [o.tenantId, poolId, limited.map(([resource]) => resource)],
+    );
+    for (const [resource, limit] of limited) {
+      await setQuotaHoursIn(c, o.tenantId, poolId, resource, limit ?? null, o.hoursPeriod ?? 'month');
+    }
+  }
+  if (o.overrides) await replaceOverridesIn(c, o.tenantId, poolId, o.overrides);
 }
 
 interface Queryable {
@@ -288,108 +294,160 @@ export async function applyInventory(
   layoutWindowSeconds = 300,
 ): Promise<InventoryResult> {
   return withTransaction(db, async (c) => {
-    // The node row first: placements on the node lock it FOR SHARE (bc_place), so none is in flight from here on.
-    const { rows: nodeRows } = await c.query(
-      `SELECT n.id, p.sharing, p.slots_per_gpu, p.overcommit FROM nodes n LEFT JOIN pools p ON p.id = n.pool_id
-       WHERE n.id = $1 FOR UPDATE OF n`,
-      [nodeId],
-    );
-    const node = nodeRows[0];
-    if (!node) throw new Error(`node ${nodeId} is not known`);
-
-    // Whose the reported GPUs are: rows of other nodes, locked so that their owner's report cannot drop or take them
-    // meanwhile.
-    const { rows: others } = await c.query<OtherNodesDevice>(
-      `SELECT d.id, d.node_id AS "nodeId", d.present, n.pool_id AS "nodePoolId", n.connectivity AS "nodeConnectivity"
-       FROM devices d JOIN nodes n ON n.id = d.node_id
-       WHERE d.id = ANY ($1) AND d.node_id <> $2 ORDER BY d.id FOR UPDATE OF d`,
-      [report.gpus.map((g) => g.uuid), nodeId],
-    );
-    const refused = others.filter(ownedByOtherNode).map((d) => ({ gpu: d.id, owner: d.nodeId }));
-    const refusedIds = new Set(refused.map((r) => r.gpu));
-    const gpus = report.gpus.filter((g) => !refusedIds.has(g.uuid));
-
-    const reported = devicesFromReport({ gpus }, node.sharing ?? 'exclusive', node.slots_per_gpu ?? 1);
-    const { rows: current } = await c.query<{ id: string; parentId: string | null; bookable: boolean }>(
-      `SELECT id, parent_id AS "parentId", bookable FROM devices WHERE node_id = $1 AND present ORDER BY id FOR UPDATE`,
-      [nodeId],
-    );
-    const atomsOf = new Map(layoutChanges(current, reported, gpus.map((g) => g.uuid)).map((gpu) => [gpu, layoutAtoms(gpu, current, reported)]));
-
-    // A layout change whose atoms are booked in its window waits; the other GPUs go ahead.
-    const { rows: busyRows } = await c.query<{ device_id: string }>(
-      `SELECT DISTINCT device_id FROM device_bookings
-       WHERE device_id = ANY ($1) AND during && tstzrange(compute_now(), compute_now() + make_interval(secs => $2))`,
-      [[...atomsOf.values()].flat(), layoutWindowSeconds],
-    );
-    const booked = new Set(busyRows.map((r) => r.device_id));
-    const layoutPending = [...atomsOf.keys()].filter((gpu) => atomsOf.get(gpu)!.some((a) => booked.has(a)));
-    const layoutChanged = [...atomsOf.keys()].filter((gpu) => !layoutPending.includes(gpu));
-    const waiting = new Set(layoutPending);
-    const gpuOf = (r: { id: string; parentId: string | null }) => r.parentId ?? r.id;
-    const desired = reported.filter((d) => !waiting.has(gpuOf(d)));
-    const kept = layoutPending.flatMap((gpu) => keptLayoutHealth(gpu, current, reported));
-
-    await c.query(
-      `INSERT INTO devices (id, node_id, class, parent_id, attributes, healthy, bookable, present)
-       SELECT x.id, $1, x.class, x.parent_id, x.attributes, x.healthy, x.bookable, true
-       FROM jsonb_to_recordset($2) AS x(id text, class text, parent_id text, attributes jsonb, healthy boolean, bookable boolean)
-       ORDER BY x.parent_id NULLS FIRST
-       ON CONFLICT (id) DO UPDATE SET node_id = EXCLUDED.node_id, class = EXCLUDED.class, parent_id = EXCLUDED.parent_id,
-         attributes = EXCLUDED.attributes, healthy = EXCLUDED.healthy, bookable = EXCLUDED.bookable, present = true`,
-      [
-        nodeId,
-        JSON.stringify(
-          desired.map((d) => ({
-            id: d.id,
-            class: d.class,
-            parent_id: d.parentId,
-            attributes: d.attributes,
-            healthy: d.healthy,
-            bookable: d.bookable,
-          })),
-        ),
-      ],
-    );
-    if (kept.length) {
-      await c.query(
-        `UPDATE devices d SET healthy = x.healthy FROM jsonb_to_recordset($2) AS x(id text, healthy boolean)
-         WHERE d.id = x.id AND d.node_id = $1 AND d.healthy IS DISTINCT FROM x.healthy`,
-        [nodeId, JSON.stringify(kept)],
-      );
-    }
-    // No longer reported: this node's rows, and children of a GPU taken from a gone node that the report lacks.
-    await c.query(
-      `UPDATE devices SET present = false, bookable = false
-       WHERE present AND NOT (id = ANY ($2)) AND (node_id = $1 OR parent_id = ANY ($3))`,
-      [nodeId, [...desired.map((d) => d.id), ...kept.map((k) => k.id)], gpus.filter((g) => !waiting.has(g.uuid)).map((g) => g.uuid)],
-    );
-
-    for (const gpu of layoutChanged) {
-      const atoms = atomsOf.get(gpu)!;
-      const allocationId = newAllocationId();
-      await c.query(
-        `INSERT INTO allocations (id, kind, node_id, during)
-         VALUES ($1, 'layout', $2, tstzrange(compute_now(), compute_now() + make_interval(secs => $3)))`,
-        [allocationId, nodeId, layoutWindowSeconds],
-      );
-      const { rowCount } = await c.query(
-        `INSERT INTO device_bookings (device_id, allocation_id, during, planned)
-         SELECT unnest($1::text[]), a.id, a.during, a.during FROM allocations a WHERE a.id = $2
-         ON CONFLICT DO NOTHING`,
-        [atoms, allocationId],
-      );
-      if (rowCount !== atoms.length) throw new LayoutBusyError(gpu);
-    }
-
-    for (const [resource, allocatable] of Object.entries(report.scalars ?? {})) {
-      await c.query(
-        `INSERT INTO node_resources (node_id, resource, allocatable, ratio) VALUES ($1, $2, $3, coalesce(($4::jsonb ->> $2)::numeric, 1))
-         ON CONFLICT (node_id, resource) DO UPDATE SET allocatable = EXCLUDED.allocatable, ratio = EXCLUDED.ratio`,
-        [nodeId, resource, allocatable, node.overcommit ?? {}],
-      );
-    }
+    const node = await lockNode(c, nodeId);
+    const { refused, gpus } = await withoutOthersGpus(c, nodeId, report);
+    const plan = await planLayouts(c, nodeId, node, gpus, layoutWindowSeconds);
+    await writeDevices(c, nodeId, plan, gpus);
+    for (const gpu of plan.layoutChanged) await bookLayoutChange(c, nodeId, gpu, plan.atomsOf.get(gpu)!, layoutWindowSeconds);
+    await writeScalars(c, nodeId, report.scalars ?? {}, node.overcommit ?? {});
     await c.query('UPDATE nodes SET converged = true, updated_at = compute_now() WHERE id = $1', [nodeId]);
-    return { layoutChanged, layoutPending, refused };
+    return { layoutChanged: plan.layoutChanged, layoutPending: plan.layoutPending, refused };
   });
+}
+
+interface InventoryNode {
+  sharing: Sharing | null;
+  slots_per_gpu: number | null;
+  overcommit: Partial<Record<ScalarResource, number>> | null;
+}
+
+/** The node row first: placements on the node lock it FOR SHARE (bc_place), so none is in flight from here on. */
+async function lockNode(c: Queryable, nodeId: string): Promise<InventoryNode> {
+  const { rows } = await c.query<InventoryNode>(
+    `SELECT n.id, p.sharing, p.slots_per_gpu, p.overcommit FROM nodes n LEFT JOIN pools p ON p.id = n.pool_id
+     WHERE n.id = $1 FOR UPDATE OF n`,
+    [nodeId],
+  );
+  const node = rows[0];
+  if (!node) throw new Error(`node ${nodeId} is not known`);
+  return node;
+}
+
+/**
+ * The reported GPUs this node may have: another node's (present there, that node not gone) are refused. Their rows are
+ * locked, so that their owner's report cannot drop or take them meanwhile.
+ */
+async function withoutOthersGpus(c: Queryable, nodeId: string, report: InventoryReport) {
+  const { rows: others } = await c.query<OtherNodesDevice>(
+    `SELECT d.id, d.node_id AS "nodeId", d.present, n.pool_id AS "nodePoolId", n.connectivity AS "nodeConnectivity"
+     FROM devices d JOIN nodes n ON n.id = d.node_id
+     WHERE d.id = ANY ($1) AND d.node_id <> $2 ORDER BY d.id FOR UPDATE OF d`,
+    [report.gpus.map((g) => g.uuid), nodeId],
+  );
+  const refused: RefusedDevice[] = others.filter(ownedByOtherNode).map((d) => ({ gpu: d.id, owner: d.nodeId }));
+  const refusedIds = new Set(refused.map((r) => r.gpu));
+  return { refused, gpus: report.gpus.filter((g) => !refusedIds.has(g.uuid)) };
+}
+
+interface LayoutPlan {
+  /** The atoms, old and new, parent included, of each GPU whose layout changes. */
+  atomsOf: Map<string, string[]>;
+  layoutChanged: string[];
+  layoutPending: string[];
+  /** The device rows to write: the report's, less those of GPUs whose layout change waits. */
+  desired: DeviceRow[];
+  /** The rows a waiting GPU keeps, with the health the report gives them. */
+  kept: { id: string; healthy: boolean }[];
+  waiting: Set<string>;
+}
+
+/** Which GPUs change layout, and which of those wait: a change whose atoms are booked in its window; the rest go ahead. */
+async function planLayouts(
+  c: Queryable,
+  nodeId: string,
+  node: InventoryNode,
+  gpus: InventoryReport['gpus'],
+  layoutWindowSeconds: number,
+): Promise<LayoutPlan> {
+  const reported = devicesFromReport({ gpus }, node.sharing ?? 'exclusive', node.slots_per_gpu ?? 1);
+  const { rows: current } = await c.query<{ id: string; parentId: string | null; bookable: boolean }>(
+    `SELECT id, parent_id AS "parentId", bookable FROM devices WHERE node_id = $1 AND present ORDER BY id FOR UPDATE`,
+    [nodeId],
+  );
+  const atomsOf = new Map(layoutChanges(current, reported, gpus.map((g) => g.uuid)).map((gpu) => [gpu, layoutAtoms(gpu, current, reported)]));
+  const { rows: busyRows } = await c.query<{ device_id: string }>(
+    `SELECT DISTINCT device_id FROM device_bookings
+     WHERE device_id = ANY ($1) AND during && tstzrange(compute_now(), compute_now() + make_interval(secs => $2))`,
+    [[...atomsOf.values()].flat(), layoutWindowSeconds],
+  );
+  const booked = new Set(busyRows.map((r) => r.device_id));
+  const layoutPending = [...atomsOf.keys()].filter((gpu) => atomsOf.get(gpu)!.some((a) => booked.has(a)));
+  const layoutChanged = [...atomsOf.keys()].filter((gpu) => !layoutPending.includes(gpu));
+  const waiting = new Set(layoutPending);
+  const gpuOf = (r: { id: string; parentId: string | null }) => r.parentId ?? r.id;
+  return {
+    atomsOf,
+    layoutChanged,
+    layoutPending,
+    desired: reported.filter((d) => !waiting.has(gpuOf(d))),
+    kept: layoutPending.flatMap((gpu) => keptLayoutHealth(gpu, current, reported)),
+    waiting,
+  };
+}
+
+/** Writes the desired rows, the kept rows' health, and marks what is no longer reported absent. */
+async function writeDevices(c: Queryable, nodeId: string, plan: LayoutPlan, gpus: InventoryReport['gpus']): Promise<void> {
+  const { desired, kept, waiting } = plan;
+  await c.query(
+    `INSERT INTO devices (id, node_id, class, parent_id, attributes, healthy, bookable, present)
+     SELECT x.id, $1, x.class, x.parent_id, x.attributes, x.healthy, x.bookable, true
+     FROM jsonb_to_recordset($2) AS x(id text, class text, parent_id text, attributes jsonb, healthy boolean, bookable boolean)
+     ORDER BY x.parent_id NULLS FIRST
+     ON CONFLICT (id) DO UPDATE SET node_id = EXCLUDED.node_id, class = EXCLUDED.class, parent_id = EXCLUDED.parent_id,
+       attributes = EXCLUDED.attributes, healthy = EXCLUDED.healthy, bookable = EXCLUDED.bookable, present = true`,
+    [
+      nodeId,
+      JSON.stringify(
+        desired.map((d) => ({
+          id: d.id,
+          class: d.class,
+          parent_id: d.parentId,
+          attributes: d.attributes,
+          healthy: d.healthy,
+          bookable: d.bookable,
+        })),
+      ),
+    ],
+  );
+  if (kept.length) {
+    await c.query(
+      `UPDATE devices d SET healthy = x.healthy FROM jsonb_to_recordset($2) AS x(id text, healthy boolean)
+       WHERE d.id = x.id AND d.node_id = $1 AND d.healthy IS DISTINCT FROM x.healthy`,
+      [nodeId, JSON.stringify(kept)],
+    );
+  }
+  // No longer reported: this node's rows, and children of a GPU taken from a gone node that the report lacks.
+  await c.query(
+    `UPDATE devices SET present = false, bookable = false
+     WHERE present AND NOT (id = ANY ($2)) AND (node_id = $1 OR parent_id = ANY ($3))`,
+    [nodeId, [...desired.map((d) => d.id), ...kept.map((k) => k.id)], gpus.filter((g) => !waiting.has(g.uuid)).map((g) => g.uuid)],
+  );
+}
+
+/** The layout booking of one GPU whose layout changed: every atom, old and new, for the change window (guard 2). */
+async function bookLayoutChange(c: Queryable, nodeId: string, gpu: string, atoms: string[], layoutWindowSeconds: number): Promise<void> {
+  const allocationId = newAllocationId();
+  await c.query(
+    `INSERT INTO allocations (id, kind, node_id, during)
+     VALUES ($1, 'layout', $2, tstzrange(compute_now(), compute_now() + make_interval(secs => $3)))`,
+    [allocationId, nodeId, layoutWindowSeconds],
+  );
+  const { rowCount } = await c.query(
+    `INSERT INTO device_bookings (device_id, allocation_id, during, planned)
+     SELECT unnest($1::text[]), a.id, a.during, a.during FROM allocations a WHERE a.id = $2
+     ON CONFLICT DO NOTHING`,
+    [atoms, allocationId],
+  );
+  if (rowCount !== atoms.length) throw new LayoutBusyError(gpu);
+}
+
+/** The node's scalar resources (vCPU, memory, hugepages) as reported, with the pool's overcommit ratios. */
+async function writeScalars(c: Queryable, nodeId: string, scalars: NonNullable<InventoryReport['scalars']>, overcommit: Partial<Record<ScalarResource, number>>): Promise<void> {
+  for (const [resource, allocatable] of Object.entries(scalars)) {
+    await c.query(
+      `INSERT INTO node_resources (node_id, resource, allocatable, ratio) VALUES ($1, $2, $3, coalesce(($4::jsonb ->> $2)::numeric, 1))
+       ON CONFLICT (node_id, resource) DO UPDATE SET allocatable = EXCLUDED.allocatable, ratio = EXCLUDED.ratio`,
+      [nodeId, resource, allocatable, overcommit],
+    );
+  }
 }

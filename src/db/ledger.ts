@@ -66,6 +66,22 @@ export interface PodAdmission {
   ttlSeconds: number;
 }
 
+/** Ledger.bookPod's request: an on-demand pod's atoms on one node. */
+export interface PodBookingRequest {
+  tenantId: string;
+  poolId: string;
+  podUid: string;
+  nodeId: string;
+  devices: ReservationCreateInput['devices'];
+  durationSeconds: number | null;
+  admission?: PodAdmission;
+  /**
+   * The caller saw that the pod holds no booking (the extender's caught-up state): the look for one is skipped.
+   * Were it wrong, the unique index of live pod allocations refuses the second, and the booking looks after all.
+   */
+  holdsNothing?: boolean;
+}
+
 /** A pod's booking that was not made because another pod's admission is in flight on the node (nothing written). */
 interface AdmissionBusy {
   ok: false;
@@ -423,29 +439,31 @@ export class Ledger {
    * booking (or, for the pod's existing booking there, in one statement); while another pod's admission is in flight
    * there, nothing is written and the answer is ADMISSION_BUSY.
    */
-  async bookPod(
-    p: {
-      tenantId: string;
-      poolId: string;
-      podUid: string;
-      nodeId: string;
-      devices: ReservationCreateInput['devices'];
-      durationSeconds: number | null;
-      admission?: PodAdmission;
-      /**
-       * The caller saw that the pod holds no booking (the extender's caught-up state): the look for one is skipped.
-       * Were it wrong, the unique index of live pod allocations refuses the second, and the booking looks after all.
-       */
-      holdsNothing?: boolean;
-    },
-    now: number,
-  ): Promise<PodBookingOutcome> {
+  async bookPod(p: PodBookingRequest, now: number): Promise<PodBookingOutcome> {
     const admission = p.admission && { nodeId: p.nodeId, podUid: p.podUid, ...p.admission };
     const existing = p.holdsNothing ? undefined : await this.podBooking(p.podUid);
     if (existing?.nodeId === p.nodeId) {
       if (admission && !(await this.takeAdmission({ ...admission, atoms: existing.atoms }))) return admissionBusy(p.nodeId, 0);
       return { ok: true, ...existing, existing: true };
     }
+    let outcome: Awaited<ReturnType<Ledger['reserveOnce']>>;
+    try {
+      outcome = await this.placePod(p, existing, admission, now);
+    } catch (e) {
+      if (p.holdsNothing && e instanceof PlacementError && e.constraint === 'unique$allocations$live_pod') return this.bookPod({ ...p, holdsNothing: false }, now);
+      throw e;
+    }
+    if (existing && outcome.ok) await this.reloadMovedFrom(existing);
+    return this.podOutcome(p, outcome, existing !== undefined);
+  }
+
+  /** The pod's booking through reserveOnce (on its node, moving `existing` when there is one), timed for the metrics. */
+  private async placePod(
+    p: PodBookingRequest,
+    existing: { allocationId: string } | undefined,
+    admission: PodPlacement['admission'],
+    now: number,
+  ): Promise<Awaited<ReturnType<Ledger['reserveOnce']>>> {
     const input: ReservationCreateInput = {
       tenantId: p.tenantId,
       poolId: p.poolId,
@@ -455,24 +473,25 @@ export class Ledger {
       idempotencyKey: p.podUid,
     };
     const started = systemClock.now();
-    let outcome: Awaited<ReturnType<Ledger['reserveOnce']>>;
-    try {
-      outcome = await this.reserveOnce(input, now, {
-        podUid: p.podUid,
-        nodeId: p.nodeId,
-        openEnded: p.durationSeconds === null,
-        ...(existing ? { replacing: existing.allocationId } : {}),
-        ...(admission ? { admission } : {}),
-      });
-    } catch (e) {
-      if (p.holdsNothing && e instanceof PlacementError && e.constraint === 'unique$allocations$live_pod') return this.bookPod({ ...p, holdsNothing: false }, now);
-      throw e;
-    }
+    const outcome = await this.reserveOnce(input, now, {
+      podUid: p.podUid,
+      nodeId: p.nodeId,
+      openEnded: p.durationSeconds === null,
+      ...(existing ? { replacing: existing.allocationId } : {}),
+      ...(admission ? { admission } : {}),
+    });
     this.opts.metrics?.onPlacement?.((systemClock.now() - started) / 1000, outcome.ok ? 'pod' : outcome.code);
-    if (existing && outcome.ok) {
-      const pool = (await this.db.query<{ pool_id: string }>('SELECT pool_id FROM allocations WHERE id = $1', [existing.allocationId])).rows[0];
-      if (pool && this.pools.has(pool.pool_id)) await this.reloadNodes(pool.pool_id, [existing.nodeId]);
-    }
+    return outcome;
+  }
+
+  /** A booking moved from another node: that node's snapshot, when its pool is cached, loses it. */
+  private async reloadMovedFrom(existing: { allocationId: string; nodeId: string }): Promise<void> {
+    const pool = (await this.db.query<{ pool_id: string }>('SELECT pool_id FROM allocations WHERE id = $1', [existing.allocationId])).rows[0];
+    if (pool && this.pools.has(pool.pool_id)) await this.reloadNodes(pool.pool_id, [existing.nodeId]);
+  }
+
+  /** reserveOnce's outcome as the pod's: a refusal may have lost to a concurrent bind of the same pod on this node. */
+  private async podOutcome(p: PodBookingRequest, outcome: Awaited<ReturnType<Ledger['reserveOnce']>>, moved: boolean): Promise<PodBookingOutcome> {
     if (!outcome.ok && outcome.code === 'ADMISSION_BUSY') return outcome;
     if (!outcome.ok) {
       // A concurrent bind of the same pod on this node may have booked it meanwhile.
@@ -482,7 +501,7 @@ export class Ledger {
     }
     const a = outcome.reservation.allocations[0]!;
     const { start, end } = outcome.reservation;
-    return { ok: true, allocationId: a.id, nodeId: a.nodeId, atoms: a.atoms, existing: false, ...(outcome.tx && !existing ? { written: { tx: outcome.tx, start, end } } : {}) };
+    return { ok: true, allocationId: a.id, nodeId: a.nodeId, atoms: a.atoms, existing: false, ...(outcome.tx && !moved ? { written: { tx: outcome.tx, start, end } } : {}) };
   }
 
   /** The live on-demand booking of a pod, if any. */

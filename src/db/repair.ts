@@ -3,7 +3,7 @@
 // one transaction under the reservation's row lock: the cut (bc_repair_cut), the replacement (bc_place with repairOf,
 // every guard applying) and the verdict (reservations.repair_*). A lost race rolls it all back; the next pass replans.
 import type pg from 'pg';
-import { cuttableNow, planRepair, type RepairAllocation } from '../core/repair.ts';
+import { cuttableNow, planRepair, type RepairAllocation, type RepairPlan } from '../core/repair.ts';
 import type { DeviceClass } from '../core/types.ts';
 import { newAllocationId } from '../ids.ts';
 import { sqlState } from './errors.ts';
@@ -105,99 +105,125 @@ interface Target {
   preempt_at: Date | null;
 }
 
+/** A replacement bc_place refused (its code): the repair's transaction is rolled back. */
+class NotPlaced extends Error {
+  constructor(readonly refusal: string | undefined) {
+    super('not placed');
+  }
+}
+
 /** Repairs one reservation in one transaction; undefined when nothing changed (still Degraded by as much, or gone). */
 async function repairReservation(db: Db, opts: RepairOptions, id: string, lost: LostAtom[]): Promise<RepairOutcome | undefined> {
-  const notPlaced = new Error('not placed');
-  let refusal: string | undefined;
   const reason = [...new Set(lost.map((l) => l.reason))].join(',');
   try {
-    return await tx(db, opts, async (c) => {
-      const { rows } = await c.query<Target>(
-        `SELECT tenant_id, pool_id, request, (extract(epoch FROM starts_at) * 1000)::float8 AS start,
-                (extract(epoch FROM ends_at) * 1000)::float8 AS "end", (extract(epoch FROM compute_now()) * 1000)::float8 AS now,
-                repair_short, repair_reason, preempt_at
-         FROM reservations WHERE id = $1 AND state IN ('held', 'confirmed') FOR UPDATE`,
-        [id],
-      );
-      const r = rows[0];
-      if (!r) return undefined;
-      // Read again under the lock: what another pass or a release did meanwhile counts.
-      const current = await lostAtoms(c, opts.graceSeconds, id);
-      if (current.length === 0) return undefined;
-      // A spot reservation under a preemption notice ends at its deadline and its pods cannot move: it is reported short
-      // by what it lost, not re-placed (ADR 0016).
-      if (r.preempt_at !== null) {
-        const short = current.length;
-        if (r.repair_short === short && r.repair_reason === reason) return undefined;
-        await c.query('UPDATE reservations SET repair_short = $2, repair_reason = $3 WHERE id = $1', [id, short, reason]);
-        const message = `${short} atoms short (${reason}): under a preemption notice, not re-placed before its deadline`;
-        return { reservationId: id, verdict: 'degraded' as const, short, reason, message };
-      }
-      const allocations = (await c.query<RepairAllocation>(
-        `SELECT a.id, a.node_id AS "nodeId", array_agg(b.device_id ORDER BY b.device_id) AS atoms
-         FROM allocations a JOIN device_bookings b ON b.allocation_id = a.id
-         WHERE a.reservation_id = $1 AND a.released_at IS NULL AND NOT isempty(b.during) AND upper(b.during) > compute_now()
-         GROUP BY a.id, a.node_id ORDER BY a.node_id`,
-        [id],
-      )).rows;
-      // The snapshot is read outside the lock, like any placement's: bc_place's guards judge it at commit.
-      const pool = await getPool(db, r.pool_id);
-      if (!pool) return undefined;
-      const nodes = await loadNodes(db, r.pool_id);
-      const lostBy = new Map<string, string[]>();
-      for (const l of current) lostBy.set(l.allocationId, [...(lostBy.get(l.allocationId) ?? []), l.deviceId]);
-      const request = toPlacementRequest({ ...r.request, start: Math.max(r.now, r.start) }, r.now);
-      const p = planRepair({
-        pool: { id: pool.id, sharing: pool.sharing, topologyKey: pool.topologyKey, nodes },
-        request: { ...request, window: { start: Math.max(r.now, r.start), end: r.end } },
-        started: r.start <= r.now,
-        allocations,
-        lost: lostBy,
-        classes: new Map(current.map((l) => [l.deviceId, l.class])),
-      });
-      if (p.placements.length > 0) {
-        await c.query('SELECT bc_repair_cut($1)', [JSON.stringify(p.cuts)]);
-        const placed = await c.query<{ r: { ok: boolean; code?: string } }>('SELECT bc_place($1) AS r', [
-          JSON.stringify({
-            tenantId: r.tenant_id,
-            poolId: r.pool_id,
-            repairOf: id,
-            reservation: null,
-            podUid: null,
-            allocations: p.placements.map((x) => ({ id: newAllocationId(), nodeId: x.nodeId, atoms: x.atoms, scalars: x.scalars })),
-          }),
-        ]);
-        if (!placed.rows[0]!.r.ok) {
-          refusal = placed.rows[0]!.r.code;
-          throw notPlaced;
-        }
-      }
-      const message = p.short > 0 ? `${p.short} atoms short after losing ${current.length} (${reason}): ${p.reasons.join('; ')}` : '';
-      if (p.placements.length === 0 && r.repair_short === p.short && r.repair_reason === reason) return undefined;
-      await c.query(
-        `UPDATE reservations SET repair_short = $2, repair_reason = $3,
-                repaired_at = CASE WHEN $4 THEN compute_now() ELSE repaired_at END, repairs = repairs + CASE WHEN $4 THEN 1 ELSE 0 END
-         WHERE id = $1`,
-        [id, p.short, reason, p.placements.length > 0],
-      );
-      if (p.short > 0) return { reservationId: id, verdict: 'degraded' as const, short: p.short, reason, message };
-      return { reservationId: id, verdict: 'repaired' as const, atoms: current.length, reason };
-    });
+    return await tx(db, opts, (c) => repairUnderLock(db, c, opts, id, reason));
   } catch (e) {
-    if (e !== notPlaced) throw e;
-    if (refusal !== 'quota') return { reservationId: id, verdict: 'contended' };
-    // Quota refuses what the reservation itself would exceed (a limit lowered since it was booked): Degraded by all it lost.
-    const short = lost.length;
-    const changed = await tx(db, opts, async (c) =>
-      (await c.query(
-        `UPDATE reservations SET repair_short = $2, repair_reason = $3
-         WHERE id = $1 AND state IN ('held', 'confirmed') AND (repair_short, repair_reason) IS DISTINCT FROM ($2, $3)`,
-        [id, short, reason],
-      )).rowCount,
-    );
-    if (!changed) return undefined;
-    return { reservationId: id, verdict: 'degraded', short, reason, message: `${short} atoms short (${reason}): the replacement exceeds the tenant's quota` };
+    if (!(e instanceof NotPlaced)) throw e;
+    if (e.refusal !== 'quota') return { reservationId: id, verdict: 'contended' };
+    return degradeOverQuota(db, opts, id, lost.length, reason);
   }
+}
+
+/** The repair under the reservation's row lock: the lost atoms read again, a plan, its cut and replacement, the verdict. */
+async function repairUnderLock(db: Db, c: pg.PoolClient, opts: RepairOptions, id: string, reason: string): Promise<RepairOutcome | undefined> {
+  const r = await lockTarget(c, id);
+  if (!r) return undefined;
+  // Read again under the lock: what another pass or a release did meanwhile counts.
+  const current = await lostAtoms(c, opts.graceSeconds, id);
+  if (current.length === 0) return undefined;
+  // A spot reservation under a preemption notice ends at its deadline and its pods cannot move: it is reported short
+  // by what it lost, not re-placed (ADR 0016).
+  if (r.preempt_at !== null) return markShortUnderNotice(c, id, r, current.length, reason);
+  const p = await planFor(db, c, id, r, current);
+  if (!p) return undefined;
+  if (p.placements.length > 0) await cutAndReplace(c, id, r, p);
+  const message = p.short > 0 ? `${p.short} atoms short after losing ${current.length} (${reason}): ${p.reasons.join('; ')}` : '';
+  if (p.placements.length === 0 && r.repair_short === p.short && r.repair_reason === reason) return undefined;
+  await c.query(
+    `UPDATE reservations SET repair_short = $2, repair_reason = $3,
+            repaired_at = CASE WHEN $4 THEN compute_now() ELSE repaired_at END, repairs = repairs + CASE WHEN $4 THEN 1 ELSE 0 END
+     WHERE id = $1`,
+    [id, p.short, reason, p.placements.length > 0],
+  );
+  if (p.short > 0) return { reservationId: id, verdict: 'degraded', short: p.short, reason, message };
+  return { reservationId: id, verdict: 'repaired', atoms: current.length, reason };
+}
+
+/** The live reservation, locked; undefined when it is gone or over. */
+async function lockTarget(c: Queryable, id: string): Promise<Target | undefined> {
+  const { rows } = await c.query<Target>(
+    `SELECT tenant_id, pool_id, request, (extract(epoch FROM starts_at) * 1000)::float8 AS start,
+            (extract(epoch FROM ends_at) * 1000)::float8 AS "end", (extract(epoch FROM compute_now()) * 1000)::float8 AS now,
+            repair_short, repair_reason, preempt_at
+     FROM reservations WHERE id = $1 AND state IN ('held', 'confirmed') FOR UPDATE`,
+    [id],
+  );
+  return rows[0];
+}
+
+async function markShortUnderNotice(c: Queryable, id: string, r: Target, short: number, reason: string): Promise<RepairOutcome | undefined> {
+  if (r.repair_short === short && r.repair_reason === reason) return undefined;
+  await c.query('UPDATE reservations SET repair_short = $2, repair_reason = $3 WHERE id = $1', [id, short, reason]);
+  const message = `${short} atoms short (${reason}): under a preemption notice, not re-placed before its deadline`;
+  return { reservationId: id, verdict: 'degraded', short, reason, message };
+}
+
+/** The pure core's plan on fresh rows; undefined when the pool is gone. */
+async function planFor(db: Db, c: Queryable, id: string, r: Target, current: LostAtom[]): Promise<RepairPlan | undefined> {
+  const allocations = (await c.query<RepairAllocation>(
+    `SELECT a.id, a.node_id AS "nodeId", array_agg(b.device_id ORDER BY b.device_id) AS atoms
+     FROM allocations a JOIN device_bookings b ON b.allocation_id = a.id
+     WHERE a.reservation_id = $1 AND a.released_at IS NULL AND NOT isempty(b.during) AND upper(b.during) > compute_now()
+     GROUP BY a.id, a.node_id ORDER BY a.node_id`,
+    [id],
+  )).rows;
+  // The snapshot is read outside the lock, like any placement's: bc_place's guards judge it at commit.
+  const pool = await getPool(db, r.pool_id);
+  if (!pool) return undefined;
+  const nodes = await loadNodes(db, r.pool_id);
+  const lostBy = new Map<string, string[]>();
+  for (const l of current) lostBy.set(l.allocationId, [...(lostBy.get(l.allocationId) ?? []), l.deviceId]);
+  const request = toPlacementRequest({ ...r.request, start: Math.max(r.now, r.start) }, r.now);
+  return planRepair({
+    pool: { id: pool.id, sharing: pool.sharing, topologyKey: pool.topologyKey, nodes },
+    request: { ...request, window: { start: Math.max(r.now, r.start), end: r.end } },
+    started: r.start <= r.now,
+    allocations,
+    lost: lostBy,
+    classes: new Map(current.map((l) => [l.deviceId, l.class])),
+  });
+}
+
+/** The cut (bc_repair_cut) and the replacement (bc_place with repairOf, every guard applying); NotPlaced when refused. */
+async function cutAndReplace(c: Queryable, id: string, r: Target, p: RepairPlan): Promise<void> {
+  await c.query('SELECT bc_repair_cut($1)', [JSON.stringify(p.cuts)]);
+  const placed = await c.query<{ r: { ok: boolean; code?: string } }>('SELECT bc_place($1) AS r', [
+    JSON.stringify({
+      tenantId: r.tenant_id,
+      poolId: r.pool_id,
+      repairOf: id,
+      reservation: null,
+      podUid: null,
+      allocations: p.placements.map((x) => ({ id: newAllocationId(), nodeId: x.nodeId, atoms: x.atoms, scalars: x.scalars })),
+    }),
+  ]);
+  if (!placed.rows[0]!.r.ok) throw new NotPlaced(placed.rows[0]!.r.code);
+}
+
+/**
+ * Quota refuses what the reservation itself would exceed (a limit lowered since it was booked): Degraded by all it
+ * lost, in a transaction of its own (the repair's was rolled back).
+ */
+async function degradeOverQuota(db: Db, opts: RepairOptions, id: string, short: number, reason: string): Promise<RepairOutcome | undefined> {
+  const changed = await tx(db, opts, async (c) =>
+    (await c.query(
+      `UPDATE reservations SET repair_short = $2, repair_reason = $3
+       WHERE id = $1 AND state IN ('held', 'confirmed') AND (repair_short, repair_reason) IS DISTINCT FROM ($2, $3)`,
+      [id, short, reason],
+    )).rowCount,
+  );
+  if (!changed) return undefined;
+  return { reservationId: id, verdict: 'degraded', short, reason, message: `${short} atoms short (${reason}): the replacement exceeds the tenant's quota` };
 }
 
 /** A transaction, fenced when a fence is given, run again on a deadlock. */

@@ -72,37 +72,55 @@ type SnapRow = [
  * reads both in primary key order, no sort at all).
  */
 export async function loadNodes(db: Db, poolId: string, nodeIds?: readonly string[]): Promise<NodeSnap[]> {
-  const only = nodeIds ? 'AND n.id = ANY ($2)' : '';
   const { rows } = await db.query<SnapRow>({
     // Named: parsed and planned once per connection (planning was about a millisecond of a one-node reload).
     name: nodeIds ? 'bc_load_nodes_some' : 'bc_load_nodes_pool',
-    text: `SELECT 0 AS kind, n.id, NULL::text AS ref, n.labels AS json,
-                  n.schedulable AND NOT p.archived AND (n.trust = 'platform' OR n.owner_tenant = p.owner_tenant) AS flag,
-                  NULL::text AS class, NULL::text AS parent_id, NULL::float8 AS s, NULL::float8 AS e,
-                  NULL::integer AS allocatable, NULL::numeric AS ratio, NULL::integer AS allocated,
-                  (row_number() OVER (ORDER BY n.id))::integer AS rank
-           FROM nodes n JOIN pools p ON p.id = n.pool_id WHERE n.pool_id = $1 ${only}
-           UNION ALL
-           SELECT 1, d.id, d.node_id, d.attributes, d.healthy, d.class, d.parent_id, NULL, NULL, NULL, NULL, NULL,
-                  (row_number() OVER (ORDER BY d.id))::integer
-           FROM devices d JOIN nodes n ON n.id = d.node_id
-           WHERE n.pool_id = $1 ${only} AND d.bookable
-           UNION ALL
-           SELECT 2, b.device_id, coalesce(a.reservation_id, a.id), NULL,
-                  -- A spot reservation already preempted is displaced once: its bookings end at its deadline anyway.
-                  coalesce(r.spot AND r.preempt_at IS NULL, false), NULL, NULL,
-                  (extract(epoch FROM lower(b.during)) * 1000)::float8,
-                  CASE WHEN upper_inf(b.during) THEN NULL ELSE (extract(epoch FROM upper(b.during)) * 1000)::float8 END,
-                  NULL, NULL, NULL, NULL
-           FROM device_bookings b JOIN devices d ON d.id = b.device_id JOIN nodes n ON n.id = d.node_id
-           JOIN allocations a ON a.id = b.allocation_id LEFT JOIN reservations r ON r.id = a.reservation_id
-           WHERE n.pool_id = $1 ${only} AND d.bookable AND NOT isempty(b.during) AND upper(b.during) > compute_now()
-           UNION ALL
-           SELECT 3, nr.node_id, nr.resource, NULL, NULL, NULL, NULL, NULL, NULL, nr.allocatable, nr.ratio, nr.allocated, NULL
-           FROM node_resources nr JOIN nodes n ON n.id = nr.node_id WHERE n.pool_id = $1 ${only}`,
+    text: nodeIds ? LOAD_SOME_NODES : LOAD_POOL_NODES,
     values: nodeIds ? [poolId, nodeIds] : [poolId],
     rowMode: 'array',
   });
+  const { nodes, devices, bookingsOf, scalarsOf } = byKind(rows);
+  const atomsOf = atomsByNode(devices, bookingsOf);
+  return nodes.map(([, id, , labels, schedulable]) => ({
+    id,
+    schedulable: schedulable!,
+    labels: labels as NodeSnap['labels'],
+    atoms: atomsOf.get(id) ?? [],
+    scalars: scalarsOf.get(id) ?? {},
+  }));
+}
+
+/** loadNodes' statement: the four branches, for the whole pool or (`only`) the nodes of $2. */
+const loadNodesSql = (only: string) =>
+  `SELECT 0 AS kind, n.id, NULL::text AS ref, n.labels AS json,
+            n.schedulable AND NOT p.archived AND (n.trust = 'platform' OR n.owner_tenant = p.owner_tenant) AS flag,
+            NULL::text AS class, NULL::text AS parent_id, NULL::float8 AS s, NULL::float8 AS e,
+            NULL::integer AS allocatable, NULL::numeric AS ratio, NULL::integer AS allocated,
+            (row_number() OVER (ORDER BY n.id))::integer AS rank
+     FROM nodes n JOIN pools p ON p.id = n.pool_id WHERE n.pool_id = $1 ${only}
+     UNION ALL
+     SELECT 1, d.id, d.node_id, d.attributes, d.healthy, d.class, d.parent_id, NULL, NULL, NULL, NULL, NULL,
+            (row_number() OVER (ORDER BY d.id))::integer
+     FROM devices d JOIN nodes n ON n.id = d.node_id
+     WHERE n.pool_id = $1 ${only} AND d.bookable
+     UNION ALL
+     SELECT 2, b.device_id, coalesce(a.reservation_id, a.id), NULL,
+            -- A spot reservation already preempted is displaced once: its bookings end at its deadline anyway.
+            coalesce(r.spot AND r.preempt_at IS NULL, false), NULL, NULL,
+            (extract(epoch FROM lower(b.during)) * 1000)::float8,
+            CASE WHEN upper_inf(b.during) THEN NULL ELSE (extract(epoch FROM upper(b.during)) * 1000)::float8 END,
+            NULL, NULL, NULL, NULL
+     FROM device_bookings b JOIN devices d ON d.id = b.device_id JOIN nodes n ON n.id = d.node_id
+     JOIN allocations a ON a.id = b.allocation_id LEFT JOIN reservations r ON r.id = a.reservation_id
+     WHERE n.pool_id = $1 ${only} AND d.bookable AND NOT isempty(b.during) AND upper(b.during) > compute_now()
+     UNION ALL
+     SELECT 3, nr.node_id, nr.resource, NULL, NULL, NULL, NULL, NULL, NULL, nr.allocatable, nr.ratio, nr.allocated, NULL
+     FROM node_resources nr JOIN nodes n ON n.id = nr.node_id WHERE n.pool_id = $1 ${only}`;
+const LOAD_POOL_NODES = loadNodesSql('');
+const LOAD_SOME_NODES = loadNodesSql('AND n.id = ANY ($2)');
+
+/** The statement's rows by kind: nodes and atoms at their rank, bookings by atom, scalar counters by node. */
+function byKind(rows: readonly SnapRow[]) {
   const nodes: SnapRow[] = [];
   const devices: SnapRow[] = [];
   const bookingsOf = new Map<string, BookingSnap[]>();
@@ -121,6 +139,11 @@ export async function loadNodes(db: Db, poolId: string, nodeIds?: readonly strin
       scalarsOf.set(id, m);
     }
   }
+  return { nodes, devices, bookingsOf, scalarsOf };
+}
+
+/** Each node's bookable atoms, in id order, with their live bookings. */
+function atomsByNode(devices: readonly SnapRow[], bookingsOf: ReadonlyMap<string, BookingSnap[]>): Map<string, AtomSnap[]> {
   const atomsOf = new Map<string, AtomSnap[]>();
   for (const [, id, nodeId, attributes, healthy, cls, parentId] of devices) {
     const list = atomsOf.get(nodeId!) ?? [];
@@ -135,11 +158,5 @@ export async function loadNodes(db: Db, poolId: string, nodeIds?: readonly strin
     });
     atomsOf.set(nodeId!, list);
   }
-  return nodes.map(([, id, , labels, schedulable]) => ({
-    id,
-    schedulable: schedulable!,
-    labels: labels as NodeSnap['labels'],
-    atoms: atomsOf.get(id) ?? [],
-    scalars: scalarsOf.get(id) ?? {},
-  }));
+  return atomsOf;
 }

@@ -281,8 +281,8 @@ describe('the backstop (check$quotas$used, ADR 0045): grace set by a change of t
     await moveClock(HOUR);
     expect(await quota()).toEqual({ max: 2, used: 0, reserved: 0, grace: 0 });
 
-    // An override in force lifts the ceiling (+2 for an hour): 4 now fit. Taken away, grace keeps the booking.
-    await setQuotaOverrides(ctx.db, 'kappa', poolId, 'gpu', [{ start: ctx.clock.now(), end: ctx.clock.now() + HOUR, kind: 'add', amount: 2 }]);
+    // An override in force lifts the ceiling (+2 for two hours): 4 fit for one. Taken away, grace keeps the booking.
+    await setQuotaOverrides(ctx.db, 'kappa', poolId, 'gpu', [{ start: ctx.clock.now() - HOUR, end: ctx.clock.now() + 2 * HOUR, kind: 'add', amount: 2 }]);
     expect(await quota()).toMatchObject({ used: 0, grace: 2 });
     expect((await book(4, 0, 1)).ok).toBe(true);
     await setQuotaOverrides(ctx.db, 'kappa', poolId, 'gpu', []);
