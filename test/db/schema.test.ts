@@ -9,6 +9,9 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { UNRECORDED_CHECKSUMS } from '../../src/db/migration-checksums.ts';
 import { MIGRATIONS_DIR, migrateSchema, readFunctions, readMigrations, type Migration, type SqlFunction } from '../../src/db/migrate.ts';
 import { dumpSchema, SCHEMA_DUMP_FILE } from '../../src/db/schema-dump.ts';
+import { setQuota } from '../../src/db/inventory.ts';
+import { Ledger } from '../../src/db/ledger.ts';
+import { makeNode, makePool, reservation } from '../support/builders.ts';
 import { createTestDatabase, type TestDatabase } from '../support/db.ts';
 
 const BEFORE = '3d04e30';
@@ -157,6 +160,41 @@ describe('a database migrated by the files before the functions moved', () => {
       expect(await dumpSchema(client)).toBe(checkedIn);
       const { rows } = await client.query(`SELECT unreachable_since IS NOT NULL AS since FROM nodes`);
       expect(rows).toEqual([{ since: true }]);
+    } finally {
+      await client.end();
+      await db.drop();
+    }
+  });
+});
+
+describe('migration 0020 (the quota backstop, ADR 0045) on a database with a lowered limit', () => {
+  it('sets grace from the charges not yet ended, so a booking made before the limit was lowered still starts', async () => {
+    const { t: db, client } = await emptyDatabase();
+    try {
+      await migrateSchema(client, {
+        migrations: (await readMigrations()).filter((m) => m.version < 20),
+        functions: functionsAt(FUNCTIONS_AT_LAST_OLD),
+      });
+      await client.query(`UPDATE clock SET frozen_at = '2027-03-10T12:00:00Z'`);
+      const now = Date.parse('2027-03-10T12:00:00Z');
+      const poolId = await makePool('m20').owner('ops').offer('acme', { gpu: 4 }).create(db.db);
+      await makeNode('m20-n').gpus(8).create(db.db, poolId);
+      const ledger = new Ledger(db.db);
+      const book = (count: number, start?: number) =>
+        ledger.reserve(reservation(poolId, { devices: [{ class: 'gpu', count }], ...(start ? { start } : {}) }), now);
+      expect((await book(2)).ok).toBe(true);
+      expect((await book(4, now + 2 * 3_600_000)).ok).toBe(true);
+      await setQuota(db.db, 'acme', poolId, 'gpu', 2);
+      const quota = async () => (await client.query(`SELECT max, used, reserved, grace FROM quotas WHERE tenant_id = 'acme'`)).rows[0];
+      // The code before 0020 kept only today's overage (none) as grace.
+      expect(await quota()).toEqual({ max: 2, used: 2, reserved: 4, grace: 0 });
+
+      expect((await migrateSchema(client)).migrations).toEqual([20]);
+      expect(await quota()).toEqual({ max: 2, used: 2, reserved: 4, grace: 4 });
+      // The later booking starts: 4 in use under a limit of 2, within the grace (the refresh lowers it to what is left).
+      await client.query(`UPDATE clock SET frozen_at = frozen_at + interval '2 hours 30 minutes'`);
+      await client.query('SELECT bc_rebuild_quotas()');
+      expect(await quota()).toEqual({ max: 2, used: 4, reserved: 0, grace: 2 });
     } finally {
       await client.end();
       await db.drop();
