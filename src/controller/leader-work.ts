@@ -19,6 +19,7 @@ import { startPodReleaser } from './releaser.ts';
 import type { Controllers } from './setup.ts';
 import { startUsageWindows } from './usage.ts';
 import { startKueueChecks } from './kueue/start.ts';
+import { poolIdOf } from './context.ts';
 
 export interface LeaderWorkDeps {
   config: Config;
@@ -61,6 +62,9 @@ export class LeaderWork {
         log,
         reservations: informers.reservations,
         namespaces: informers.namespaces,
+        pools: informers.pools,
+        poolIdOf: (name) => poolIdOf(this.d.controllers.ctx, name),
+        earliestWindow: (inputs, now, horizonMs) => this.d.ledger.earliestWindow(inputs, now, horizonMs),
         nowMs: () => clock.now(),
         tenancyByName: config.tenancyByName,
         watchTimeoutSeconds: Math.max(1, Math.round(config.watchTimeoutMs / 1000)),
