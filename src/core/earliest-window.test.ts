@@ -34,6 +34,12 @@ describe('the earliest window', () => {
     expect(candidateStarts(p, 10, 1000)).toEqual([10, 50, 120, 300]);
   });
 
+  it('rounds a booking’s end up to whole milliseconds (the database keeps microseconds)', () => {
+    const p = pool([node('a', 'z1', [[[0, 100.4]]])]);
+    expect(candidateStarts(p, 10, 1000)).toEqual([10, 101]);
+    expect(earliestWindow(p, 1, (_s, start) => req(1, start, 50), 10, 1000)).toMatchObject({ ok: true, start: 101 });
+  });
+
   it('starts now when it fits now, else when the atoms it needs come free', () => {
     const p = pool([node('a', 'z1', [[[0, 100]], [[0, 300]]])]);
     expect(earliestWindow(p, 1, (_s, start) => req(1, start, 50), 10, 1000)).toMatchObject({ ok: true, start: 100 });

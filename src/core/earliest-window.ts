@@ -10,8 +10,8 @@ import type { Candidate, PlacementRequest, PoolSnap } from './types.ts';
 export const MAX_WINDOW_STARTS = 512;
 
 /**
- * `from`, then every end of a booking on a schedulable node's bookable atom in (from, until], earliest first, unique,
- * at most `max`.
+ * `from`, then every end of a booking on a schedulable node's bookable atom in (from, until] (whole ms, rounded up),
+ * earliest first, unique, at most `max`.
  */
 export function candidateStarts(snap: PoolSnap, from: number, until: number, max = MAX_WINDOW_STARTS): number[] {
   const ends = new Set<number>();
@@ -19,9 +19,12 @@ export function candidateStarts(snap: PoolSnap, from: number, until: number, max
     if (!n.schedulable) continue;
     for (const a of n.atoms) {
       if (!a.bookable || !a.healthy) continue;
-      for (const b of a.bookings) if (b.end > from && b.end <= until && Number.isFinite(b.end)) ends.add(b.end);
+      // Whole milliseconds, rounded up: a booking's end may carry the database's microseconds, and a start that
+      // rounded down would overlap it.
+      for (const b of a.bookings) if (b.end > from && b.end <= until && Number.isFinite(b.end)) ends.add(Math.ceil(b.end));
     }
   }
+  ends.delete(from);
   return [from, ...[...ends].sort((x, y) => x - y)].slice(0, max);
 }
 
