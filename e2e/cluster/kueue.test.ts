@@ -209,6 +209,11 @@ describe('Kueue workloads on Reservations (the AdmissionCheck bettercompute.io/r
     const events = await kubectlJson<List<{ reason: string; message: string }>>(['-n', NS, 'get', 'events', '--field-selector', `involvedObject.name=${w.metadata.name},reason=ReservationBooked`]);
     expect(events.items.map((e) => e.message)).toEqual([expect.stringContaining(`booked Reservation ${NS}/${r.metadata.name}`)]);
     expect(await podsOf('booked-job')).toEqual([]);
+    const reservedBooked = await waitFor('the booked Reservation Reserved', async () => {
+      const x = await kubectlJson<ReservationCR>(['-n', NS, 'get', 'reservation', r.metadata.name]);
+      return x.status?.phase === 'Reserved' ? x.status : undefined;
+    }, { timeoutMs: 60_000, intervalMs: 500 });
+    expect(Math.abs(new Date(reservedBooked.start!).getTime() - freeAt)).toBeLessThanOrEqual(1000);
 
     // Deactivating one Workload and deleting another's Job release what was booked for them.
     const deactivated = (await workloadOf('deactivated-job'))!;
@@ -223,7 +228,6 @@ describe('Kueue workloads on Reservations (the AdmissionCheck bettercompute.io/r
       const ps = await podsOf('booked-job');
       return ps.length === 2 && ps.every((p) => p.status?.phase === 'Succeeded') ? ps : undefined;
     }, { timeoutMs: 120_000, intervalMs: 1000 });
-    const live = await kubectlJson<ReservationCR>(['-n', NS, 'get', 'reservation', r.metadata.name]).catch(() => undefined);
     const atoms: string[] = [];
     for (const p of pods) {
       expect(p.metadata.labels?.['bettercompute.io/reservation']).toBe(r.metadata.name);
@@ -235,7 +239,7 @@ describe('Kueue workloads on Reservations (the AdmissionCheck bettercompute.io/r
       atoms.push(/ATOMS=(\S*)/.exec(await kubectl(['-n', NS, 'logs', p.metadata.name]))?.[1] ?? '');
     }
     expect(new Set(pods.map((p) => p.spec?.nodeName)).size).toBe(1);
-    if (live?.status?.allocations) expect(atoms.sort()).toEqual(live.status.allocations.flatMap((a) => a.atoms).sort());
+    expect(atoms.sort()).toEqual(reservedBooked.allocations.flatMap((a) => a.atoms).sort());
     // Finished: its Reservation is released, the rest of the window free again.
     await waitFor('the Reservation booked for booked-job released once it finished', () => reservationGone(r.metadata.name), { timeoutMs: 60_000, intervalMs: 1000 });
   }, 300_000);
