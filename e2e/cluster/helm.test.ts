@@ -39,13 +39,16 @@ describe('the Helm chart', () => {
     expect(await helm(['lint', dir, '--strict'])).toMatch(/1 chart\(s\) linted, 0 chart\(s\) failed/);
   }, 600_000);
 
-  it('renders with its defaults what kustomize renders, for each database mode and with monitoring', async () => {
+  it('renders with its defaults what kustomize renders, for each database mode, with monitoring and with Kueue', async () => {
     const k = renders(clusterInfo().kubectl);
     expect(objects(await template())).toEqual(objects(k.trial));
     expect(objects(await template('database.mode=external'))).toEqual(objects(k.external));
     const both = objects(k.trial);
     for (const [key, o] of objects(k.monitoring)) both.set(key, o);
     expect(objects(await template('monitoring.enabled=true'))).toEqual(both);
+    const withKueue = objects(k.trial);
+    for (const [key, o] of objects(k.kueue)) withKueue.set(key, o);
+    expect(objects(await template('kueue.enabled=true'))).toEqual(withKueue);
   }, 120_000);
 
   it('puts the values where they belong, and refuses values that cannot work', async () => {

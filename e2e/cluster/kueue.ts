@@ -47,7 +47,7 @@ function configYaml(o: { health: number; webhook: number; certDir: string }): st
     webhook: { port: o.webhook, host: '127.0.0.1', certDir: o.certDir },
     leaderElection: { leaderElect: false },
     internalCertManagement: { enable: false },
-    integrations: { frameworks: ['batch/job'], labelKeysToCopy: ['bettercompute.io/reservation'] },
+    integrations: { frameworks: ['batch/job'], labelKeysToCopy: ['bettercompute.io/reservation', 'bettercompute.io/pool'] },
   });
 }
 

@@ -1,6 +1,7 @@
 // The Helm chart, generated from deploy/ (ADR 0037): kustomize is the one source of truth; this turns its renders into
 // templates. Objects the two overlays render alike are plain templates; objects they render differently become one
-// template with both variants under `database.mode`; deploy/monitoring goes under `monitoring.enabled`. The values a
+// template with both variants under `database.mode`; deploy/monitoring goes under `monitoring.enabled`, deploy/kueue
+// under `kueue.enabled`. The values a
 // platform team sets (images, replicas, resources, the agent's node selector and device-list strategy, the database
 // Secret, extra env and volumes) are put in at fixed places, each defaulting to what kustomize renders, so the chart with
 // its default values renders exactly the kustomize objects (e2e/cluster/helm.test.ts compares them).
@@ -24,6 +25,8 @@ export interface Renders {
   external: string;
   /** kubectl kustomize deploy/monitoring (Prometheus Operator objects). */
   monitoring: string;
+  /** kubectl kustomize deploy/kueue (the Kueue AdmissionCheck and the controller's RBAC on Kueue's objects). */
+  kueue: string;
 }
 
 export interface Chart {
@@ -247,6 +250,11 @@ agent:
 monitoring:
   enabled: false
 
+# The Kueue AdmissionCheck bettercompute-reservation and the controller's RBAC on Kueue's objects (docs/kueue.md; Kueue
+# v0.17 or later must be installed first: the AdmissionCheck is Kueue's kind).
+kueue:
+  enabled: false
+
 # The chart makes the namespace better-compute-system with its Pod Security labels. Set false when it exists already
 # (then install with --namespace better-compute-system).
 namespace:
@@ -268,6 +276,7 @@ export function buildChart(r: Renders, version: string): Chart {
   const trial = parseAll(r.trial);
   const external = parseAll(r.external);
   const monitoring = parseAll(r.monitoring);
+  const kueue = parseAll(r.kueue);
   const d = defaultsOf(trial, external);
   const points = new Points();
   const files = new Map<string, string>();
@@ -309,6 +318,7 @@ appVersion: ${JSON.stringify(version)}
     files.set(`templates/${fileName(any)}`, body);
   }
   for (const o of monitoring) files.set(`templates/monitoring/${fileName(o)}`, wrap('.Values.monitoring.enabled', toTemplate(withPoints(o, d, points, 'embedded'), points)));
+  for (const o of kueue) files.set(`templates/kueue/${fileName(o)}`, wrap('.Values.kueue.enabled', toTemplate(withPoints(o, d, points, 'embedded'), points)));
   return { files };
 }
 
@@ -328,6 +338,7 @@ export function renders(kubectl = kubectlBin()): Renders {
     trial: renderKustomize('deploy/overlays/trial', kubectl),
     external: renderKustomize('deploy/overlays/external', kubectl),
     monitoring: renderKustomize('deploy/monitoring', kubectl),
+    kueue: renderKustomize('deploy/kueue', kubectl),
   };
 }
 

@@ -21,6 +21,7 @@ import type { Controllers } from './setup.ts';
 import { startUsageWindows } from './usage.ts';
 import { startKueueChecks } from './kueue/start.ts';
 import { startClaimAllocator } from './dra/start.ts';
+import { poolIdOf } from './context.ts';
 
 export interface LeaderWorkDeps {
   config: Config;
@@ -63,6 +64,9 @@ export class LeaderWork {
         log,
         reservations: informers.reservations,
         namespaces: informers.namespaces,
+        pools: informers.pools,
+        poolIdOf: (name) => poolIdOf(this.d.controllers.ctx, name),
+        earliestWindow: (inputs, now, horizonMs) => this.d.ledger.earliestWindow(inputs, now, horizonMs),
         nowMs: () => clock.now(),
         tenancyByName: config.tenancyByName,
         watchTimeoutSeconds: Math.max(1, Math.round(config.watchTimeoutMs / 1000)),

@@ -1,6 +1,13 @@
 import { describe, expect, it } from 'vitest';
 import {
+  bookedReservationName,
+  bookingFor,
+  decideLiveCheck,
   decideReservationCheck,
+  DEFAULT_KUEUE_DURATION_SECONDS,
+  POOL_LABEL,
+  workloadLifecycle,
+  type PoolFacts,
   MISSING_RESERVATION_GRACE_MS,
   podSetDemand,
   RESERVATION_LABEL,
@@ -57,6 +64,9 @@ function reservation(o: Partial<ReservationFacts> & { start?: number; end?: numb
     deleting: o.deleting ?? false,
     devices: o.devices ?? [{ class: 'gpu', count: 2 }],
     windows: o.windows ?? [{ phase: 'phase' in o ? o.phase : 'Reserved', startMs: o.start ?? NOW - MIN, endMs: o.end ?? NOW + 60 * MIN }],
+    ...(o.booked ? { booked: true } : {}),
+    ...(o.preemptAtMs !== undefined ? { preemptAtMs: o.preemptAtMs } : {}),
+    ...(o.degraded !== undefined ? { degraded: o.degraded } : {}),
   };
 }
 
@@ -141,8 +151,11 @@ describe('the reservation admission check', () => {
     expect(decide(w(), reservation({ deleting: true }))).toMatchObject({ state: 'Rejected', message: expect.stringContaining('being deleted') });
   });
 
-  it('rejects a Workload naming no Reservation, or two', () => {
-    expect(decide(makeWorkload().podSet('main', 1).obj(), undefined)).toMatchObject({ state: 'Rejected', message: expect.stringContaining('names no Reservation') });
+  it('books for a Workload naming no Reservation (none booked yet), and rejects one naming two', () => {
+    expect(decide(makeWorkload().podSet('main', 1).obj(), undefined)).toMatchObject({ state: 'Pending', needsBooking: true });
+    // A Reservation that was not booked for it is not its.
+    expect(decide(makeWorkload().podSet('main', 1).obj(), reservation())).toMatchObject({ needsBooking: true });
+    expect(decide(makeWorkload().podSet('main', 1, { gpu: 1 }).obj(), reservation({ booked: true }))).toMatchObject({ state: 'Ready', message: expect.stringContaining('(booked for this Workload) is live') });
     expect(decide(makeWorkload().label('a').podSet('main', 1, {}, { [RESERVATION_LABEL]: 'b' }).obj(), reservation()).state).toBe('Rejected');
   });
 
@@ -156,3 +169,95 @@ describe('the reservation admission check', () => {
     expect(decide(w(), reservation({ windows: occurrences }), NOW + 6 * MIN)).toMatchObject({ state: 'Ready', message: expect.stringContaining('until 2026-12-03T12:10:00Z') });
   });
 });
+
+describe('a Reservation under a preemption notice or degraded', () => {
+  const w = () => makeWorkload().label('train').podSet('main', 1, { gpu: 1 }).obj();
+  it('is Rejected while preempted, and Pending while degraded, for a Workload not yet Ready', () => {
+    expect(decide(w(), reservation({ preemptAtMs: NOW + 2 * MIN }))).toMatchObject({ state: 'Rejected', message: expect.stringContaining('is preempted: its atoms go at 2026-12-03T12:02:00Z') });
+    expect(decide(w(), reservation({ degraded: '1 atom short' }))).toMatchObject({ state: 'Pending', message: expect.stringContaining('degraded (1 atom short): waiting for its repair') });
+  });
+});
+
+describe('a Ready check looked at again', () => {
+  it('goes to Retry when its Reservation is gone, being deleted, preempted, degraded or not live; else stays', () => {
+    expect(decideLiveCheck(undefined, 'team-a/train', NOW)).toMatchObject({ state: 'Retry', message: expect.stringContaining('team-a/train is gone') });
+    expect(decideLiveCheck(reservation({ deleting: true }), 'x', NOW)?.state).toBe('Retry');
+    expect(decideLiveCheck(reservation({ preemptAtMs: NOW + MIN }), 'x', NOW)).toMatchObject({ state: 'Retry', message: expect.stringContaining('preempted') });
+    expect(decideLiveCheck(reservation({ degraded: 'atoms lost' }), 'x', NOW)).toMatchObject({ state: 'Retry', message: expect.stringContaining('degraded (atoms lost)') });
+    expect(decideLiveCheck(reservation({ phase: 'Released' }), 'x', NOW)).toMatchObject({ state: 'Retry', message: expect.stringContaining('not live any more (Released)') });
+    expect(decideLiveCheck(reservation({ end: NOW }), 'x', NOW)?.state).toBe('Retry');
+    expect(decideLiveCheck(reservation(), 'x', NOW)).toBeUndefined();
+  });
+});
+
+describe('what a Workload that names no Reservation wants', () => {
+  const pools: PoolFacts[] = [
+    { name: 'a100', archived: false, ownerTenant: 'platform', offeredTo: ['team-a'], defaultDurationSeconds: 1800 },
+    { name: 'old', archived: true, ownerTenant: 'platform', offeredTo: ['team-a'] },
+    { name: 'h100', archived: false, ownerTenant: 'platform', offeredTo: ['team-b'] },
+  ];
+  const book = (w: Workload, o: { pools?: PoolFacts[]; tenant?: string; deadline?: number } = {}) =>
+    bookingFor({ workload: w, pools: o.pools ?? pools, namespaceTenant: o.tenant ?? 'team-a', jobActiveDeadlineSeconds: o.deadline });
+
+  it('books the pods’ GPUs on one node, or as a gang of alike pods in one placement domain', () => {
+    expect(book(makeWorkload().podSet('main', 2, { gpu: 1 }).obj())).toEqual({
+      ok: true,
+      pool: 'a100',
+      durationSeconds: 1800,
+      durationFrom: 'Pool a100’s kueueDefaultDurationSeconds',
+      shapes: [{ devices: [{ class: 'gpu', count: 2 }] }, { devices: [{ class: 'gpu', count: 1 }], gang: { size: 2 } }],
+    });
+    // One pod: one node. Pods that ask differently: no gang (it would book the largest for each).
+    expect(book(makeWorkload().podSet('main', 1, { gpu: 4 }).obj())).toMatchObject({ shapes: [{ devices: [{ class: 'gpu', count: 4 }] }] });
+    expect(book(makeWorkload().podSet('a', 1, { gpu: 1 }).podSet('b', 1, { gpu: 2 }).obj())).toMatchObject({ shapes: [{ devices: [{ class: 'gpu', count: 3 }] }] });
+    // A pod set without GPUs (a Ray head) is no gang member.
+    expect(book(makeWorkload().podSet('head', 1).podSet('workers', 3, { gpu: 2, 'gpu.mig': 1 }).obj())).toMatchObject({
+      shapes: [{ devices: [{ class: 'gpu', count: 6 }, { class: 'gpu.mig', count: 3 }] }, { devices: [{ class: 'gpu', count: 2 }, { class: 'gpu.mig', count: 1 }], gang: { size: 3 } }],
+    });
+    // More than 64 of a class: only the gang.
+    expect(book(makeWorkload().podSet('main', 9, { gpu: 8 }).obj())).toMatchObject({ shapes: [{ devices: [{ class: 'gpu', count: 8 }], gang: { size: 9 } }] });
+    expect(book(makeWorkload().podSet('main', 1).obj())).toMatchObject({ ok: true, nothing: true });
+  });
+
+  it('lasts Kueue’s maximumExecutionTimeSeconds, else the Job’s activeDeadlineSeconds, else the Pool’s default, else an hour', () => {
+    const base = makeWorkload().podSet('main', 1, { gpu: 1 }).obj();
+    const max = { ...base, spec: { ...base.spec, maximumExecutionTimeSeconds: 600 } };
+    expect(book(max, { deadline: 900 })).toMatchObject({ durationSeconds: 600, durationFrom: expect.stringContaining('maximumExecutionTimeSeconds') });
+    expect(book(base, { deadline: 900 })).toMatchObject({ durationSeconds: 900, durationFrom: expect.stringContaining('activeDeadlineSeconds') });
+    expect(book(base)).toMatchObject({ durationSeconds: 1800 });
+    expect(book(base, { pools: [{ ...pools[0]!, defaultDurationSeconds: undefined }] })).toMatchObject({ durationSeconds: DEFAULT_KUEUE_DURATION_SECONDS, durationFrom: 'the default' });
+  });
+
+  it('books in the Pool the Job names, else the only one the tenant may book; refuses otherwise', () => {
+    const named = makeWorkload().podSet('main', 1, { gpu: 1 }, { [POOL_LABEL]: 'h100' }).obj();
+    expect(book(named, { tenant: 'team-b' })).toMatchObject({ ok: true, pool: 'h100' });
+    expect(book(named)).toEqual({ ok: false, message: 'Pool h100 is not offered to tenant team-a' });
+    const w = makeWorkload().podSet('main', 1, { gpu: 1 }).obj();
+    expect(book(w, { tenant: 'team-c' })).toMatchObject({ ok: false, message: expect.stringContaining('no Pool is offered to tenant team-c') });
+    const two = [...pools, { name: 'b200', archived: false, ownerTenant: 'team-a', offeredTo: [] }];
+    expect(book(w, { pools: two })).toMatchObject({ ok: false, message: expect.stringContaining('may book 2 Pools (a100, b200): label the Job bettercompute.io/pool') });
+    expect(book(makeWorkload().podSet('main', 1, { gpu: '0.5' }).obj())).toMatchObject({ ok: false, message: expect.stringContaining('only whole devices') });
+  });
+});
+
+describe('a Workload’s lifecycle and its booking’s name', () => {
+  const w = makeWorkload().podSet('main', 1).obj();
+  const withStatus = (conditions: { type: string; status: string }[], active?: boolean): Workload => ({ ...w, spec: { ...w.spec, ...(active === undefined ? {} : { active }) }, status: { conditions } });
+  it('releases for a finished, deactivated, evicted or deleted Workload', () => {
+    expect(workloadLifecycle(w)).toBe('active');
+    expect(workloadLifecycle(withStatus([{ type: 'Finished', status: 'True' }]))).toBe('finished');
+    expect(workloadLifecycle(withStatus([], false))).toBe('deactivated');
+    expect(workloadLifecycle(withStatus([{ type: 'Evicted', status: 'True' }]))).toBe('evicted');
+    // Kueue sets Evicted False again when it reserves quota anew.
+    expect(workloadLifecycle(withStatus([{ type: 'Evicted', status: 'False' }]))).toBe('active');
+    expect(workloadLifecycle({ ...w, metadata: { ...w.metadata, deletionTimestamp: new Date(NOW).toISOString() } })).toBe('deleted');
+  });
+
+  it('names the booking after the Workload and its uid, a valid label value', () => {
+    expect(bookedReservationName({ metadata: { name: 'job-train-1a2b3', uid: '0A1B2C3D-aaaa' } })).toBe('kq-job-train-1a2b3-0a1b2c3d');
+    const long = bookedReservationName({ metadata: { name: `jobset.${'x'.repeat(200)}`, uid: 'ffffffff-0000' } });
+    expect(long.length).toBeLessThanOrEqual(63);
+    expect(long).toMatch(/^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/);
+  });
+});
+

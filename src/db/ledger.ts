@@ -4,6 +4,7 @@
 // replan, never a double booking.
 import { createHash } from 'node:crypto';
 import type { ReservationCreateInput } from '../core/schemas.ts';
+import { earliestWindow, type WindowFound } from '../core/earliest-window.ts';
 import { NodeGroups } from '../core/node-groups.ts';
 import { plan, summarizeShared } from '../core/planner.ts';
 import { choosePreemption } from '../core/preemption.ts';
@@ -419,6 +420,19 @@ export class Ledger {
   async preview(input: ReservationCreateInput, now: number): Promise<PreviewResult> {
     const c = await this.cached(input.poolId, true);
     return previewOn(c.snap, input, now, this.spotNoticeMs);
+  }
+
+  /**
+   * The earliest start in [now, now + horizonMs] at which one of the inputs fits, on fresh rows, without writing and
+   * without quota (core/earliest-window.ts): the inputs are alternatives of one pool, in preference; their starts are
+   * ignored. Which input fitted is `shape`.
+   */
+  async earliestWindow(inputs: readonly ReservationCreateInput[], now: number, horizonMs: number): Promise<WindowFound> {
+    const first = inputs[0];
+    if (!first) return { ok: false, reason: 'nothing to place', tried: 0 };
+    if (inputs.some((i) => i.poolId !== first.poolId)) throw new Error('earliestWindow: the inputs are of several pools');
+    const c = await this.cached(first.poolId, true);
+    return earliestWindow(c.snap, inputs.length, (shape, start) => toPlacementRequest({ ...inputs[shape]!, start }, now), now, now + horizonMs);
   }
 
   async reserve(input: ReservationCreateInput, now: number): Promise<ReserveOutcome> {

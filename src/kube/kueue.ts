@@ -2,11 +2,11 @@
 // v0.17 stores): lists for the informers, whether Kueue is installed at all, and the two status writes, each a
 // server-side apply of only our fields under our own field manager, so that Kueue's fields and other checks' entries
 // in the same lists are left alone (status.admissionChecks and status.conditions are maps keyed by name and type).
-import { CustomObjectsApi, PatchStrategy, setHeaderOptions, type KubeConfig } from '@kubernetes/client-node';
+import { BatchV1Api, CustomObjectsApi, PatchStrategy, setHeaderOptions, type KubeConfig } from '@kubernetes/client-node';
 import type { PodSetUpdate } from '../core/kueue-check.ts';
-import { statusOf } from './client.ts';
+import { PLURALS, statusOf } from './client.ts';
 import type { ListResult } from './informer.ts';
-import type { Condition, KubeObject } from './types.ts';
+import { GROUP, VERSION, type Condition, type KubeObject, type Reservation } from './types.ts';
 
 export const KUEUE_GROUP = 'kueue.x-k8s.io';
 export const KUEUE_VERSION = 'v1beta2';
@@ -38,9 +38,44 @@ export interface CheckStateWrite {
 
 export class KueueClient {
   private readonly custom: CustomObjectsApi;
+  private readonly batch: BatchV1Api;
 
   constructor(kc: KubeConfig) {
     this.custom = kc.makeApiClient(CustomObjectsApi);
+    this.batch = kc.makeApiClient(BatchV1Api);
+  }
+
+  /** Creates the Reservation the check books for a Workload; false when one of that name exists already. */
+  async createReservation(r: Reservation): Promise<boolean> {
+    try {
+      await this.custom.createNamespacedCustomObject({ group: GROUP, version: VERSION, namespace: r.metadata.namespace ?? '', plural: PLURALS.reservations, body: r });
+      return true;
+    } catch (e) {
+      if (statusOf(e) === 409) return false;
+      throw e;
+    }
+  }
+
+  /** Deletes a booked Reservation, only if it is still the one of `uid` (a namesake made since is left alone). */
+  async deleteReservation(namespace: string, name: string, uid: string): Promise<void> {
+    try {
+      await this.custom.deleteNamespacedCustomObject({ group: GROUP, version: VERSION, namespace, plural: PLURALS.reservations, name, body: { preconditions: { uid } } });
+    } catch (e) {
+      // Gone already, or another object of that name (the precondition): nothing of ours to delete.
+      if (statusOf(e) === 404 || statusOf(e) === 409) return;
+      throw e;
+    }
+  }
+
+  /** A batch/v1 Job's spec.activeDeadlineSeconds; undefined when it has none, is gone, or is not ours to read. */
+  async jobActiveDeadlineSeconds(namespace: string, name: string): Promise<number | undefined> {
+    try {
+      const j = await this.batch.readNamespacedJob({ namespace, name });
+      return j.spec?.activeDeadlineSeconds ?? undefined;
+    } catch (e) {
+      if (statusOf(e) === 404 || statusOf(e) === 403) return undefined;
+      throw e;
+    }
   }
 
   /** Whether Kueue's API is served (its CRDs are installed: else 404) and ours to read (deploy/kueue's RBAC: else 403). */

@@ -166,6 +166,8 @@ export interface PoolSpecCR {
   handoff?: 'devicePlugin' | 'dra';
   /** At most this many of a tenant's Reservations pending in the Pool try to book (default 100; core/pending.ts). */
   maxPendingPerTenant?: number;
+  /** How long a Reservation the Kueue check books lasts when the Workload and its Job say nothing (core/kueue-check.ts). */
+  kueueDefaultDurationSeconds?: number;
 }
 
 export interface PoolCR extends KubeObject {

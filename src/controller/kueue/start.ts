@@ -2,14 +2,18 @@
 // this asks every `pollMs` whether Kueue's API is served, and only then starts informers on Workloads and
 // AdmissionChecks, marks our AdmissionChecks Active (Kueue keeps a ClusterQueue that uses a check inactive until its
 // controller does), and runs one work queue of Workload keys (check.ts). A Reservation that changes wakes the
-// Workloads that name it; a check's window start wakes its Workload by the queue's delay. Stopped with the leadership.
+// Workloads that name it, and a booked one the Workload it was booked for; a check's window start wakes its Workload by
+// the queue's delay; a deleted Workload is reconciled once more to release what was booked for it. Stopped with the
+// leadership.
 import type { KubeConfig } from '@kubernetes/client-node';
+import type { WindowFound } from '../../core/earliest-window.ts';
+import type { ReservationCreateInput } from '../../core/schemas.ts';
 import type { Fence } from '../../db/ledger.ts';
 import type { Db } from '../../db/pool.ts';
 import type { KubeClient } from '../../kube/client.ts';
 import { Informer } from '../../kube/informer.ts';
 import { KUEUE_GROUP, KUEUE_PLURALS, KUEUE_VERSION, KueueClient, type AdmissionCheckCR, type WorkloadCR } from '../../kube/kueue.ts';
-import { findCondition, keyOf, type NamespaceCR, type Reservation } from '../../kube/types.ts';
+import { findCondition, keyOf, type NamespaceCR, type PoolCR, type Reservation } from '../../kube/types.ts';
 import { errorFields, type Logger } from '../../log.ts';
 import { fenced } from '../fence.ts';
 import { WorkQueue } from '../queue.ts';
@@ -24,6 +28,11 @@ export interface KueueCheckOptions {
   /** The controller's informers (every replica keeps them warm). */
   reservations: Informer<Reservation>;
   namespaces: Informer<NamespaceCR>;
+  pools: Informer<PoolCR>;
+  /** The poolId this leader put a Pool in the ledger under. */
+  poolIdOf(poolName: string): string | undefined;
+  /** The fenced Ledger's earliestWindow (reads only). */
+  earliestWindow(inputs: readonly ReservationCreateInput[], nowMs: number, horizonMs: number): Promise<WindowFound>;
   nowMs: () => number;
   tenancyByName: boolean;
   watchTimeoutSeconds: number;
@@ -68,6 +77,8 @@ export function startKueueChecks(o: KueueCheckOptions): { stop(): Promise<void> 
   // handlers: this one does nothing once stopped.
   const wake = (r: Reservation) => {
     if (!running) return;
+    const owner = CheckReconciler.workloadKeyOf(r);
+    if (owner) return running.queue.add(owner);
     const key = keyOf(r);
     for (const w of running.workloads.list()) if (CheckReconciler.reservationKeyOf(w) === key) running.queue.add(keyOf(w));
   };
@@ -96,7 +107,13 @@ function start(o: KueueCheckOptions, kueue: KueueClient): Running {
     admissionChecks: checks,
     reservations: o.reservations,
     namespaces: o.namespaces,
+    pools: o.pools,
     applyCheck: (ns, name, check) => fenced(o.db, o.fence(), () => kueue.applyWorkloadCheck(ns, name, check)),
+    poolIdOf: o.poolIdOf,
+    earliestWindow: o.earliestWindow,
+    createReservation: (r) => fenced(o.db, o.fence(), () => kueue.createReservation(r)),
+    deleteReservation: (ns, name, uid) => fenced(o.db, o.fence(), () => kueue.deleteReservation(ns, name, uid)),
+    jobActiveDeadlineSeconds: (ns, name) => kueue.jobActiveDeadlineSeconds(ns, name),
     nowMs: o.nowMs,
     tenancyByName: o.tenancyByName,
     log: o.log,
@@ -111,7 +128,14 @@ function start(o: KueueCheckOptions, kueue: KueueClient): Running {
   const all = () => {
     for (const w of workloads.list()) queue.add(keyOf(w));
   };
-  workloads.on({ add: (w) => queue.add(keyOf(w)), update: (_a, b) => queue.add(keyOf(b)) });
+  workloads.on({
+    add: (w) => queue.add(keyOf(w)),
+    update: (_a, b) => queue.add(keyOf(b)),
+    delete: (w) => {
+      reconciler.forget(w);
+      queue.add(keyOf(w));
+    },
+  });
   checks.on({
     add: (c) => void activate(o, kueue, c).then(all),
     update: (_a, c) => void activate(o, kueue, c).then(all),
