@@ -129,9 +129,9 @@ describe('bettercompute-no-visible-devices-env: no pod sets NVIDIA_VISIBLE_DEVIC
   });
 });
 
-describe('tools/celcheck: the policies on sample requests, with the API server’s CEL (k8s.io/apiserver v0.34.12)', () => {
+describe('tools/celcheck: the policies (deploy/admission, deploy/dra) on sample requests, with the API server’s CEL (k8s.io/apiserver v0.34.12)', () => {
   it('every expression compiles and every sample is decided as intended; NVIDIA_VISIBLE_DEVICES: refused, allowed, exempt', async () => {
-    const verdicts = await goToolVerdicts('celcheck', ['../../deploy/admission/policies.yaml', '../../deploy/admission/webhook.yaml']);
+    const verdicts = await goToolVerdicts('celcheck', ['../../deploy/admission/policies.yaml', '../../deploy/admission/webhook.yaml', '../../deploy/dra/policies.yaml']);
     expect(verdicts.filter((l) => l.startsWith('FAIL'))).toEqual([]);
     const ok = (prefix: string) => expect(verdicts.some((l) => l.startsWith(`ok:   ${prefix}`)), prefix).toBe(true);
     ok('controller-pod: changes the image → denied=true');
@@ -144,6 +144,16 @@ describe('tools/celcheck: the policies on sample requests, with the API server�
     ok('visible-devices binding: gpu-operator labelled allow-visible-devices=true → bound=false');
     ok('visible-devices binding: better-compute-system → bound=false');
     ok('visible-devices binding: a tenant namespace → bound=true');
+    // deploy/dra/policies.yaml: only the controller allocates our driver's devices (docs/dra.md, "Who may allocate").
+    ok('bettercompute-dra-allocation-controller-only variable ours compiles');
+    ok('dra-allocation: the controller allocates our devices → denied=false');
+    ok('dra-allocation: kube-scheduler adds reservedFor, allocation unchanged → denied=false');
+    ok('dra-allocation: kube-controller-manager removes reservedFor, allocation unchanged → denied=false');
+    ok('dra-allocation: kube-scheduler allocates our devices itself → denied=true');
+    ok('dra-allocation: an admin forges an allocation of ours → denied=true');
+    ok('dra-allocation: an admin swaps the device of an allocation of ours → denied=true');
+    ok('dra-allocation: a ServiceAccount of the same name in another namespace → denied=true');
+    ok('dra-allocation: kube-scheduler allocates another driver\'s devices → denied=false');
   }, 900_000);
 });
 

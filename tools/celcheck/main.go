@@ -1,6 +1,7 @@
 // Offline check of deploy/admission/*.yaml with the API server's own CEL compiler and validator (k8s.io/apiserver
 // v0.34.12, the cluster's version): every expression compiles, and the policies decide sample requests as intended.
-// Run: cd tools/celcheck && go run . ../../deploy/admission/policies.yaml ../../deploy/admission/webhook.yaml
+// Run: cd tools/celcheck && go run . ../../deploy/admission/policies.yaml ../../deploy/admission/webhook.yaml \
+//   ../../deploy/dra/policies.yaml
 package main
 
 import (
@@ -307,6 +308,51 @@ func main() {
 	} {
 		d := run(v, pods, "Pod", admission.Update, c.after, base, "team-a", c.u)
 		check(d.denied == c.deny && !d.errored && strings.Contains(d.msg, c.msg), "controller-pod: %s → denied=%v %q", c.name, d.denied, d.msg)
+	}
+
+	// deploy/dra/policies.yaml (when given): only the controller writes an allocation of our driver's devices; the
+	// scheduler's and kube-controller-manager's reservedFor updates leave it as it was and pass.
+	if dp := policies["bettercompute-dra-allocation-controller-only"]; dp != nil {
+		v = compilePolicy(dp)
+		claims := schema.GroupVersionResource{Group: "resource.k8s.io", Version: "v1", Resource: "resourceclaims"}
+		const ours = `{"devices":{"results":[{"request":"gpu","driver":"gpu.bettercompute.io","pool":"n1","device":"gpu-0"}]},"nodeSelector":{"nodeSelectorTerms":[{"matchFields":[{"key":"metadata.name","operator":"In","values":["n1"]}]}]}}`
+		const oursOther = `{"devices":{"results":[{"request":"gpu","driver":"gpu.bettercompute.io","pool":"n1","device":"gpu-1"}]},"nodeSelector":{"nodeSelectorTerms":[{"matchFields":[{"key":"metadata.name","operator":"In","values":["n1"]}]}]}}`
+		const mixed = `{"devices":{"results":[{"request":"a","driver":"gpu.example.com","pool":"n1","device":"d0"},{"request":"b","driver":"gpu.bettercompute.io","pool":"n1","device":"gpu-0"}]}}`
+		const foreign = `{"devices":{"results":[{"request":"gpu","driver":"gpu.example.com","pool":"n1","device":"d0"}]}}`
+		claim := func(status string) *unstructured.Unstructured {
+			return obj(`{"apiVersion":"resource.k8s.io/v1","kind":"ResourceClaim","metadata":{"name":"x","namespace":"team-a"},"spec":{"devices":{"requests":[{"name":"gpu","exactly":{"deviceClassName":"gpu.bettercompute.io","count":1}}]}}` + status + `}`)
+		}
+		alloc := func(a string) string { return `,"status":{"allocation":` + a + `}` }
+		reserved := func(a string) string {
+			return `,"status":{"allocation":` + a + `,"reservedFor":[{"resource":"pods","name":"p","uid":"u1"}]}`
+		}
+		scheduler := &user.DefaultInfo{Name: "system:kube-scheduler", Groups: []string{"system:authenticated"}}
+		kcm := &user.DefaultInfo{Name: "system:serviceaccount:kube-system:resource-claim-controller", Groups: []string{"system:serviceaccounts"}}
+		admin := &user.DefaultInfo{Name: "kubernetes-admin", Groups: []string{"system:masters"}}
+		otherController := &user.DefaultInfo{Name: "system:serviceaccount:team-a:better-compute-controller", Groups: []string{"system:serviceaccounts"}}
+		for _, c := range []struct {
+			name     string
+			old, new string
+			u        user.Info
+			deny     bool
+			msg      string
+		}{
+			{"the controller allocates our devices", "", alloc(ours), controller, false, ""},
+			{"the controller clears its allocation", alloc(ours), "", controller, false, ""},
+			{"kube-scheduler adds reservedFor, allocation unchanged", alloc(ours), reserved(ours), scheduler, false, ""},
+			{"kube-controller-manager removes reservedFor, allocation unchanged", reserved(ours), alloc(ours), kcm, false, ""},
+			{"kube-scheduler allocates our devices itself", "", reserved(ours), scheduler, true, "system:kube-scheduler may not write this allocation"},
+			{"an admin forges an allocation of ours", "", alloc(ours), admin, true, "only the better-compute controller allocates devices of driver gpu.bettercompute.io"},
+			{"an admin swaps the device of an allocation of ours", alloc(ours), alloc(oursOther), admin, true, "kubernetes-admin may not"},
+			{"a mixed allocation with one device of ours", "", alloc(mixed), scheduler, true, "may not write this allocation"},
+			{"a ServiceAccount of the same name in another namespace", "", alloc(ours), otherController, true, "may not write"},
+			{"kube-scheduler allocates another driver's devices", "", alloc(foreign), scheduler, false, ""},
+			{"a status write with no allocation at all", "", `,"status":{}`, scheduler, false, ""},
+		} {
+			d := run(v, claims, "ResourceClaim", admission.Update, claim(c.new), claim(c.old), "team-a", c.u)
+			d2 := runSub(v, claims, "status", "ResourceClaim", admission.Update, claim(c.new), claim(c.old), "team-a", c.u)
+			check(d2.denied == c.deny && d.denied == d2.denied && !d2.errored && strings.Contains(d2.msg, c.msg), "dra-allocation: %s → denied=%v %q", c.name, d2.denied, d2.msg)
+		}
 	}
 
 	check(webhook != nil && len(webhook.Webhooks) == 1, "one mutating webhook")
