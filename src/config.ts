@@ -176,6 +176,14 @@ const ConfigSchema = z.object({
   devicesFile: z.string().min(1).optional(),
   devicePluginDir: z.string().min(1),
   podResourcesSocket: z.string().min(1),
+  /**
+   * `agent`: whether it also serves the kubelet's DRA plugin for gpu.bettercompute.io (docs/dra-node.md; off by
+   * default), the DRA service's directory, the kubelet's plugin watcher directory, and where it writes CDI specs.
+   */
+  agentDra: z.enum(['true', 'false']).transform((v) => v === 'true'),
+  draPluginDir: z.string().min(1),
+  pluginsRegistryDir: z.string().min(1),
+  cdiDir: z.string().min(1),
   /** `agent`: the controller's agent API (https://host:port); see controllerUrlFromEnv. Unset: the agent cannot start. */
   controllerUrl: z.string().url().optional(),
   /** `agent`: the CA bundle that signs the controller's serving certificate (ConfigMap better-compute-ca). */
@@ -314,6 +322,10 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       devicesFile: env.BETTER_COMPUTE_DEVICES_FILE || undefined,
       devicePluginDir: env.BETTER_COMPUTE_DEVICE_PLUGIN_DIR || '/var/lib/kubelet/device-plugins',
       podResourcesSocket: env.BETTER_COMPUTE_POD_RESOURCES_SOCKET || '/var/lib/kubelet/pod-resources/kubelet.sock',
+      agentDra: env.BETTER_COMPUTE_AGENT_DRA || 'false',
+      draPluginDir: env.BETTER_COMPUTE_DRA_PLUGIN_DIR || '/var/lib/kubelet/plugins/gpu.bettercompute.io',
+      pluginsRegistryDir: env.BETTER_COMPUTE_PLUGINS_REGISTRY_DIR || '/var/lib/kubelet/plugins_registry',
+      cdiDir: env.BETTER_COMPUTE_CDI_DIR || '/var/run/cdi',
       controllerUrl: controllerUrlFromEnv(env),
       controllerCaFile: env.BETTER_COMPUTE_CONTROLLER_CA_FILE || '/etc/better-compute/ca/ca.crt',
       controllerServerName:

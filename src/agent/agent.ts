@@ -9,7 +9,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import * as k8s from '@kubernetes/client-node';
-import type { AgentBackend, NodeAtom, NodeState } from '../agentapi/wire.ts';
+import { DRA_DRIVER, type AgentBackend, type NodeAtom, type NodeState } from '../agentapi/wire.ts';
 import type { DeviceClass } from '../core/types.ts';
 import { GENERIC_RESOURCES, RESERVATION_GROUP, RESOURCE_OF_CLASS, reservationIdOfResource } from '../extender/resources.ts';
 import { errorFields, type Logger } from '../log.ts';
@@ -460,8 +460,16 @@ export class Agent {
     return this.atoms.get(atom)?.gpu ?? atom.replace(/\/(gi\d+\/ci\d+|s\d+)$/, '');
   }
 
+  /**
+   * What a DRA claim's containers get for these atoms (its CDI spec's edits, src/agent/dra/): the device-plugin
+   * answer's env and device nodes, the atoms named in NVIDIA_VISIBLE_DEVICES (the envvar strategy).
+   */
+  draHandoff(ids: string[]): Promise<ContainerAllocateResponse> {
+    return this.containerResponse(DRA_DRIVER, ids, undefined, { ...DEFAULT_DEVICE_LIST_SETTINGS, strategies: ['envvar'] });
+  }
+
   /** The container's answer for these atoms: their device nodes on the host, handed over the configured ways. */
-  private async containerResponse(resource: string, ids: string[], reservationId?: string): Promise<ContainerAllocateResponse> {
+  private async containerResponse(resource: string, ids: string[], reservationId?: string, settings?: DeviceListSettings): Promise<ContainerAllocateResponse> {
     const refs = ids.map((id) => ({ id, class: this.classOf(id) ?? 'gpu', gpu: this.gpuOf(id) }));
     const busIds = new Map(this.spec.gpus.flatMap((g) => (g.pciBusId ? [[g.uuid, g.pciBusId] as const] : [])));
     const host = await readHostDeviceNodes(this.o.hostDirs ?? { dev: '/dev', proc: '/proc' }, refs, busIds);
@@ -473,7 +481,7 @@ export class Agent {
     try {
       return containerAllocateResponse(
         { resource, atoms, controlNodes: host.controlNodes, ...(reservationId ? { reservationId } : {}) },
-        this.o.deviceList ?? DEFAULT_DEVICE_LIST_SETTINGS,
+        settings ?? this.o.deviceList ?? DEFAULT_DEVICE_LIST_SETTINGS,
       );
     } catch (e) {
       if (e instanceof HandoffError) throw new RefusedError(e.message);

@@ -4,7 +4,16 @@
 import fs from 'node:fs/promises';
 import https from 'node:https';
 import type { z } from 'zod';
-import { AGENT_API_PREFIX, AdmissionDoneSchema, NodeStateSchema, type AgentBackend, type NodeState } from '../agentapi/wire.ts';
+import {
+  AGENT_API_PREFIX,
+  AdmissionDoneSchema,
+  ClaimPrepareAnswerSchema,
+  NodeStateSchema,
+  type AgentBackend,
+  type ClaimPrepareAnswer,
+  type ClaimPrepareRequest,
+  type NodeState,
+} from '../agentapi/wire.ts';
 
 export interface ControllerClientOptions {
   /** https://host:port of the controller's webhook listener. */
@@ -50,11 +59,17 @@ export class ControllerClient implements AgentBackend {
     await this.call('POST', `/nodes/${encodeURIComponent(this.o.nodeName)}/admissions/${encodeURIComponent(podUid)}/done`, AdmissionDoneSchema);
   }
 
+  /** DRA's guard 6: whether the claim may be prepared on this node, with which atoms (a refusal is a ControllerCallError with its code). */
+  async prepareClaim(claimUid: string, req: ClaimPrepareRequest): Promise<ClaimPrepareAnswer> {
+    const path = `/nodes/${encodeURIComponent(this.o.nodeName)}/claims/${encodeURIComponent(claimUid)}/prepare`;
+    return this.call('POST', path, ClaimPrepareAnswerSchema, JSON.stringify(req));
+  }
+
   close(): void {
     this.agent.destroy();
   }
 
-  private async call<S extends z.ZodType>(method: 'GET' | 'POST', path: string, schema: S): Promise<z.infer<S>> {
+  private async call<S extends z.ZodType>(method: 'GET' | 'POST', path: string, schema: S, body?: string): Promise<z.infer<S>> {
     const signal = AbortSignal.timeout(this.o.timeoutMs ?? 5000);
     const [token, ca] = await Promise.all([fs.readFile(this.o.tokenFile, 'utf8'), fs.readFile(this.o.caFile)]);
     const url = new URL(`${this.base.pathname.replace(/\/$/, '')}${AGENT_API_PREFIX}${path}`, this.base);
@@ -67,7 +82,11 @@ export class ControllerClient implements AgentBackend {
           ca,
           servername: this.o.serverName,
           signal,
-          headers: { authorization: `Bearer ${token.trim()}`, accept: 'application/json', ...(method === 'POST' ? { 'content-length': '0' } : {}) },
+          headers: {
+            authorization: `Bearer ${token.trim()}`,
+            accept: 'application/json',
+            ...(body !== undefined ? { 'content-type': 'application/json', 'content-length': String(Buffer.byteLength(body)) } : method === 'POST' ? { 'content-length': '0' } : {}),
+          },
         },
         (res) => {
           const chunks: Buffer[] = [];
@@ -82,22 +101,22 @@ export class ControllerClient implements AgentBackend {
         },
       );
       req.on('error', reject);
-      req.end();
+      req.end(body);
     }).catch((e: unknown) => {
       const why = signal.aborted ? `no answer within ${this.o.timeoutMs ?? 5000} ms` : (e as Error).message;
       throw new ControllerCallError(`${method} ${url.pathname}: ${why}`);
     });
-    let body: unknown;
+    let answer: unknown;
     try {
-      body = JSON.parse(text);
+      answer = JSON.parse(text);
     } catch {
       throw new ControllerCallError(`${method} ${url.pathname}: HTTP ${status}, not JSON`, status);
     }
     if (status < 200 || status > 299) {
-      const err = (body as { error?: { code?: string; message?: string } }).error;
+      const err = (answer as { error?: { code?: string; message?: string } }).error;
       throw new ControllerCallError(`${method} ${url.pathname}: HTTP ${status} ${err?.code ?? ''} ${err?.message ?? ''}`.trim(), status, err?.code);
     }
-    const parsed = schema.safeParse(body);
+    const parsed = schema.safeParse(answer);
     if (!parsed.success) throw new ControllerCallError(`${method} ${url.pathname}: unexpected answer: ${parsed.error.message}`, status);
     return parsed.data;
   }

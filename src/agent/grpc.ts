@@ -12,13 +12,37 @@ function load(file: string): grpc.GrpcObject {
   return grpc.loadPackageDefinition(def);
 }
 
-let cached: { v1beta1: grpc.GrpcObject; podresources: grpc.GrpcObject } | undefined;
+let cached: { v1beta1: grpc.GrpcObject; podresources: grpc.GrpcObject; dra: grpc.GrpcObject; pluginregistration: grpc.GrpcObject } | undefined;
 function packages() {
   cached ??= {
     v1beta1: load('deviceplugin/v1beta1/api.proto').v1beta1 as grpc.GrpcObject,
     podresources: load('podresources/v1/api.proto').v1 as grpc.GrpcObject,
+    dra: load('dra/v1/api.proto').v1 as grpc.GrpcObject,
+    pluginregistration: load('pluginregistration/v1/api.proto').pluginregistration as grpc.GrpcObject,
   };
   return cached;
+}
+
+/** The gRPC service name of the kubelet's DRA plugin API v1 (what PluginInfo.supported_versions lists). */
+export const DRA_SERVICE_V1 = 'v1.DRAPlugin';
+
+export function draPluginService(): grpc.ServiceDefinition {
+  return (packages().dra.DRAPlugin as grpc.ServiceClientConstructor).service;
+}
+
+export function draPluginClient(socket: string): grpc.Client {
+  const Ctor = packages().dra.DRAPlugin as grpc.ServiceClientConstructor;
+  return new Ctor(`unix://${socket}`, grpc.credentials.createInsecure());
+}
+
+/** The kubelet's plugin watcher API (plugins_registry): what a DRA or CSI plugin serves for the kubelet to find it. */
+export function pluginRegistrationService(): grpc.ServiceDefinition {
+  return (packages().pluginregistration.Registration as grpc.ServiceClientConstructor).service;
+}
+
+export function pluginRegistrationClient(socket: string): grpc.Client {
+  const Ctor = packages().pluginregistration.Registration as grpc.ServiceClientConstructor;
+  return new Ctor(`unix://${socket}`, grpc.credentials.createInsecure());
 }
 
 export function devicePluginService(): grpc.ServiceDefinition {

@@ -8,12 +8,15 @@ import { kubeConfigFrom } from '../kube/client.ts';
 import type { Logger } from '../log.ts';
 import { Agent } from '../agent/agent.ts';
 import { ControllerClient } from '../agent/controller-client.ts';
+import { DraPlugin } from '../agent/dra/plugin.ts';
+import { ClaimPreparer } from '../agent/dra/prepare.ts';
+import { ResourceClaimClient } from '../kube/resource-claims.ts';
 import { cdiAnnotationPrefixSchema, cdiKindSchema, deviceListStrategiesSchema, type DeviceListSettings } from '../core/device-list.ts';
 import { fileSource, NodeDevicesSpecSchema, nvidiaSmiSource, type DeviceSource } from '../agent/discovery.ts';
 import { formatOutput, outputUsageMessage, parseOutput, type OutputFormat } from './output.ts';
 
 const HELP = `usage: better-compute agent [--node NAME] [--devices-file FILE] [--nvidia-smi PATH]
-                            [--device-list-strategy LIST] [--cdi-device-kind KIND] [--cdi-annotation-prefix PREFIX]
+                            [--device-list-strategy LIST] [--cdi-device-kind KIND] [--cdi-annotation-prefix PREFIX] [--dra]
        better-compute agent --discover [-o table|wide|json|yaml] [--node NAME] [--devices-file FILE] [--nvidia-smi PATH]
 
 --discover reads the node's devices once, as the agent would publish them in NodeDevices, prints them and exits: 0 when
@@ -26,6 +29,11 @@ mounts under /var/run/nvidia-container-devices), cdi-annotations (CDI names in a
 --cdi-annotation-prefix, CDI_ANNOTATION_PREFIX, default cdi.k8s.io/), cdi-cri (CDI names in the CRI's CDIDevices).
 CDI names are <--cdi-device-kind>=<GPU or MIG UUID> (BETTER_COMPUTE_CDI_DEVICE_KIND, default nvidia.com/gpu).
 Without envvar, NVIDIA_VISIBLE_DEVICES is void. See docs/node-isolation.md.
+
+--dra (BETTER_COMPUTE_AGENT_DRA=true; off by default): also serve the kubelet's DRA plugin for gpu.bettercompute.io
+(docs/dra-node.md): its socket dra.sock in BETTER_COMPUTE_DRA_PLUGIN_DIR (/var/lib/kubelet/plugins/gpu.bettercompute.io),
+its registration gpu.bettercompute.io-reg.sock in BETTER_COMPUTE_PLUGINS_REGISTRY_DIR (/var/lib/kubelet/plugins_registry),
+one CDI spec per prepared claim in BETTER_COMPUTE_CDI_DIR (/var/run/cdi).
 
 Environment: NODE_NAME, BETTER_COMPUTE_DEVICES_FILE (simulated GPUs: a NodeDevices spec as JSON; else nvidia-smi),
 BETTER_COMPUTE_DEVICE_PLUGIN_DIR (/var/lib/kubelet/device-plugins), BETTER_COMPUTE_POD_RESOURCES_SOCKET
@@ -49,6 +57,7 @@ export async function agentCommand(argv: string[], config: Config, log: Logger):
       'cdi-device-kind': { type: 'string' },
       'cdi-annotation-prefix': { type: 'string' },
       discover: { type: 'boolean' },
+      dra: { type: 'boolean' },
       output: { type: 'string', short: 'o' },
       help: { type: 'boolean', short: 'h' },
     },
@@ -89,6 +98,7 @@ export async function agentCommand(argv: string[], config: Config, log: Logger):
   });
   log.info('agent API', { url: config.controllerUrl, serverName: config.controllerServerName, caFile: config.controllerCaFile });
   log.info('device hand-over', { ...deviceList.settings, hostDevDir: config.hostDevDir, hostProcDir: config.hostProcDir });
+  const kubeConfig = kubeConfigFrom(config.kubeconfig);
   const agent = new Agent({
     nodeName,
     devicePluginDir: config.devicePluginDir,
@@ -96,20 +106,37 @@ export async function agentCommand(argv: string[], config: Config, log: Logger):
     source,
     backend,
     log,
-    kubeConfig: kubeConfigFrom(config.kubeconfig),
+    kubeConfig,
     ...(config.agentReadyFile ? { readyFile: config.agentReadyFile } : {}),
     deviceList: deviceList.settings,
     hostDirs: { dev: config.hostDevDir, proc: config.hostProcDir },
   });
   await agent.start();
+  const dra = values.dra || config.agentDra ? draPlugin({ nodeName, config, kubeConfig, backend, agent, log }) : undefined;
+  await dra?.start();
   await new Promise<void>((resolve) => {
     process.once('SIGINT', resolve);
     process.once('SIGTERM', resolve);
   });
   log.info('agent shutting down');
+  await dra?.stop();
   await agent.stop();
   backend.close();
   return 0;
+}
+
+/** The agent's DRA kubelet plugin: claims read with the agent's kubeconfig, checked with the controller, handed over as the agent does. */
+function draPlugin(i: { nodeName: string; config: Config; kubeConfig: ReturnType<typeof kubeConfigFrom>; backend: ControllerClient; agent: Agent; log: Logger }): DraPlugin {
+  const claims = new ResourceClaimClient(i.kubeConfig);
+  const preparer = new ClaimPreparer({
+    nodeName: i.nodeName,
+    cdiDir: i.config.cdiDir,
+    readClaim: claims.get,
+    askController: (uid, req) => i.backend.prepareClaim(uid, req),
+    handoff: (atoms) => i.agent.draHandoff(atoms),
+    log: i.log,
+  });
+  return new DraPlugin({ pluginDir: i.config.draPluginDir, registryDir: i.config.pluginsRegistryDir, preparer, log: i.log });
 }
 
 /** The device-list settings: the flags where given (checked as the environment is), else the configuration. */
