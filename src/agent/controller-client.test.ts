@@ -7,7 +7,7 @@ import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { NodeState } from '../agentapi/wire.ts';
+import type { ClaimPrepareAnswer, NodeState } from '../agentapi/wire.ts';
 import { controllerUrlFromEnv, loadConfig } from '../config.ts';
 import { ControllerCallError, ControllerClient } from './controller-client.ts';
 
@@ -34,6 +34,15 @@ describe('where the agent finds the controller', () => {
       agentTokenFile: '/var/run/secrets/kubernetes.io/serviceaccount/token',
     });
     expect(loadConfig({ POD_NAMESPACE: 'gpu-system' }).controllerServerName).toBe('better-compute-controller.gpu-system.svc');
+    // The DRA kubelet plugin: off unless asked for; the kubelet's and CDI's usual directories.
+    expect(loadConfig({})).toMatchObject({
+      agentDra: false,
+      draPluginDir: '/var/lib/kubelet/plugins/gpu.bettercompute.io',
+      pluginsRegistryDir: '/var/lib/kubelet/plugins_registry',
+      cdiDir: '/var/run/cdi',
+    });
+    expect(loadConfig({ BETTER_COMPUTE_AGENT_DRA: 'true', BETTER_COMPUTE_CDI_DIR: '/etc/cdi' })).toMatchObject({ agentDra: true, cdiDir: '/etc/cdi' });
+    expect(() => loadConfig({ BETTER_COMPUTE_AGENT_DRA: 'yes' })).toThrow();
     expect(loadConfig({ BETTER_COMPUTE_CONTROLLER_SERVER_NAME: 'ctl.test', BETTER_COMPUTE_AGENT_TOKEN_FILE: '/t', BETTER_COMPUTE_CONTROLLER_CA_FILE: '/ca' })).toMatchObject({
       controllerServerName: 'ctl.test',
       agentTokenFile: '/t',
@@ -62,11 +71,13 @@ const STATE: NodeState = {
   admission: { podUid: 'uid-1', namespace: 'ns', podName: 'p', atoms: ['GPU-a'] },
 };
 
+const ANSWER: ClaimPrepareAnswer = { claimUid: 'uid-c', bookedTo: { kind: 'pod', podUid: 'pod-1' }, end: null, devices: [{ request: 'gpu', device: 'gpu-a', atomId: 'GPU-a' }] };
+
 describe.skipIf(!hasOpenssl)('the agent API client over TLS (needs openssl for test certificates)', () => {
   let dir: string;
   let server: https.Server;
   let url: string;
-  const seen: { method?: string; url?: string; authorization?: string }[] = [];
+  const seen: { method?: string; url?: string; authorization?: string; body?: string }[] = [];
   let hang = false;
 
   const openssl = (...args: string[]) => execFileSync('openssl', args, { cwd: dir, stdio: 'pipe' });
@@ -86,6 +97,20 @@ describe.skipIf(!hasOpenssl)('the agent API client over TLS (needs openssl for t
     server = https.createServer({ key: fs.readFileSync(path.join(dir, 'tls.key')), cert: fs.readFileSync(path.join(dir, 'tls.crt')) }, (req, res) => {
       seen.push({ method: req.method, url: req.url, authorization: req.headers.authorization });
       if (hang) return; // never answers
+      if (req.url?.includes('/claims/')) {
+        const chunks: Buffer[] = [];
+        req.on('data', (c: Buffer) => chunks.push(c));
+        req.on('end', () => {
+          seen.at(-1)!.body = `${req.headers['content-type']} ${Buffer.concat(chunks).toString('utf8')}`;
+          res.setHeader('content-type', 'application/json');
+          if (req.url === '/agent/v1/nodes/node-a/claims/uid-c/prepare') res.end(JSON.stringify(ANSWER));
+          else {
+            res.statusCode = 403;
+            res.end(JSON.stringify({ error: { code: 'CLAIM_NOT_BOOKED', message: 'device gpu-1 is not booked to claim uid-x' } }));
+          }
+        });
+        return;
+      }
       res.setHeader('content-type', 'application/json');
       if (req.headers.authorization !== 'Bearer token-1' && req.headers.authorization !== 'Bearer token-2') {
         res.statusCode = 403;
@@ -116,6 +141,19 @@ describe.skipIf(!hasOpenssl)('the agent API client over TLS (needs openssl for t
       await c.admissionDone('uid-1');
       expect(seen.at(-1)).toEqual({ method: 'POST', url: '/agent/v1/nodes/node-a/admissions/uid-1/done', authorization: 'Bearer token-2' });
       fs.writeFileSync(path.join(dir, 'token'), 'token-1\n');
+    } finally {
+      c.close();
+    }
+  });
+
+  it("DRA prepare: posts the claim's name as JSON; the answer is checked, a refusal carries its code", async () => {
+    const c = client();
+    try {
+      expect(await c.prepareClaim('uid-c', { namespace: 'ns', name: 'c' })).toEqual(ANSWER);
+      expect(seen.at(-1)).toEqual({ method: 'POST', url: '/agent/v1/nodes/node-a/claims/uid-c/prepare', authorization: 'Bearer token-1', body: 'application/json {"namespace":"ns","name":"c"}' });
+      const e = (await c.prepareClaim('uid-x', { namespace: 'ns', name: 'x' }).catch((x: unknown) => x)) as ControllerCallError;
+      expect(e).toBeInstanceOf(ControllerCallError);
+      expect([e.status, e.code]).toEqual([403, 'CLAIM_NOT_BOOKED']);
     } finally {
       c.close();
     }
