@@ -48,4 +48,23 @@ describe('deploy/dra', () => {
     expect(policy!.spec.variables.find((x: Obj) => x.name === 'ours').expression).toContain(`r.driver == '${DRA_DRIVER}'`);
     expect(binding).toMatchObject({ kind: 'ValidatingAdmissionPolicyBinding', spec: { policyName: policy!.metadata.name, validationActions: ['Deny'] } });
   });
+
+  it("the agent's DRA component (opt-in): claims get only, the switch on, the kubelet's plugin directories and CDI mounted", () => {
+    const k = docs('agent/kustomization.yaml')[0]!;
+    expect(k).toMatchObject({ kind: 'Component', resources: ['rbac.yaml'], patches: [{ path: 'daemonset-patch.yaml' }] });
+    const base = YAML.parse(fs.readFileSync(path.join(DIR, '../base/kustomization.yaml'), 'utf8')) as Obj;
+    expect(JSON.stringify(base)).not.toContain('dra/agent');
+    const [role, binding] = docs('agent/rbac.yaml');
+    expect(role!.rules).toEqual([{ apiGroups: ['resource.k8s.io'], resources: ['resourceclaims'], verbs: ['get'] }]);
+    expect(binding!.subjects).toEqual([{ kind: 'ServiceAccount', name: 'better-compute-agent', namespace: 'better-compute-system' }]);
+    const pod = docs('agent/daemonset-patch.yaml')[0]!.spec.template.spec;
+    expect(pod.containers[0].env).toEqual([{ name: 'BETTER_COMPUTE_AGENT_DRA', value: 'true' }]);
+    const mounts = Object.fromEntries(pod.containers[0].volumeMounts.map((m: Obj) => [m.name, m.mountPath]));
+    const host = Object.fromEntries(pod.volumes.map((v: Obj) => [v.name, v.hostPath.path]));
+    // Mounted where the agent's defaults look (src/config.ts), from the same host paths.
+    for (const dir of ['/var/lib/kubelet/plugins/gpu.bettercompute.io', '/var/lib/kubelet/plugins_registry', '/var/run/cdi']) {
+      const name = Object.keys(mounts).find((n) => mounts[n] === dir);
+      expect(name && host[name]).toBe(dir);
+    }
+  });
 });
