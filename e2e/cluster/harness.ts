@@ -194,6 +194,37 @@ export async function kubectlResult(args: string[], opts: { input?: string; time
   return run(c.kubectl, ['--kubeconfig', c.kubeconfig, ...args], { timeoutMs: opts.timeoutMs ?? 60_000, input: opts.input });
 }
 
+/**
+ * `kubectl port-forward` as a user runs it (`-n NS port-forward TARGET :REMOTE`, a free local port on 127.0.0.1),
+ * resolved once kubectl says where it forwards from; `close()` stops it.
+ */
+export async function portForward(namespace: string, target: string, remotePort: number): Promise<{ port: number; close: () => void }> {
+  const c = clusterInfo();
+  const child = spawn(c.kubectl, ['--kubeconfig', c.kubeconfig, '-n', namespace, 'port-forward', '--address', '127.0.0.1', target, `:${remotePort}`], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let said = '';
+  const port = await new Promise<number>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`kubectl port-forward ${target}: no forwarding after 30 s: ${said.trim()}`)), 30_000);
+    const hear = (d: Buffer) => {
+      said += d.toString('utf8');
+      const m = /Forwarding from 127\.0\.0\.1:(\d+) ->/.exec(said);
+      if (m) {
+        clearTimeout(timer);
+        resolve(Number(m[1]));
+      }
+    };
+    child.stdout!.on('data', hear);
+    child.stderr!.on('data', hear);
+    child.on('error', (e) => (clearTimeout(timer), reject(e)));
+    child.on('exit', (code) => (clearTimeout(timer), reject(new Error(`kubectl port-forward ${target} exited ${code}: ${said.trim()}`))));
+  }).catch((e: unknown) => {
+    child.kill('SIGKILL');
+    throw e;
+  });
+  return { port, close: () => child.kill('SIGTERM') };
+}
+
 /** Runs kubectl against the test cluster and resolves with its stdout; rejects when it exits non-zero. */
 export async function kubectl(args: string[], opts: { input?: string; timeoutMs?: number } = {}): Promise<string> {
   const r = await kubectlResult(args, opts);

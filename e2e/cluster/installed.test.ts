@@ -1,6 +1,7 @@
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import puppeteer from 'puppeteer-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   agentKubeconfig,
@@ -10,6 +11,7 @@ import {
   kubectl,
   kubectlJson,
   kubectlResult,
+  portForward,
   uniqueName,
   waitCondition,
   waitFor,
@@ -25,6 +27,7 @@ import { applyNodePool, installWithHelm, removeNodePool, reserveAndWait, SYSTEM_
 // against the product before issue 9: an open extender, open /metrics, pods that skip the extender, agents that write
 // other nodes' devices, tenants read by namespace name.
 const c = () => clusterInfo();
+const CHROMIUM = process.env.BC_CHROMIUM ?? '/usr/bin/chromium';
 const TENANT = uniqueName('team');
 const NS = TENANT; // the tenant's own namespace (labelled with the tenant)
 const OTHER_TENANT = uniqueName('other');
@@ -317,6 +320,48 @@ describe('installed from the image with helm install of the chart (deploy/, rend
     expect(body).toContain(`data-rsv="${booked.reservationId}"`);
     expect(body).toMatch(new RegExp(`data-node="${booked.allocations[0]!.node}"[^>]*data-rsv="${booked.reservationId}"`));
     await kubectlResult(['-n', NS, 'delete', 'reservation', rsv, '--wait=false']);
+  });
+
+  it('the GPU calendar in Chromium through `kubectl port-forward`, as docs/calendar.md opens it: sign-in, then the Reservation drawn on its node', async () => {
+    if (!fs.existsSync(CHROMIUM)) throw new Error(`no Chromium at ${CHROMIUM}: bash e2e/cluster/install-deps.sh, or set BC_CHROMIUM`);
+    const rsv = uniqueName('calb');
+    const booked = await reserveAndWait(NS, rsv, POOL, 2, '2h');
+    const forward = await portForward(SYSTEM_NS, 'deploy/better-compute-controller', 8080);
+    const browser = await puppeteer.launch({ executablePath: CHROMIUM, headless: true, args: ['--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage', '--no-first-run'] });
+    try {
+      const page = await browser.newPage();
+      await page.setViewport({ width: 1440, height: 900 });
+      const url = `http://127.0.0.1:${forward.port}/calendar?tenant=${TENANT}&pool=${POOL}`;
+      const first = await page.goto(url);
+      expect(first!.status()).toBe(401);
+      expect(await page.$$('.bar')).toHaveLength(0);
+      // The Role of the previous test lets the namespace's default ServiceAccount read the tenant's capacity.
+      await page.type('#token', await apiToken(NS));
+      await Promise.all([page.waitForNavigation(), page.click('form.signin button[type=submit]')]);
+      expect(page.url()).toBe(url);
+      const bar = `.row.node[data-node="${booked.allocations[0]!.node}"] .bar[data-rsv="${booked.reservationId}"]`;
+      // The informer's copy may lag the status write: reload until the Reservation is drawn by its name.
+      const label = await waitFor('the Reservation drawn on its node', async () => {
+        const el = await page.$(bar);
+        if (!el) {
+          await page.reload();
+          return undefined;
+        }
+        const text = await page.$eval(bar, (e) => e.getAttribute('aria-label') ?? '');
+        if (text.includes(`${NS}/${rsv}`)) return text;
+        await page.reload();
+        return undefined;
+      }, { timeoutMs: 30_000, intervalMs: 1000 });
+      expect(label).toContain('2 GPUs');
+      // A click on the bar shows the Reservation: its ledger id and its atoms.
+      await page.click(bar);
+      await page.waitForFunction((id) => document.querySelector('#detail-body')?.textContent?.includes(id), { timeout: 10_000 }, booked.reservationId);
+      expect(await page.content()).not.toContain('Bearer');
+    } finally {
+      await browser.close();
+      forward.close();
+      await kubectlResult(['-n', NS, 'delete', 'reservation', rsv, '--wait=false']);
+    }
   });
 
   it('an on-demand pod is scheduled by better-compute-scheduler and gets the atoms it was booked', async () => {
