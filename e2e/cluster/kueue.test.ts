@@ -16,6 +16,8 @@ const TENANT = uniqueName('kq');
 const NS = TENANT;
 /** Another tenant of the pool, whose regular Reservation preempts TENANT's spot one. */
 const OTHER = uniqueName('kqo');
+/** A namespace of TENANT's that is given to OTHER after a Reservation was booked in it. */
+const MOVED = uniqueName('kqm');
 const POOL = uniqueName('kqpool');
 const RSV = 'train';
 const CHECK = 'bettercompute-reservation';
@@ -38,14 +40,14 @@ interface ReservationCR {
 }
 
 /** A 2-pod batch/v1 Job queued on the example LocalQueue, each pod asking `gpus` bettercompute.io/gpu, printing its atoms. */
-function job(name: string, o: { reservation?: string; gpus?: number; pods?: number; maxSeconds?: number; sleep?: number } = {}) {
+function job(name: string, o: { reservation?: string; gpus?: number; pods?: number; maxSeconds?: number; sleep?: number; namespace?: string } = {}) {
   const pods = o.pods ?? 2;
   return {
     apiVersion: 'batch/v1',
     kind: 'Job',
     metadata: {
       name,
-      namespace: NS,
+      namespace: o.namespace ?? NS,
       labels: {
         'kueue.x-k8s.io/queue-name': 'reservations',
         ...(o.reservation ? { 'bettercompute.io/reservation': o.reservation } : {}),
@@ -76,8 +78,8 @@ function job(name: string, o: { reservation?: string; gpus?: number; pods?: numb
   };
 }
 
-async function workloadOf(jobName: string): Promise<WorkloadCR | undefined> {
-  const list = await kubectlJson<List<WorkloadCR>>(['-n', NS, 'get', 'workloads.kueue.x-k8s.io']);
+async function workloadOf(jobName: string, ns = NS): Promise<WorkloadCR | undefined> {
+  const list = await kubectlJson<List<WorkloadCR>>(['-n', ns, 'get', 'workloads.kueue.x-k8s.io']);
   return list.items.find((w) => w.metadata.ownerReferences?.some((r) => r.kind === 'Job' && r.name === jobName));
 }
 
@@ -125,7 +127,7 @@ beforeAll(async () => {
 }, 3_600_000);
 
 afterAll(async () => {
-  await kubectlResult(['delete', 'namespace', NS, OTHER, '--wait=true', '--timeout=120s'], { timeoutMs: 130_000 });
+  await kubectlResult(['delete', 'namespace', NS, OTHER, MOVED, '--wait=true', '--timeout=120s'], { timeoutMs: 130_000 });
   await removeNodePool(POOL);
   await kubectlResult(['delete', '--ignore-not-found', '-k', path.join(ROOT, 'deploy', 'kueue', 'example')]);
   await kubectlResult(['delete', '--ignore-not-found', '-k', path.join(ROOT, 'deploy', 'kueue')]);
@@ -137,11 +139,17 @@ afterAll(async () => {
 describe('Kueue workloads on Reservations (the AdmissionCheck bettercompute.io/reservation)', () => {
   it('rejects a Job whose pods the Reservation cannot hold, saying why', async () => {
     await apply(job('too-big', { reservation: RSV, pods: 3 }));
-    const check = await waitFor('the check of too-big Rejected', async () => {
-      const x = await checkOf('too-big');
-      return x?.state === 'Rejected' ? x : undefined;
+    // Kueue deactivates a Workload whose check is Rejected and resets the check to Pending ("Previously: Rejected") at
+    // once, so the Rejected state lasts a moment only: the check's Event says what it decided.
+    const rejectedEvent = await waitFor('the check of too-big Rejected (Event ReservationRejected)', async () => {
+      const w = await workloadOf('too-big');
+      if (!w) return undefined;
+      const items = (await kubectlJson<List<{ reason: string; message: string }>>(['-n', NS, 'get', 'events', '--field-selector', `involvedObject.name=${w.metadata.name},reason=ReservationRejected`])).items;
+      return items[0];
     }, { timeoutMs: 60_000, intervalMs: 500 });
-    expect(check.message).toContain(`ask for 3 bettercompute.io/gpu in all, Reservation ${NS}/${RSV} holds 2`);
+    expect(rejectedEvent.message).toContain(`ask for 3 bettercompute.io/gpu in all, Reservation ${NS}/${RSV} holds 2`);
+    const check = await checkOf('too-big');
+    expect(check?.state === 'Rejected' || check?.message.includes('Previously: Rejected'), JSON.stringify(check)).toBe(true);
     expect(await podsOf('too-big')).toEqual([]);
   });
 
@@ -251,18 +259,49 @@ describe('Kueue workloads on Reservations (the AdmissionCheck bettercompute.io/r
     await waitFor('the check of spot-job Ready', async () => (await checkOf('spot-job'))?.state === 'Ready', { timeoutMs: 60_000, intervalMs: 500 });
     // Another tenant's regular Reservation fits only by displacing the spot one: a preemption notice.
     await apply({ apiVersion: 'bettercompute.io/v1alpha1', kind: 'Reservation', metadata: { name: 'regular', namespace: OTHER }, spec: { pool: POOL, devices: [{ class: 'gpu', count: 6 }], duration: '5m' } });
-    const out = await waitFor('the check of spot-job out of Ready (Retry, then evicted by Kueue)', async () => {
+    // The check goes to Retry; Kueue then evicts the Workload and resets the check to Pending, where the check refuses
+    // the preempted Reservation (Rejected). Each state lasts a moment only, so the Event of the move out of Ready is
+    // what is waited for, and the check is read once: anything but Ready.
+    const lostEvents = async () => {
       const w = await workloadOf('spot-job');
-      const x = w?.status?.admissionChecks?.find((c) => c.name === CHECK);
-      const evicted = w?.status?.conditions?.find((c) => c.type === 'Evicted' && c.status === 'True');
-      return x && (x.state === 'Retry' || x.message.includes('Previously: Retry') || evicted?.reason === 'AdmissionCheck') ? { x, evicted } : undefined;
-    }, { timeoutMs: 60_000, intervalMs: 500 });
-    process.stderr.write(`[kueue] spot-job: ${out.x.state}: ${out.x.message}; evicted ${out.evicted?.reason ?? 'not yet'}\n`);
-    expect(out.x.state).not.toBe('Ready');
-    const events = await kubectlJson<List<{ reason: string; message: string }>>(['-n', NS, 'get', 'events', '--field-selector', `involvedObject.name=${(await workloadOf('spot-job'))!.metadata.name},reason=ReservationLost`]);
-    expect(events.items.map((e) => e.message)).toEqual([expect.stringContaining(`Reservation ${NS}/spot is preempted`)]);
+      if (!w) return [];
+      return (await kubectlJson<List<{ reason: string; message: string }>>(['-n', NS, 'get', 'events', '--field-selector', `involvedObject.name=${w.metadata.name},reason=ReservationLost`])).items;
+    };
+    const lost = await waitFor('the check of spot-job moved out of Ready (Event ReservationLost)', async () => {
+      const items = await lostEvents();
+      return items.length > 0 ? items : undefined;
+    }, { timeoutMs: 60_000, intervalMs: 500 }).catch(async (e: Error) => {
+      const phase = async (ns: string, name: string) => JSON.stringify((await kubectlJson<ReservationCR>(['-n', ns, 'get', 'reservation', name])).status);
+      throw new Error(`${e.message}; the check: ${JSON.stringify(await checkOf('spot-job'))}; spot: ${await phase(NS, 'spot')}; regular: ${await phase(OTHER, 'regular')}`);
+    });
+    expect(lost.map((e) => e.message)).toEqual([expect.stringContaining(`Reservation ${NS}/spot is preempted`)]);
+    const x = await checkOf('spot-job');
+    process.stderr.write(`[kueue] spot-job: ${x?.state}: ${x?.message}\n`);
+    expect(x?.state).not.toBe('Ready');
     await kubectl(['-n', NS, 'delete', 'job', 'spot-job', '--wait=false']);
     await kubectl(['-n', OTHER, 'delete', 'reservation', 'regular', '--wait=false']);
   }, 180_000);
+
+  it('rejects a Job whose Reservation is of another tenant (booked before its namespace was given to another)', async () => {
+    await apply([
+      { apiVersion: 'v1', kind: 'Namespace', metadata: { name: MOVED, labels: { 'bettercompute.io/tenant': TENANT } } },
+      { apiVersion: 'kueue.x-k8s.io/v1beta2', kind: 'LocalQueue', metadata: { name: 'reservations', namespace: MOVED }, spec: { clusterQueue: 'bettercompute-reservations' } },
+    ]);
+    await apply({ apiVersion: 'bettercompute.io/v1alpha1', kind: 'Reservation', metadata: { name: 'mine', namespace: MOVED }, spec: { pool: POOL, devices: [{ class: 'gpu', count: 1 }], duration: '5m' } });
+    await waitFor('Reservation mine Reserved for tenant ' + TENANT, async () => {
+      const st = (await kubectlJson<ReservationCR>(['-n', MOVED, 'get', 'reservation', 'mine'])).status as { phase?: string; tenant?: string } | undefined;
+      return st?.phase === 'Reserved' && st.tenant === TENANT;
+    }, { timeoutMs: 60_000, intervalMs: 500 });
+    await kubectl(['label', 'namespace', MOVED, `bettercompute.io/tenant=${OTHER}`, '--overwrite']);
+    await apply(job('foreign', { reservation: 'mine', pods: 1, namespace: MOVED }));
+    const rejected = await waitFor('the check of foreign Rejected (Event ReservationRejected)', async () => {
+      const w = await workloadOf('foreign', MOVED);
+      if (!w) return undefined;
+      return (await kubectlJson<List<{ reason: string; message: string }>>(['-n', MOVED, 'get', 'events', '--field-selector', `involvedObject.name=${w.metadata.name},reason=ReservationRejected`])).items[0];
+    }, { timeoutMs: 60_000, intervalMs: 500 });
+    expect(rejected.message).toBe(`Reservation ${MOVED}/mine is of tenant ${TENANT}; namespace ${MOVED} is of tenant ${OTHER}`);
+    expect((await kubectlJson<List<Pod>>(['-n', MOVED, 'get', 'pods', '-l', 'job-name=foreign'])).items).toEqual([]);
+    await kubectl(['-n', MOVED, 'delete', 'reservation', 'mine', '--wait=false']);
+  }, 120_000);
 });
 
