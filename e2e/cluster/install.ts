@@ -303,7 +303,7 @@ export async function applyNodePool(
   pool: string,
   offerings: { tenant: string; quota?: Record<string, number> }[],
   node = clusterInfo().nodeName,
-  extra: { stopGraceSeconds?: number } = {},
+  extra: { stopGraceSeconds?: number; handoff?: 'devicePlugin' | 'dra' } = {},
 ): Promise<void> {
   await kubectl(['label', 'node', node, `${NODE_POOL_LABEL}=${pool}`, '--overwrite']);
   await apply({

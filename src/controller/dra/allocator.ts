@@ -60,7 +60,7 @@ const PodSchema = z.looseObject({
 const WAIT_AGAIN_MS = 15_000;
 
 export class ClaimAllocator {
-  /** `${claim uid} ${reason}`: each wait is told once on the pod per leader. */
+  /** `${claim uid} ${reason}`: each wait is told once (on the pod, else the claim) per leader. */
   private readonly told = new Set<string>();
 
   constructor(private readonly d: ClaimAllocatorDeps) {}
@@ -152,11 +152,14 @@ export class ClaimAllocator {
 
   private async wait(claim: ResourceClaim, w: Extract<ClaimDecision, { do: 'wait' }>): Promise<ReconcileResult> {
     const key = `${claim.metadata.uid} ${w.reason}`;
-    const ref = claimPodRef(claim);
-    if (ref && !this.told.has(key)) {
+    if (!this.told.has(key)) {
       this.told.add(key);
-      const pod = { apiVersion: 'v1', kind: 'Pod', metadata: { name: ref.name, namespace: claim.metadata.namespace, uid: ref.uid } };
-      await this.d.kube.event(pod, 'Pod', { type: 'Normal', reason: w.reason, message: `claim ${claim.metadata.name}: ${w.message}` }).catch((e: unknown) =>
+      // On the pod that owns the claim, where its user looks; on the claim itself when no pod owns it.
+      const ref = claimPodRef(claim);
+      const [about, kind] = ref
+        ? [{ apiVersion: 'v1', kind: 'Pod', metadata: { name: ref.name, namespace: claim.metadata.namespace, uid: ref.uid } }, 'Pod']
+        : [{ apiVersion: 'resource.k8s.io/v1', kind: 'ResourceClaim', metadata: { name: claim.metadata.name, namespace: claim.metadata.namespace, uid: claim.metadata.uid } }, 'ResourceClaim'];
+      await this.d.kube.event(about, kind, { type: 'Normal', reason: w.reason, message: `claim ${claim.metadata.name}: ${w.message}` }).catch((e: unknown) =>
         this.d.log.warn('dra: writing an event failed', { claim: nameOf(claim), ...errorFields(e) }),
       );
     }
