@@ -1,5 +1,6 @@
 // Loads our .proto files (proto/) for @grpc/grpc-js. Field names are kept as written (snake_case and the kubelet's
 // mixed-case ones), 64-bit integers come as numbers.
+import fs from 'node:fs';
 import path from 'node:path';
 import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
@@ -86,6 +87,23 @@ export function bindUnix(server: grpc.Server, socket: string): Promise<void> {
   return new Promise((resolve, reject) =>
     server.bindAsync(`unix://${socket}`, grpc.ServerCredentials.createInsecure(), (e) => (e ? reject(e) : resolve())),
   );
+}
+
+/** Stops a unix-socket server (its calls given 2 s to finish, then cut) and removes its socket. */
+export async function stopUnix(server: grpc.Server | undefined, socket: string): Promise<void> {
+  if (server) {
+    await new Promise<void>((resolve) => {
+      const t = setTimeout(() => {
+        server.forceShutdown();
+        resolve();
+      }, 2000);
+      server.tryShutdown(() => {
+        clearTimeout(t);
+        resolve();
+      });
+    });
+  }
+  fs.rmSync(socket, { force: true });
 }
 
 export { grpc };

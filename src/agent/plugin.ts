@@ -4,7 +4,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { errorFields, type Logger } from '../log.ts';
 import type { ContainerAllocateResponse } from '../core/device-list.ts';
-import { bindUnix, devicePluginService, grpc, registrationClient, unary } from './grpc.ts';
+import { bindUnix, devicePluginService, grpc, registrationClient, stopUnix, unary } from './grpc.ts';
 
 export interface PluginDevice {
   ID: string;
@@ -135,19 +135,7 @@ export class DevicePluginEndpoint {
     this.streams.clear();
     const server = this.server;
     this.server = undefined;
-    if (server) {
-      await new Promise<void>((resolve) => {
-        const t = setTimeout(() => {
-          server.forceShutdown();
-          resolve();
-        }, 2000);
-        server.tryShutdown(() => {
-          clearTimeout(t);
-          resolve();
-        });
-      });
-    }
-    fs.rmSync(this.socket, { force: true });
+    await stopUnix(server, this.socket);
   }
 
   socketExists(): boolean {

@@ -19,13 +19,13 @@ import { agentUsernameFor, createAgentApiRouter, NODE_NAME_CLAIM, type AgentApiD
 import { nodeState } from '../../src/agentapi/state.ts';
 import { AGENT_API_PREFIX, ClaimPrepareAnswerSchema, DRA_DRIVER, type ClaimPrepareAnswer, type ClaimPrepareRequest } from '../../src/agentapi/wire.ts';
 import { unauthenticated } from '../../src/api/errors.ts';
-import { allocationFor, ResourceClaimSchema } from '../../src/core/dra-allocate.ts';
 import { draDeviceName } from '../../src/core/dra-names.ts';
 import type { ClaimHolding } from '../../src/db/claims.ts';
 import { Ledger } from '../../src/db/ledger.ts';
 import { silentLogger } from '../../src/log.ts';
 import { makeNode, makePool } from '../support/builders.ts';
 import { useTestDatabase } from '../support/db.ts';
+import { allocatedClaim } from '../support/dra-claims.ts';
 import { eventually } from '../support/eventually.ts';
 import { fakeNvidiaHost } from '../support/nvidia-host.ts';
 
@@ -39,17 +39,6 @@ const authenticate: AgentApiDeps['authenticate'] = async (token) => {
 
 /** The API server's claims, by namespace/name. */
 const claims = new Map<string, unknown>();
-
-/** The claim object the allocator would write for a holding. */
-function allocatedClaim(h: ClaimHolding) {
-  const base = ResourceClaimSchema.parse({
-    metadata: { name: h.claimName, namespace: h.namespace, uid: h.claimUid },
-    spec: { devices: { requests: [...new Set(h.devices.map((d) => d.request))].map((n) => ({ name: n, exactly: { deviceClassName: 'gpu.bettercompute.io' } })) } },
-  });
-  const a = allocationFor(base, h);
-  if (!a.ok) throw new Error(a.message);
-  return { ...base, status: { allocation: a.allocation } };
-}
 
 interface PrepareResponse {
   claims: Record<string, { devices: { request_names: string[]; pool_name: string; device_name: string; cdi_device_ids: string[] }[]; error: string }>;

@@ -8,7 +8,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { agentUsernameFor, createAgentApiRouter, NODE_NAME_CLAIM, type AgentApiDeps } from '../../src/agentapi/router.ts';
 import { AGENT_API_PREFIX, ClaimPrepareAnswerSchema, DRA_DRIVER } from '../../src/agentapi/wire.ts';
 import { unauthenticated } from '../../src/api/errors.ts';
-import { allocationFor, ResourceClaimSchema } from '../../src/core/dra-allocate.ts';
+import { ResourceClaimSchema } from '../../src/core/dra-allocate.ts';
 import { draDeviceName } from '../../src/core/dra-names.ts';
 import { advanceClock } from '../../src/db/clock.ts';
 import type { ClaimHolding } from '../../src/db/claims.ts';
@@ -16,6 +16,7 @@ import { Ledger } from '../../src/db/ledger.ts';
 import { silentLogger } from '../../src/log.ts';
 import { makeNode, makePool, reservation } from '../support/builders.ts';
 import { useTestDatabase } from '../support/db.ts';
+import { allocatedClaim } from '../support/dra-claims.ts';
 
 const ctx = useTestDatabase();
 const AGENT = agentUsernameFor('better-compute-system');
@@ -37,17 +38,6 @@ function claimObject(uid: string, name: string, results: { request: string; driv
       ? { allocation: { devices: { results: results.map((r) => ({ driver: DRA_DRIVER, ...r })) }, nodeSelector: { nodeSelectorTerms: [{ matchFields: [{ key: 'metadata.name', operator: 'In', values: [node] }] }] } } }
       : {},
   });
-}
-
-/** The claim object the allocator would write for a holding. */
-function allocatedClaim(h: ClaimHolding) {
-  const base = ResourceClaimSchema.parse({
-    metadata: { name: h.claimName, namespace: h.namespace, uid: h.claimUid },
-    spec: { devices: { requests: [...new Set(h.devices.map((d) => d.request))].map((n) => ({ name: n, exactly: { deviceClassName: 'gpu.bettercompute.io' } })) } },
-  });
-  const a = allocationFor(base, h);
-  if (!a.ok) throw new Error(a.message);
-  return { ...base, status: { allocation: a.allocation } };
 }
 
 const prepare = async (node: string, uid: string, name: string, token = `agent:${node}`) => {

@@ -7,7 +7,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { DRA_DRIVER } from '../../agentapi/wire.ts';
 import { errorFields, type Logger } from '../../log.ts';
-import { bindUnix, DRA_SERVICE_V1, draPluginService, grpc, pluginRegistrationService } from '../grpc.ts';
+import { bindUnix, DRA_SERVICE_V1, draPluginService, grpc, pluginRegistrationService, stopUnix } from '../grpc.ts';
 import type { ClaimPreparer } from './prepare.ts';
 
 export interface DraPluginOptions {
@@ -53,8 +53,8 @@ export class DraPlugin {
   async stop(): Promise<void> {
     clearInterval(this.timer);
     await this.checking;
-    await shutdown(this.registrationServer, this.registrationSocket);
-    await shutdown(this.draServer, this.draSocket);
+    await stopUnix(this.registrationServer, this.registrationSocket);
+    await stopUnix(this.draServer, this.draSocket);
     this.registrationServer = this.draServer = undefined;
   }
 
@@ -62,12 +62,12 @@ export class DraPlugin {
   private async recreateMissing(): Promise<void> {
     if (!fs.existsSync(this.draSocket)) {
       this.o.log.info('DRA: the plugin socket is gone; serving on a new one', { socket: this.draSocket });
-      await shutdown(this.draServer, this.draSocket);
+      await stopUnix(this.draServer, this.draSocket);
       await this.serveDra();
     }
     if (!fs.existsSync(this.registrationSocket)) {
       this.o.log.info('DRA: the registration socket is gone; serving on a new one', { socket: this.registrationSocket });
-      await shutdown(this.registrationServer, this.registrationSocket);
+      await stopUnix(this.registrationServer, this.registrationSocket);
       await this.serveRegistration();
     }
   }
@@ -119,20 +119,4 @@ function eachClaim(call: ClaimsCall, cb: grpc.sendUnaryData<unknown>, fn: (claim
     (answers) => cb(null, { claims: Object.fromEntries(answers) }),
     (e: unknown) => cb({ code: grpc.status.INTERNAL, details: (e as Error).message }),
   );
-}
-
-async function shutdown(server: grpc.Server | undefined, socket: string): Promise<void> {
-  if (server) {
-    await new Promise<void>((resolve) => {
-      const t = setTimeout(() => {
-        server.forceShutdown();
-        resolve();
-      }, 2000);
-      server.tryShutdown(() => {
-        clearTimeout(t);
-        resolve();
-      });
-    });
-  }
-  fs.rmSync(socket, { force: true });
 }
