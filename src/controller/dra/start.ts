@@ -12,9 +12,10 @@ import { Informer } from '../../kube/informer.ts';
 import { RESOURCE_CLAIMS_PATH, ResourceClaimClient, type ResourceClaimObject } from '../../kube/resource-claims.ts';
 import { keyOf, type NamespaceCR, type Reservation } from '../../kube/types.ts';
 import { ClientNodeExtenderKube } from '../../extender/kube.ts';
-import { errorFields, type Logger } from '../../log.ts';
+import type { Logger } from '../../log.ts';
 import { fenced } from '../fence.ts';
 import { WorkQueue } from '../queue.ts';
+import { startWhenServed } from '../when-served.ts';
 import { ClaimAllocator } from './allocator.ts';
 
 export interface ClaimAllocatorOptions {
@@ -38,41 +39,28 @@ export interface ClaimAllocatorOptions {
 /** Starts waiting for the DRA API, then allocating; `stop()` ends either. */
 export function startClaimAllocator(o: ClaimAllocatorOptions): { stop(): Promise<void> } {
   const client = new ResourceClaimClient(o.kc);
-  let running: { claims: Informer<ResourceClaimObject>; queue: WorkQueue } | undefined;
-  let stopped = false;
-  let timer: NodeJS.Timeout | undefined;
-  const poll = async () => {
-    if (stopped) return;
-    try {
+  const work = startWhenServed({
+    what: 'dra',
+    served: async () => {
       const state = await client.served();
-      if (state === 'served') {
-        if (!stopped) running = start(o, client);
-        return;
-      }
-      o.log.info('dra: resource.k8s.io/v1 ResourceClaims are not served or not ours to read; asking again', { state });
-    } catch (e) {
-      o.log.warn('dra: could not tell whether ResourceClaims are served', errorFields(e));
-    }
-    if (!stopped) timer = setTimeout(() => void poll(), o.pollMs ?? 30_000);
-    timer?.unref?.();
-  };
-  void poll();
+      if (state !== 'served') o.log.info('dra: resource.k8s.io/v1 ResourceClaims are not served or not ours to read; asking again', { state });
+      return state === 'served';
+    },
+    start: () => start(o, client),
+    stopRunning: async (r) => {
+      await r.queue.stop();
+      await r.claims.stop();
+    },
+    log: o.log,
+    pollMs: o.pollMs,
+  });
   const wake = (r: Reservation) => {
+    const running = work.running();
     if (!running) return;
     for (const c of running.claims.list()) if (c.metadata.namespace === r.metadata.namespace) running.queue.add(keyOf(c));
   };
   o.reservations.on({ add: wake, update: (_a, b) => wake(b), delete: wake });
-  return {
-    async stop() {
-      stopped = true;
-      if (timer) clearTimeout(timer);
-      const r = running;
-      running = undefined;
-      if (!r) return;
-      await r.queue.stop();
-      await r.claims.stop();
-    },
-  };
+  return { stop: () => work.stop() };
 }
 
 function start(o: ClaimAllocatorOptions, client: ResourceClaimClient): { claims: Informer<ResourceClaimObject>; queue: WorkQueue } {

@@ -17,6 +17,7 @@ import { findCondition, keyOf, type NamespaceCR, type PoolCR, type Reservation }
 import { errorFields, type Logger } from '../../log.ts';
 import { fenced } from '../fence.ts';
 import { WorkQueue } from '../queue.ts';
+import { startWhenServed } from '../when-served.ts';
 import { CheckReconciler, ourChecks } from './check.ts';
 
 export interface KueueCheckOptions {
@@ -51,31 +52,28 @@ interface Running {
 /** Starts waiting for Kueue; `stop()` ends the wait or the check. */
 export function startKueueChecks(o: KueueCheckOptions): { stop(): Promise<void> } {
   const kueue = new KueueClient(o.kc);
-  let running: Running | undefined;
-  let stopped = false;
   let saidForbidden = false;
-  let timer: NodeJS.Timeout | undefined;
-  const poll = async () => {
-    if (stopped) return;
-    try {
+  const work = startWhenServed<Running>({
+    what: 'kueue check',
+    served: async () => {
       const state = await kueue.installed();
-      if (state === 'installed') {
-        if (!stopped) running = start(o, kueue);
-        return;
-      }
       // Kueue without deploy/kueue's RBAC: said once, asked again (the RBAC may come).
       if (state === 'forbidden' && !saidForbidden) o.log.info('kueue check: Kueue is installed, but deploy/kueue is not (no RBAC on its objects); waiting for it');
       saidForbidden ||= state === 'forbidden';
-    } catch (e) {
-      o.log.warn('kueue check: could not tell whether Kueue is installed', errorFields(e));
-    }
-    if (!stopped) timer = setTimeout(() => void poll(), o.pollMs ?? 30_000);
-    timer?.unref?.();
-  };
-  void poll();
+      return state === 'installed';
+    },
+    start: () => start(o, kueue),
+    stopRunning: async (r) => {
+      await r.queue.stop();
+      await Promise.all([r.workloads.stop(), r.checks.stop()]);
+    },
+    log: o.log,
+    pollMs: o.pollMs,
+  });
   // A Reservation that changes (booked, its window, deleted) wakes the Workloads naming it. The informer keeps its
   // handlers: this one does nothing once stopped.
   const wake = (r: Reservation) => {
+    const running = work.running();
     if (!running) return;
     const owner = CheckReconciler.workloadKeyOf(r);
     if (owner) return running.queue.add(owner);
@@ -83,17 +81,7 @@ export function startKueueChecks(o: KueueCheckOptions): { stop(): Promise<void> 
     for (const w of running.workloads.list()) if (CheckReconciler.reservationKeyOf(w) === key) running.queue.add(keyOf(w));
   };
   o.reservations.on({ add: wake, update: (_a, b) => wake(b), delete: wake });
-  return {
-    async stop() {
-      stopped = true;
-      if (timer) clearTimeout(timer);
-      const r = running;
-      running = undefined;
-      if (!r) return;
-      await r.queue.stop();
-      await Promise.all([r.workloads.stop(), r.checks.stop()]);
-    },
-  };
+  return { stop: () => work.stop() };
 }
 
 function start(o: KueueCheckOptions, kueue: KueueClient): Running {
