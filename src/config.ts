@@ -53,6 +53,13 @@ const ConfigSchema = z.object({
   tlsCertFile: z.string().min(1).optional(),
   tlsKeyFile: z.string().min(1).optional(),
   tlsCaFile: z.string().min(1).optional(),
+  /**
+   * `controller`: a PEM bundle of the CA(s) that sign the API server's webhook client certificate (ADR 0034). Set: the
+   * webhook listener asks every client for a certificate and the admission webhook answers only a caller whose
+   * certificate one of them signed (others get 403, before their body is read); the agents on the same listener send
+   * none and keep authenticating with their tokens. Read once at start. Unset: the admission webhook answers anyone.
+   */
+  webhookClientCaFile: z.string().min(1).optional(),
   /** The MutatingWebhookConfiguration whose webhooks get the generated CA as caBundle (absent: nothing to do). */
   webhookConfigurationName: z.string().min(1).max(253),
   /** Extra subject alternative names of the generated serving certificate (DNS names or IP addresses). */
@@ -268,6 +275,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       tlsCertFile: env.TLS_CERT_FILE || undefined,
       tlsKeyFile: env.TLS_KEY_FILE || undefined,
       tlsCaFile: env.TLS_CA_FILE || undefined,
+      webhookClientCaFile: env.WEBHOOK_CLIENT_CA_FILE || undefined,
       webhookConfigurationName: env.BETTER_COMPUTE_WEBHOOK_CONFIGURATION || 'better-compute',
       tlsExtraSans: list(env.TLS_EXTRA_SANS ?? ''),
       tlsReloadEveryMs: env.BETTER_COMPUTE_TLS_RELOAD_EVERY || '1m',

@@ -27,12 +27,20 @@ export interface RunningServer {
 
 const TIMEOUTS = { keepAliveTimeout: 5_000, headersTimeout: 10_000, requestTimeout: 30_000 };
 
+/**
+ * HTTP, or HTTPS with `tls`. With `clientCa` too (PEM), every client is asked for a certificate and the ones that CA
+ * signed are marked verified (`socket.authorized`); a client that sends none, or another, still connects: the routers
+ * decide (ADR 0034). The client CA is part of the secure context, so setTls keeps it.
+ */
 export async function listen(
   handler: RequestListener,
-  opts: { host: string; port: number; tls?: TlsMaterial },
+  opts: { host: string; port: number; tls?: TlsMaterial; clientCa?: string },
 ): Promise<RunningServer> {
+  if (opts.clientCa && !opts.tls) throw new Error('a client CA needs TLS');
+  const clientCa = opts.clientCa;
+  const context = (tls: TlsMaterial) => ({ cert: tls.cert, key: tls.key, minVersion: 'TLSv1.2' as const, ...(clientCa ? { ca: clientCa } : {}) });
   const server: http.Server | https.Server = opts.tls
-    ? https.createServer({ ...TIMEOUTS, cert: opts.tls.cert, key: opts.tls.key, minVersion: 'TLSv1.2' }, handler)
+    ? https.createServer({ ...TIMEOUTS, ...context(opts.tls), ...(clientCa ? { requestCert: true, rejectUnauthorized: false } : {}) }, handler)
     : http.createServer(TIMEOUTS, handler);
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
@@ -50,7 +58,7 @@ export async function listen(
     url: `${opts.tls ? 'https' : 'http'}://${host}:${port}`,
     setTls(tls) {
       if (!(server instanceof https.Server)) throw new Error('setTls on a plain HTTP listener');
-      server.setSecureContext({ cert: tls.cert, key: tls.key, minVersion: 'TLSv1.2' });
+      server.setSecureContext(context(tls));
     },
     close(drainMs = 10_000) {
       closing ??= new Promise<void>((resolve) => {

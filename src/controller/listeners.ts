@@ -5,7 +5,8 @@
 //   EXTENDER_HOST:EXTENDER_PORT      HTTP   /scheduler/{filter,prioritize,bind} only; loopback by default, so that only
 //                                           the scheduler container of the same pod reaches it
 //   METRICS_HOST:METRICS_PORT        HTTPS  /metrics only, TokenReview + SubjectAccessReview (metrics-endpoint.ts)
-//   WEBHOOK_HOST:WEBHOOK_PORT        HTTPS  the routers mounted by the caller (admission webhook, node agents' API)
+//   WEBHOOK_HOST:WEBHOOK_PORT        HTTPS  the routers mounted by the caller (admission webhook, node agents' API);
+//                                           with WEBHOOK_CLIENT_CA_FILE it asks for client certificates (ADR 0034)
 // The HTTPS listeners share one certificate (tls.ts), swapped in place on rotation; the capacity API may serve a
 // user-provided one instead (API_TLS_SECRET_NAME).
 import express, { type NextFunction, type Request, type RequestHandler, type Response } from 'express';
@@ -150,11 +151,16 @@ export async function startListeners(o: {
   tls: ServingTls;
   /** The capacity API's own certificate; absent: it serves `tls`. */
   apiTls?: ServingTls | undefined;
+  /**
+   * The CA bundle (PEM) of the API server's webhook client certificate (WEBHOOK_CLIENT_CA_FILE): the webhook listener
+   * asks every client for a certificate and marks the ones it signed verified, kept across setTls (ADR 0034).
+   */
+  webhookClientCa?: string | undefined;
 }): Promise<ControllerListeners> {
   const a = o.addresses;
   const started: RunningServer[] = [];
-  const start = async (handler: RequestListener, host: string, port: number, tls?: ServingTls) => {
-    const s = await listen(handler, { host, port, ...(tls ? { tls } : {}) });
+  const start = async (handler: RequestListener, host: string, port: number, tls?: ServingTls, clientCa?: string) => {
+    const s = await listen(handler, { host, port, ...(tls ? { tls } : {}), ...(clientCa ? { clientCa } : {}) });
     started.push(s);
     return s;
   };
@@ -163,7 +169,7 @@ export async function startListeners(o: {
     const apiLoopback = a.apiLoopbackPort === undefined ? undefined : await start(o.api, '127.0.0.1', a.apiLoopbackPort);
     const extender = await start(o.extender, a.extenderHost, a.extenderPort);
     const metrics = await start(o.metrics, a.metricsHost, a.metricsPort, o.tls);
-    const webhook = await start(o.webhook, a.webhookHost, a.webhookPort, o.tls);
+    const webhook = await start(o.webhook, a.webhookHost, a.webhookPort, o.tls, o.webhookClientCa);
     return {
       api,
       apiLoopback,

@@ -32,7 +32,7 @@ import { serviceSans } from './certs.ts';
 import { FenceHolder, LEASE_NAME } from './fence.ts';
 import { createWebhookApp, healthChecks, limitListeners, startListeners, type ControllerListeners, type WebhookMount } from './listeners.ts';
 import { createMetricsApp } from './metrics-endpoint.ts';
-import { ClientNodeTlsKube, FileTlsSource, ProvidedSecretTlsSource, SecretTlsSource, type TlsSource } from './tls.ts';
+import { ClientNodeTlsKube, FileTlsSource, ProvidedSecretTlsSource, readClientCaBundle, SecretTlsSource, type TlsSource } from './tls.ts';
 import { KubeClient, kubeConfigFrom } from '../kube/client.ts';
 import { LeaderElector } from './leader.ts';
 import { LeaderWork } from './leader-work.ts';
@@ -244,6 +244,9 @@ async function serve(config: Config, log: Logger, core: Core, started: Started, 
   const { api, extender, metricsApp, tokens, access } = await createApps(config, log, core, started);
   const isLeader = () => started.elector?.isLeader ?? false;
   const { database, previews, clock, kc, kube, registry } = core;
+  // Read before anything is served: a bundle that cannot verify anyone stops the start (ADR 0034).
+  const clientCa = config.webhookClientCaFile ? await readClientCaBundle(config.webhookClientCaFile) : undefined;
+  if (clientCa) log.info('the admission webhook answers only callers with a client certificate from WEBHOOK_CLIENT_CA_FILE', { file: config.webhookClientCaFile, cas: clientCa.subjects });
   const services: ControllerServices = { config, db: database.db, ledger: previews, clock, kc, kube, log, registry, tokens, access, isLeader, informers: core.controllers.ctx.informers };
   started.mounts.push(...((await (opts.webhookRouters ?? productWebhookRouters)(services)) ?? []));
   const tls = (started.tls = tlsSourceFor(config, kc, log, isLeader));
@@ -258,7 +261,7 @@ async function serve(config: Config, log: Logger, core: Core, started: Started, 
     { api, metrics: metricsApp, webhook: createWebhookApp(started.mounts, log) },
     config.rateLimitPerSecond > 0 ? { perSecond: config.rateLimitPerSecond, burst: config.rateLimitBurst, onLimited: limits.limited } : undefined,
   );
-  started.listeners = await startListeners({ addresses: config, ...apps, extender, tls: current, apiTls });
+  started.listeners = await startListeners({ addresses: config, ...apps, extender, tls: current, apiTls, webhookClientCa: clientCa?.pem });
   return { listeners: started.listeners, tls, caBundle: () => current.ca };
 }
 

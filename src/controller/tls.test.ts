@@ -8,7 +8,7 @@ import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from
 import { startFakeKubeApi, type FakeKubeApi } from '../../test/support/fake-kube-api.ts';
 import { silentLogger } from '../log.ts';
 import { DAY_MS, generateCa, issueBundle, issueServingCert, SERVING_VALIDITY_MS, serviceSans, splitPem, type TlsBundle } from './certs.ts';
-import { ClientNodeTlsKube, FileTlsSource, ProvidedSecretTlsSource, SecretTlsSource, type ServingTls, type TlsKube } from './tls.ts';
+import { ClientNodeTlsKube, FileTlsSource, ProvidedSecretTlsSource, readClientCaBundle, SecretTlsSource, type ServingTls, type TlsKube } from './tls.ts';
 
 const NS = 'better-compute-system';
 const SECRET_PATH = `/api/v1/namespaces/${NS}/secrets/better-compute-tls`;
@@ -304,6 +304,32 @@ describe('FileTlsSource', () => {
       await s.poll();
       expect(changes).toEqual([{ cert: b.cert, key: b.key, ca: a.caCert }]);
       s.stop();
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
+  }, 30_000);
+});
+
+describe('readClientCaBundle (WEBHOOK_CLIENT_CA_FILE)', () => {
+  it('takes one or more CAs; refuses a missing file, no certificate, an unparsable one, and a certificate that is no CA', async () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'bc-client-ca-'));
+    const file = (name: string, text: string) => {
+      fs.writeFileSync(path.join(dir, name), text);
+      return path.join(dir, name);
+    };
+    try {
+      const old = generateCa(Date.now(), { commonName: 'apiserver-client-ca-old' });
+      const next = generateCa(Date.now(), { commonName: 'apiserver-client-ca-new' });
+      const both = await readClientCaBundle(file('both.crt', `# renewal: old and new\n${old.cert}\n${next.cert}`));
+      expect(both.subjects).toEqual(['CN=apiserver-client-ca-old', 'CN=apiserver-client-ca-new']);
+      expect(splitPem(both.pem)).toEqual([...splitPem(old.cert), ...splitPem(next.cert)]);
+      await expect(readClientCaBundle(path.join(dir, 'absent.crt'))).rejects.toThrow(/cannot be read: ENOENT/);
+      await expect(readClientCaBundle(file('empty.crt', ''))).rejects.toThrow(/holds no PEM certificate/);
+      await expect(readClientCaBundle(file('key.pem', old.key))).rejects.toThrow(/holds no PEM certificate/);
+      const garbled = old.cert.replace(/\n[A-Za-z0-9+/]{20}/, '\nAAAAAAAAAAAAAAAAAAAA');
+      await expect(readClientCaBundle(file('garbled.crt', garbled))).rejects.toThrow(/certificate 1 does not parse/);
+      const leaf = issueServingCert(old, ['kube-apiserver'], Date.now());
+      await expect(readClientCaBundle(file('leaf.crt', `${next.cert}${leaf.cert}`))).rejects.toThrow(/certificate 2 \(CN=kube-apiserver\) is not a CA/);
     } finally {
       fs.rmSync(dir, { recursive: true, force: true });
     }

@@ -11,10 +11,11 @@
 //
 // From files (TLS_CERT_FILE, TLS_KEY_FILE, TLS_CA_FILE; cert-manager or tests): read at start and re-read every poll.
 // Nothing is published then.
+import { X509Certificate } from 'node:crypto';
 import fs from 'node:fs/promises';
 import { AdmissionregistrationV1Api, CoreV1Api, PatchStrategy, setHeaderOptions, type KubeConfig } from '@kubernetes/client-node';
 import { errorFields, type Logger } from '../log.ts';
-import { assessBundle, nextBundle, SECRET_KEYS, type TlsBundle } from './certs.ts';
+import { assessBundle, nextBundle, SECRET_KEYS, splitPem, type TlsBundle } from './certs.ts';
 import { statusOf } from '../kube/client.ts';
 import { systemClock } from '../clock.ts';
 
@@ -346,4 +347,29 @@ export class ProvidedSecretTlsSource extends PollingSource {
     if (!cert || !key) throw new Error(`Secret ${namespace}/${secretName} lacks tls.crt or tls.key`);
     return { cert, key, ...(caCert ? { ca: caCert } : {}) };
   }
+}
+
+/**
+ * The webhook listener's client CA bundle (WEBHOOK_CLIENT_CA_FILE, ADR 0034): the CA(s) that sign the API server's
+ * webhook client certificate, read once at start. Refused (the controller does not start): a file that cannot be read,
+ * holds no PEM certificate, or holds one that does not parse or is no CA (a client certificate put there by mistake
+ * would verify nothing). Several CAs may be listed: the old and the new one while the API server's is renewed.
+ */
+export async function readClientCaBundle(file: string): Promise<{ pem: string; subjects: string[] }> {
+  const text = await fs.readFile(file, 'utf8').catch((e: NodeJS.ErrnoException) => {
+    throw new Error(`WEBHOOK_CLIENT_CA_FILE ${file} cannot be read: ${e.code ?? e.message}`);
+  });
+  const blocks = splitPem(text);
+  if (!blocks.length) throw new Error(`WEBHOOK_CLIENT_CA_FILE ${file} holds no PEM certificate`);
+  const subjects = blocks.map((pem, i) => {
+    let cert: X509Certificate;
+    try {
+      cert = new X509Certificate(pem);
+    } catch (e) {
+      throw new Error(`WEBHOOK_CLIENT_CA_FILE ${file}: certificate ${i + 1} does not parse (${(e as Error).message})`);
+    }
+    if (!cert.ca) throw new Error(`WEBHOOK_CLIENT_CA_FILE ${file}: certificate ${i + 1} (${cert.subject}) is not a CA`);
+    return cert.subject.replaceAll('\n', ', ');
+  });
+  return { pem: `${blocks.join('\n')}\n`, subjects };
 }

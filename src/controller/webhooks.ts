@@ -1,6 +1,7 @@
 // What the controller serves on its HTTPS webhook listener (WEBHOOK_PORT): the node agents' API (/agent/v1, their
-// ServiceAccount token bound to their node) and the pod admission webhook (/admission). docs/adr/0007.
-import { createPodAdmissionRouter, podAdmissionDeps } from '../admission/pods.ts';
+// ServiceAccount token bound to their node) and the pod admission webhook (/admission; with WEBHOOK_CLIENT_CA_FILE, for
+// the API server's client certificate only: ADR 0034). docs/adr/0007.
+import { createPodAdmissionRouter, podAdmissionDeps, tlsClientVerified } from '../admission/pods.ts';
 import { createAgentApiRouter, agentUsernameFor } from '../agentapi/router.ts';
 import { AGENT_API_PREFIX } from '../agentapi/wire.ts';
 import { ResourceClaimClient } from '../kube/resource-claims.ts';
@@ -12,8 +13,8 @@ export function productWebhookRouters(s: ControllerServices): WebhookMount[] {
   return [
     {
       path: '/admission',
-      router: createPodAdmissionRouter(
-        podAdmissionDeps({
+      router: createPodAdmissionRouter({
+        ...podAdmissionDeps({
           reservations: s.informers.reservations,
           namespaces: s.informers.namespaces,
           db: s.db,
@@ -21,7 +22,9 @@ export function productWebhookRouters(s: ControllerServices): WebhookMount[] {
           tenancyByName: s.config.tenancyByName,
           claimDeviceClasses: (ns, ref) => claims.deviceClassesOf(ns, ref),
         }),
-      ),
+        // WEBHOOK_CLIENT_CA_FILE: the listener asks for client certificates; only the API server's is answered (ADR 0034).
+        ...(s.config.webhookClientCaFile ? { callerVerified: tlsClientVerified } : {}),
+      }),
     },
     {
       path: AGENT_API_PREFIX,

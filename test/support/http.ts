@@ -89,6 +89,8 @@ export interface OneRequest {
   /** HTTPS: the CA to trust, and the name the certificate must carry (default localhost). */
   ca?: string | Buffer;
   servername?: string;
+  /** HTTPS: a client certificate (PEM) and its key to present. */
+  clientCert?: { cert: string; key: string };
   timeoutMs?: number;
 }
 
@@ -104,7 +106,13 @@ export function request(url: string, o: OneRequest = {}): Promise<HttpResponse> 
   return new Promise((resolve, reject) => {
     const req = lib.request(
       u,
-      { method: o.method ?? 'GET', headers, agent: false, ...(o.ca ? { ca: o.ca, servername: o.servername ?? 'localhost' } : {}) },
+      {
+        method: o.method ?? 'GET',
+        headers,
+        agent: false,
+        ...(o.ca ? { ca: o.ca, servername: o.servername ?? 'localhost' } : {}),
+        ...(o.clientCert ? { cert: o.clientCert.cert, key: o.clientCert.key } : {}),
+      },
       (res) => collect(res, resolve, reject),
     );
     req.on('error', reject);
