@@ -6,7 +6,6 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import express from 'express';
-import YAML from 'yaml';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadConfig } from '../../src/config.ts';
 import { runController, type ControllerServices, type RunningController } from '../../src/controller/run.ts';
@@ -37,21 +36,9 @@ beforeAll(async () => {
     objects: true,
   });
   dir = fs.mkdtempSync(path.join(os.tmpdir(), 'bc-listeners-'));
-  const kubeconfig = path.join(dir, 'kubeconfig');
-  fs.writeFileSync(
-    kubeconfig,
-    YAML.stringify({
-      apiVersion: 'v1',
-      kind: 'Config',
-      clusters: [{ name: 'fake', cluster: { server: fake.url, 'insecure-skip-tls-verify': true } }],
-      users: [{ name: 'controller', user: { token: 'controller-sa-token' } }],
-      contexts: [{ name: 'fake', context: { cluster: 'fake', user: 'controller' } }],
-      'current-context': 'fake',
-    }),
-  );
   const config = loadConfig({
     DATABASE_URL: ctx.url,
-    KUBECONFIG: kubeconfig,
+    KUBECONFIG: fake.kubeconfigFile(dir),
     BETTER_COMPUTE_NAMESPACE: NS,
     POD_NAME: 'listeners-test',
     HOST: '127.0.0.1',

@@ -3,7 +3,9 @@
 // Optionally (`objects`) it also keeps Secrets, ConfigMaps and MutatingWebhookConfigurations in memory: get, create
 // (409 when present), replace (409 on a stale resourceVersion) and JSON patch (test/add/replace/remove; 422 when a
 // test fails).
+import fs from 'node:fs';
 import http from 'node:http';
+import path from 'node:path';
 import type { AddressInfo } from 'node:net';
 import { KubeConfig } from '@kubernetes/client-node';
 
@@ -36,6 +38,8 @@ export interface FakeKubeApi {
   /** The next `n` requests are answered 500. */
   failNext(n: number): void;
   kubeConfig(token?: string): KubeConfig;
+  /** The same as a kubeconfig file `dir/kubeconfig` (for KUBECONFIG); returns its path. */
+  kubeconfigFile(dir: string, token?: string): string;
   close(): Promise<void>;
 }
 
@@ -176,6 +180,16 @@ export async function startFakeKubeApi(opts: {
   }
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
   const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  function kubeConfig(token = 'controller-sa-token'): KubeConfig {
+    const kc = new KubeConfig();
+    kc.loadFromOptions({
+      clusters: [{ name: 'fake', server: url, skipTLSVerify: true }],
+      users: [{ name: 'controller', token }],
+      contexts: [{ name: 'fake', cluster: 'fake', user: 'controller' }],
+      currentContext: 'fake',
+    });
+    return kc;
+  }
   return {
     url,
     seen,
@@ -183,15 +197,11 @@ export async function startFakeKubeApi(opts: {
     failNext(n) {
       failures = n;
     },
-    kubeConfig(token = 'controller-sa-token') {
-      const kc = new KubeConfig();
-      kc.loadFromOptions({
-        clusters: [{ name: 'fake', server: url, skipTLSVerify: true }],
-        users: [{ name: 'controller', token }],
-        contexts: [{ name: 'fake', cluster: 'fake', user: 'controller' }],
-        currentContext: 'fake',
-      });
-      return kc;
+    kubeConfig,
+    kubeconfigFile(dir, token) {
+      const file = path.join(dir, 'kubeconfig');
+      fs.writeFileSync(file, kubeConfig(token).exportConfig());
+      return file;
     },
     close: () =>
       new Promise<void>((r) => {
