@@ -141,6 +141,8 @@ function withPoints(o: Obj, d: Defaults, points: Points, mode: 'embedded' | 'ext
     const ct = spec.containers.find((x) => x.name === 'controller')!;
     ct.resources = points.orDefault('.Values.controller.resources', ct.resources);
     ct.env = [...(ct.env ?? []), points.append('.Values.controller.extraEnv')];
+    ct.volumeMounts = [...(ct.volumeMounts ?? []), points.append('.Values.controller.extraVolumeMounts')];
+    spec.volumes = [...(spec.volumes ?? []), points.append('.Values.controller.extraVolumes') as unknown as { name: string }];
     if (mode === 'external') {
       for (const e of ct.env as { name?: string; valueFrom?: { secretKeyRef?: { name: string; key: string } } }[]) {
         if (e.name === 'DATABASE_URL' && e.valueFrom?.secretKeyRef) {
@@ -230,8 +232,11 @@ controller:
   replicas:
   # Empty: the manifests' requests and limits.
   resources: {}
-  # Extra environment variables for the controller container (a list of EnvVar).
+  # Extra environment variables for the controller container (a list of EnvVar), and volumes with their mounts, e.g.
+  # the API server's webhook client CA (docs/operations.md): WEBHOOK_CLIENT_CA_FILE and the ConfigMap holding it.
   extraEnv: []
+  extraVolumes: []
+  extraVolumeMounts: []
 
 agent:
   # Empty: the manifests' selector (bettercompute.io/gpu-node: "true").

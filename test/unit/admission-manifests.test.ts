@@ -5,6 +5,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import YAML from 'yaml';
+import { loadConfig } from '../../src/config.ts';
 import { goToolVerdicts } from '../support/go-tool.ts';
 
 const DIR = path.join(import.meta.dirname, '../../deploy/admission');
@@ -172,5 +173,28 @@ describe('deploy/base/rbac.yaml: the node agent', () => {
     // No other role binds the agent.
     const others = rbac.filter((o) => /Binding$/.test(o.kind) && o.metadata.name !== 'better-compute-agent');
     for (const b of others) expect(b.subjects.map((s: Obj) => s.name), b.metadata.name).not.toContain('better-compute-agent');
+  });
+});
+
+describe('deploy/admission/client-ca: the API server’s client certificate (opt-in, ADR 0034)', () => {
+  it('a Component no overlay includes: WEBHOOK_CLIENT_CA_FILE names ca.crt of ConfigMap better-compute-webhook-client-ca, mounted read-only', () => {
+    const k = docs('client-ca/kustomization.yaml')[0]!;
+    expect(k).toMatchObject({ kind: 'Component', patches: [{ path: 'deployment-patch.yaml' }] });
+    for (const dir of ['../base', '../overlays/trial', '../overlays/external']) {
+      expect(fs.readFileSync(path.join(DIR, dir, 'kustomization.yaml'), 'utf8'), dir).not.toContain('client-ca');
+    }
+    const patch = docs('client-ca/deployment-patch.yaml')[0]!;
+    expect(patch.metadata.name).toBe('better-compute-controller');
+    const pod = patch.spec.template.spec;
+    const controller = pod.containers.find((c: Obj) => c.name === 'controller');
+    const file = controller.env.find((e: Obj) => e.name === 'WEBHOOK_CLIENT_CA_FILE').value as string;
+    // The name src/config.ts reads.
+    expect(loadConfig({ WEBHOOK_CLIENT_CA_FILE: file }).webhookClientCaFile).toBe(file);
+    const mount = controller.volumeMounts.find((m: Obj) => file.startsWith(`${m.mountPath}/`));
+    expect(mount.readOnly).toBe(true);
+    const volume = pod.volumes.find((v: Obj) => v.name === mount.name);
+    expect(volume.configMap.name).toBe('better-compute-webhook-client-ca');
+    expect(volume.configMap.items).toEqual([{ key: 'ca.crt', path: path.posix.relative(mount.mountPath, file) }]);
+    expect(volume.configMap.optional).toBeUndefined(); // no ConfigMap: the pod waits, it does not start unverified
   });
 });
