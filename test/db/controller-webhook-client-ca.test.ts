@@ -1,14 +1,16 @@
 // `better-compute controller` (runController, the product's webhook routers) with WEBHOOK_CLIENT_CA_FILE (ADR 0034),
 // against a test database and the in-process fake API server, its serving certificate from files (TLS_CERT_FILE) so
 // that a rotation is a write and a reload. Real TLS handshakes: the API server's client certificate gets an
-// AdmissionReview; a caller without one, or with another CA's, gets 403 before its body is sent; the node agents,
-// without a certificate, read their node's state with their token; all of it again after the certificate is rotated.
+// AdmissionReview; a caller without one, or with another CA's, gets 403 before its body is sent; the node agent's
+// client (ControllerClient), without a certificate, reads its node's state with its token; all of it again after the
+// certificate is rotated.
 import { createHash, X509Certificate } from 'node:crypto';
 import fs from 'node:fs';
 import https from 'node:https';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { ControllerClient } from '../../src/agent/controller-client.ts';
 import { agentUsernameFor, NODE_NAME_CLAIM } from '../../src/agentapi/router.ts';
 import { loadConfig } from '../../src/config.ts';
 import { generateCa, issueBundle, type KeyPairPem, type TlsBundle } from '../../src/controller/certs.ts';
@@ -125,9 +127,20 @@ async function expectVerification(serving: TlsBundle): Promise<void> {
     expect(refused.text).not.toContain('AdmissionReview');
     expect(await withheldBody(ca, clientCert)).toBe(403);
   }
-  const state = await request(`${controller.webhookUrl}/agent/v1/nodes/gpu-1/state`, { ca, token: 'agent-token' });
-  expect(state.status).toBe(200);
-  expect(state.json).toMatchObject({ admission: null });
+  // The agent's own client (a fresh one: its keep-alive connections would outlive the rotation), no certificate.
+  fs.writeFileSync(path.join(dir, 'agent-token'), 'agent-token');
+  const agent = new ControllerClient({
+    url: controller.webhookUrl,
+    nodeName: 'gpu-1',
+    caFile: path.join(dir, 'ca.crt'),
+    serverName: 'localhost',
+    tokenFile: path.join(dir, 'agent-token'),
+  });
+  try {
+    expect(await agent.state()).toMatchObject({ admission: null });
+  } finally {
+    agent.close();
+  }
   expect((await request(`${controller.webhookUrl}/agent/v1/nodes/gpu-1/state`, { ca })).status).toBe(401);
 }
 
