@@ -12,7 +12,8 @@
 // Env: BENCH_NODES (5000), BENCH_RESERVATIONS (20000), BENCH_PODS (50000), BENCH_POOLS (10), BENCH_TENANTS (20),
 //      BENCH_LEADER=0 (the caches only: no leader phases; the extender's state then loads a ledger seeded directly with
 //      the nodes and their GPUs, bench/seed.ts), BENCH_WORKERS (Reservation workers, 8), BENCH_SETTLE_S (how long a phase may take, 3600), BENCH_PROGRESS (a line
-//      on stderr now and then while a leader phase runs).
+//      on stderr now and then while a leader phase runs), BENCH_SQL_TIMING=1 (after each phase, the statements that took
+//      the most time and the event loop's delay: bench/sql-timing.ts).
 import { benchDatabase } from './database.ts';
 import { inertExtenderKube } from './inert-kube.ts';
 import { spawn } from 'node:child_process';
@@ -30,6 +31,7 @@ import { KubeClient, TimedKubeConfig } from '../src/kube/client.ts';
 import { findCondition } from '../src/kube/types.ts';
 import { silentLogger } from '../src/log.ts';
 import { seedNodes } from './seed.ts';
+import { sqlTimingReport, startSqlTiming } from './sql-timing.ts';
 
 const num = (k: string, d: number) => Number(process.env[k] ?? d);
 const NODES = num('BENCH_NODES', 5000);
@@ -115,6 +117,8 @@ function row(p: Phase): string {
 }
 
 async function main() {
+  const sqlTiming = process.env.BENCH_SQL_TIMING === '1';
+  if (sqlTiming) startSqlTiming();
   const { db, stop: stopDb } = await benchDatabase('scale', 12);
   const sim = await startSim();
   const kc = new TimedKubeConfig(120_000);
@@ -154,6 +158,7 @@ async function main() {
     const p = { name, seconds, rssMiB: m.rss / MiB, heapMiB: m.heapUsed / MiB, peakMiB: sampler.peak() / MiB, reconciles: rec.take() };
     phases.push(p);
     console.log(row(p));
+    if (sqlTiming) console.log(sqlTimingReport());
   };
   const idle = () => Object.values(queues).every((q) => q.length === 0);
   /** Until `done()` holds and the queues stay empty with no reconcile for 1 s. */

@@ -333,6 +333,8 @@ function newReservationRow(input: ReservationCreateInput) {
 
 export class Ledger {
   private readonly pools = new Map<string, Promise<CachedPool>>();
+  /** Per cached pool, nodes to read again before the snapshot's next use (invalidateNodes). */
+  private readonly staleNodes = new Map<string, Set<string>>();
   private readonly maxReplans: number;
   private readonly spotNoticeMs: number;
   private readonly placements: GroupCommit<PlaceArg, PlaceResult>;
@@ -382,8 +384,27 @@ export class Ledger {
 
   /** Drops every cached snapshot (e.g. after inventory or pool changes made elsewhere). */
   invalidate(poolId?: string): void {
-    if (poolId) this.pools.delete(poolId);
-    else this.pools.clear();
+    if (poolId) {
+      this.pools.delete(poolId);
+      this.staleNodes.delete(poolId);
+    } else {
+      this.pools.clear();
+      this.staleNodes.clear();
+    }
+  }
+
+  /**
+   * Some nodes of a pool changed after a commit made elsewhere (a node's row, devices or counters, or its pool
+   * membership: `poolId` is a pool the node is in now or was in): the cached snapshot, when there is one, reloads just
+   * those nodes, once, before its next use. Changes that arrive meanwhile are reloaded together (one statement), so a
+   * stream of inventory applies costs a node each rather than the whole pool each (docs/adr/0042). A node no longer in
+   * the pool leaves the snapshot at that reload.
+   */
+  invalidateNodes(poolId: string, nodeIds: readonly string[]): void {
+    if (!this.pools.has(poolId) || nodeIds.length === 0) return;
+    const stale = this.staleNodes.get(poolId) ?? new Set<string>();
+    for (const id of nodeIds) stale.add(id);
+    this.staleNodes.set(poolId, stale);
   }
 
   private async load(poolId: string): Promise<CachedPool> {
@@ -396,16 +417,26 @@ export class Ledger {
 
   private cached(poolId: string, fresh = false): Promise<CachedPool> {
     let p = this.pools.get(poolId);
-    if (!p || fresh) {
-      p = this.load(poolId);
-      p.catch(() => this.pools.delete(poolId));
-      this.pools.set(poolId, p);
-    }
+    const stale = this.staleNodes.get(poolId);
+    this.staleNodes.delete(poolId);
+    if (!p || fresh) p = this.load(poolId);
+    // Read after the changes were committed (invalidateNodes is called after them), chained so that every later user
+    // of the snapshot waits for it; a failure drops the whole snapshot, as a failed load does.
+    else if (stale?.size) p = p.then(async (c) => (await this.reloadInto(c, poolId, [...stale]), c));
+    else return p;
+    p.catch(() => {
+      if (this.pools.get(poolId) === p) this.pools.delete(poolId);
+    });
+    this.pools.set(poolId, p);
     return p;
   }
 
   private async reloadNodes(poolId: string, nodeIds: string[]): Promise<void> {
-    const c = await this.cached(poolId);
+    await this.reloadInto(await this.cached(poolId), poolId, nodeIds);
+  }
+
+  /** Reads `nodeIds` of the pool again into the snapshot `c`; those no longer in the pool leave it. */
+  private async reloadInto(c: CachedPool, poolId: string, nodeIds: string[]): Promise<void> {
     const fresh = withSummaries(await loadNodes(this.db, poolId, nodeIds), c.summaries);
     for (const id of nodeIds) c.nodes.delete(id);
     for (const n of fresh) c.nodes.set(n.id, n);

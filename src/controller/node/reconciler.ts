@@ -21,7 +21,7 @@ export class NodeReconciler {
       if (prev) {
         await nodeGone(ctx.db, ctx.fence(), name);
         ctx.nodeWritten.delete(name);
-        if (prev.poolId) ctx.ledger.invalidate(prev.poolId);
+        if (prev.poolId) ctx.ledger.invalidateNodes(prev.poolId, [name]);
       }
       return;
     }
@@ -43,8 +43,9 @@ export class NodeReconciler {
     });
     ctx.nodeWritten.set(name, { json, poolId });
     ctx.log.info('node synced', { node: name, poolId, ...state });
-    if (prev?.poolId && prev.poolId !== poolId) ctx.ledger.invalidate(prev.poolId);
-    if (poolId) ctx.ledger.invalidate(poolId);
+    // Only this node is read again by the placer's snapshots (not the whole pool at each node's sync).
+    if (prev?.poolId && prev.poolId !== poolId) ctx.ledger.invalidateNodes(prev.poolId, [name]);
+    if (poolId) ctx.ledger.invalidateNodes(poolId, [name]);
     if (prev?.poolId !== poolId && ctx.informers.nodeDevices.get(name)) ctx.queues.nodeDevices.add(name);
     // Capacity may have come back (uncordon, Ready again, taint removed): Pending reservations try again.
     if (pool) ctx.wakePending(pool.metadata.name);

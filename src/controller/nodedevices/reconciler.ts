@@ -71,7 +71,7 @@ export class NodeDevicesReconciler {
       if (ctx.inventoryApplied.has(name)) {
         await inventoryGone(ctx.db, ctx.fence(), name);
         const poolId = ctx.nodeWritten.get(name)?.poolId;
-        if (poolId) ctx.ledger.invalidate(poolId);
+        if (poolId) ctx.ledger.invalidateNodes(poolId, [name]);
       }
       ctx.inventoryApplied.delete(name);
       this.refused.delete(name);
@@ -99,7 +99,7 @@ export class NodeDevicesReconciler {
       if (whole) ctx.inventoryApplied.set(name, stamp);
       else ctx.inventoryApplied.delete(name);
       this.refused.delete(name);
-      if (written.poolId) ctx.ledger.invalidate(written.poolId);
+      if (written.poolId) ctx.ledger.invalidateNodes(written.poolId, [name]);
       await this.reportApplied(nd, input.report.gpus.length - result.refused.length, result);
       ctx.wakePending(ctx.poolNameOf(written.poolId));
       return whole ? undefined : { requeueAfterMs: 30_000 };
