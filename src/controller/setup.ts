@@ -17,7 +17,8 @@ import { NodeReconciler } from './node/reconciler.ts';
 import { NodeDevicesReconciler } from './nodedevices/reconciler.ts';
 import { PoolReconciler } from './pool/reconciler.ts';
 import { WorkQueue, type ReconcileResult } from './queue.ts';
-import { confirmRequested, ReservationReconciler } from './reservation/reconciler.ts';
+import { ReservationReconciler } from './reservation/reconciler.ts';
+import { confirmRequested } from './reservation/status.ts';
 import { GROUP, keyOf, VERSION, type KubeObject, type Reservation } from '../kube/types.ts';
 import { systemClock } from '../clock.ts';
 
