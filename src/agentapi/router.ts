@@ -53,25 +53,7 @@ export function createAgentApiRouter(deps: AgentApiDeps): Router {
   // Before the token is reviewed: a declared body over the cap costs no TokenReview.
   router.use(capDeclaredBody(AGENT_API_MAX_BODY_BYTES));
 
-  // Who is asking, and whether they are this node's agent. Nothing is read before both hold.
-  const authorizeNode: RequestHandler = async (req, res, next) => {
-    const token = bearerToken(req.get('authorization'));
-    if (token === undefined) throw unauthenticated('a bearer token is required');
-    const principal = await deps.authenticate(token);
-    const user = { username: principal.subject, extra: principal.extra };
-    const node = req.params.node;
-    const tokenNode = user.extra?.[NODE_NAME_CLAIM]?.[0];
-    if (user.username !== deps.agentUsername || tokenNode === undefined || tokenNode !== node) {
-      deps.log.warn('agent API: refused', { user: user.username, tokenNode, node, path: req.path });
-      throw forbidden(
-        user.username !== deps.agentUsername
-          ? `${user.username} is not the node agent`
-          : `the agent of ${tokenNode ?? 'an unknown node'} may not act for node ${String(node)}`,
-      );
-    }
-    if (!NodeName.safeParse(node).success) throw invalidInput(`${String(node)} is not a node name`);
-    next();
-  };
+  const authorizeNode = nodeAuthorizer(deps);
 
   // The API takes no body: anything sent is read only up to the cap.
   const noBody = express.raw({ limit: AGENT_API_MAX_BODY_BYTES, type: () => true });
@@ -93,23 +75,7 @@ export function createAgentApiRouter(deps: AgentApiDeps): Router {
   const readClaim = deps.readClaim;
   if (readClaim) {
     const json = express.json({ limit: AGENT_API_MAX_BODY_BYTES, type: () => true });
-    router.post('/nodes/:node/claims/:claimUid/prepare', authorizeNode, json, async (req: Request<{ node: string; claimUid: string }>, res) => {
-      const uid = ClaimUid.safeParse(req.params.claimUid);
-      if (!uid.success) throw invalidInput(`${req.params.claimUid} is not a claim uid`);
-      const body = ClaimPrepareRequestSchema.safeParse(req.body);
-      if (!body.success) throw invalidInput(`the body is not a ClaimPrepareRequest: ${body.error.issues.map((x) => x.message).join('; ')}`);
-      const raw = await readClaim(body.data.namespace, body.data.name);
-      const verdict = judgePrepare({ raw, claimUid: uid.data, node: req.params.node, holding: await claimHolding(deps.db, uid.data) });
-      res.set('cache-control', 'no-store');
-      const fields = { node: req.params.node, claim: `${body.data.namespace}/${body.data.name}`, claimUid: uid.data };
-      if (!verdict.ok) {
-        deps.log.warn('agent API: claim prepare refused', { ...fields, code: verdict.code, reason: verdict.message });
-        res.status(verdict.status).json({ error: { code: verdict.code, message: verdict.message } });
-        return;
-      }
-      deps.log.info('agent API: claim prepare allowed', { ...fields, atoms: verdict.answer.devices.map((d) => d.atomId) });
-      res.json(ClaimPrepareAnswerSchema.parse(verdict.answer));
-    });
+    router.post('/nodes/:node/claims/:claimUid/prepare', authorizeNode, json, claimPrepare(deps, readClaim));
   }
 
   router.use((_req, _res) => {
@@ -122,4 +88,50 @@ export function createAgentApiRouter(deps: AgentApiDeps): Router {
     res.status(status).json(body);
   });
   return router;
+}
+
+/** Who is asking, and whether they are this node's agent. Nothing is read before both hold. */
+function nodeAuthorizer(deps: AgentApiDeps): RequestHandler {
+  return async (req, _res, next) => {
+    const token = bearerToken(req.get('authorization'));
+    if (token === undefined) throw unauthenticated('a bearer token is required');
+    const principal = await deps.authenticate(token);
+    const user = { username: principal.subject, extra: principal.extra };
+    const node = req.params.node;
+    const tokenNode = user.extra?.[NODE_NAME_CLAIM]?.[0];
+    if (user.username !== deps.agentUsername || tokenNode === undefined || tokenNode !== node) {
+      deps.log.warn('agent API: refused', { user: user.username, tokenNode, node, path: req.path });
+      throw forbidden(
+        user.username !== deps.agentUsername
+          ? `${user.username} is not the node agent`
+          : `the agent of ${tokenNode ?? 'an unknown node'} may not act for node ${String(node)}`,
+      );
+    }
+    if (!NodeName.safeParse(node).success) throw invalidInput(`${String(node)} is not a node name`);
+    next();
+  };
+}
+
+/** The claim read afresh, its allocation checked against the ledger's rows for it now (DRA's guard 6, ADR 0043). */
+function claimPrepare(
+  deps: AgentApiDeps,
+  readClaim: NonNullable<AgentApiDeps['readClaim']>,
+): (req: Request<{ node: string; claimUid: string }>, res: Response) => Promise<void> {
+  return async (req, res) => {
+    const uid = ClaimUid.safeParse(req.params.claimUid);
+    if (!uid.success) throw invalidInput(`${req.params.claimUid} is not a claim uid`);
+    const body = ClaimPrepareRequestSchema.safeParse(req.body);
+    if (!body.success) throw invalidInput(`the body is not a ClaimPrepareRequest: ${body.error.issues.map((x) => x.message).join('; ')}`);
+    const raw = await readClaim(body.data.namespace, body.data.name);
+    const verdict = judgePrepare({ raw, claimUid: uid.data, node: req.params.node, holding: await claimHolding(deps.db, uid.data) });
+    res.set('cache-control', 'no-store');
+    const fields = { node: req.params.node, claim: `${body.data.namespace}/${body.data.name}`, claimUid: uid.data };
+    if (!verdict.ok) {
+      deps.log.warn('agent API: claim prepare refused', { ...fields, code: verdict.code, reason: verdict.message });
+      res.status(verdict.status).json({ error: { code: verdict.code, message: verdict.message } });
+      return;
+    }
+    deps.log.info('agent API: claim prepare allowed', { ...fields, atoms: verdict.answer.devices.map((d) => d.atomId) });
+    res.json(ClaimPrepareAnswerSchema.parse(verdict.answer));
+  };
 }

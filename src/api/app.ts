@@ -77,6 +77,18 @@ export function createApp(deps: AppDeps): express.Express {
     next();
   });
 
+  mountProbes(app, deps);
+  mountCapacityMethods(app, deps);
+
+  // The GPU calendar (src/ui/, docs/calendar.md): GET /calendar, its sign-in and assets.
+  mountCalendar(app, { service: deps.service, authorizer: deps.authorizer, log: deps.log, ...(deps.reservationDirectory ? { directory: deps.reservationDirectory } : {}) });
+
+  mountFallbacks(app, deps);
+  return app;
+}
+
+/** Health, readiness, the OpenAPI document and (given a registry) /metrics: no token. */
+function mountProbes(app: express.Express, deps: AppDeps): void {
   app.get('/healthz', (_req, res) => {
     locals(res).route = '/healthz';
     try {
@@ -113,7 +125,10 @@ export function createApp(deps: AppDeps): express.Express {
       res.type(registry.contentType).send(text);
     });
   }
+}
 
+/** The capacity methods, each behind the same guards, in order: body size, token transport, token, JSON. */
+function mountCapacityMethods(app: express.Express, deps: AppDeps): void {
   const maxBody = deps.maxBodyBytes ?? MAX_BODY_BYTES;
   const json = express.json({ limit: maxBody, strict: false, type: () => true });
   // A declared body over the cap is refused from its headers, before the token is reviewed (no TokenReview spent).
@@ -134,31 +149,9 @@ export function createApp(deps: AppDeps): express.Express {
     next();
   };
 
-  /** A capacity method: validate, authorize on the target, run. */
-  function method<T>(
-    path: string,
-    schema: z.ZodType<T>,
-    target: (input: T) => CapacityReadTarget,
-    run: (input: T) => Promise<unknown>,
-  ) {
-    app.post(
-      path,
-      (_req, res, next) => {
-        locals(res).route = path;
-        next();
-      },
-      capBody,
-      tokenTransport,
-      authenticate,
-      requireJson,
-      json,
-      async (req, res) => {
-        const input = parseInput(schema, req.body);
-        await deps.authorizer.authorizeCapacityRead(locals(res).principal!, target(input));
-        res.json(await run(input));
-      },
-    );
-  }
+  const guards = [capBody, tokenTransport, authenticate, requireJson, json];
+  const method = <T>(path: string, schema: z.ZodType<T>, target: (input: T) => CapacityReadTarget, run: (input: T) => Promise<unknown>) =>
+    mountMethod(app, deps.authorizer, guards, { path, schema, target, run });
 
   const onTenant = (i: { tenantId: string }) => ({ tenantId: i.tenantId });
   const onPool = (i: { tenantId: string; poolId: string }) => ({ tenantId: i.tenantId, poolId: i.poolId });
@@ -173,10 +166,32 @@ export function createApp(deps: AppDeps): express.Express {
   // The quota method reads one pool (authorized on it) or every pool the tenant sees (on the tenant).
   const onPoolOrTenant = (i: QuotaInput) => (i.poolId ? onPool({ tenantId: i.tenantId, poolId: i.poolId }) : onTenant(i));
   method(CAPACITY_PATHS.quota, QuotaInput, onPoolOrTenant, (i) => deps.service.quota(i));
+}
 
-  // The GPU calendar (src/ui/, docs/calendar.md): GET /calendar, its sign-in and assets.
-  mountCalendar(app, { service: deps.service, authorizer: deps.authorizer, log: deps.log, ...(deps.reservationDirectory ? { directory: deps.reservationDirectory } : {}) });
+/** A capacity method: its route named for the metrics, the guards, then validate, authorize on the target, run. */
+function mountMethod<T>(
+  app: express.Express,
+  authorizer: Authorizer,
+  guards: RequestHandler[],
+  m: { path: string; schema: z.ZodType<T>; target: (input: T) => CapacityReadTarget; run: (input: T) => Promise<unknown> },
+): void {
+  app.post(
+    m.path,
+    (_req, res, next) => {
+      locals(res).route = m.path;
+      next();
+    },
+    ...guards,
+    async (req, res) => {
+      const input = parseInput(m.schema, req.body);
+      await authorizer.authorizeCapacityRead(locals(res).principal!, m.target(input));
+      res.json(await m.run(input));
+    },
+  );
+}
 
+/** No route: NOT_FOUND; and the one error translator. */
+function mountFallbacks(app: express.Express, deps: AppDeps): void {
   app.use((req, _res, next) => {
     next(new ApiError('NOT_FOUND', `no route ${req.method} ${req.path}`));
   });
@@ -193,6 +208,4 @@ export function createApp(deps: AppDeps): express.Express {
     if (!req.complete) res.set('Connection', 'close');
     res.status(status).json(body);
   });
-
-  return app;
 }

@@ -89,15 +89,26 @@ export async function agentCommand(argv: string[], config: Config, log: Logger):
     process.stderr.write(`the agent needs the controller's URL (BETTER_COMPUTE_CONTROLLER_URL, or the Service environment)\n${HELP}`);
     return 2;
   }
+  await runAgent({ nodeName, controllerUrl: config.controllerUrl, source, deviceList: deviceList.settings, dra: values.dra ?? false }, config, log);
+  return 0;
+}
+
+/** Runs the agent (and its DRA plugin when asked) until SIGINT or SIGTERM, then stops them. */
+async function runAgent(
+  o: { nodeName: string; controllerUrl: string; source: DeviceSource; deviceList: DeviceListSettings; dra: boolean },
+  config: Config,
+  log: Logger,
+): Promise<void> {
+  const { nodeName, source } = o;
   const backend = new ControllerClient({
-    url: config.controllerUrl,
+    url: o.controllerUrl,
     nodeName,
     caFile: config.controllerCaFile,
     serverName: config.controllerServerName,
     tokenFile: config.agentTokenFile,
   });
   log.info('agent API', { url: config.controllerUrl, serverName: config.controllerServerName, caFile: config.controllerCaFile });
-  log.info('device hand-over', { ...deviceList.settings, hostDevDir: config.hostDevDir, hostProcDir: config.hostProcDir });
+  log.info('device hand-over', { ...o.deviceList, hostDevDir: config.hostDevDir, hostProcDir: config.hostProcDir });
   const kubeConfig = kubeConfigFrom(config.kubeconfig);
   const agent = new Agent({
     nodeName,
@@ -108,11 +119,11 @@ export async function agentCommand(argv: string[], config: Config, log: Logger):
     log,
     kubeConfig,
     ...(config.agentReadyFile ? { readyFile: config.agentReadyFile } : {}),
-    deviceList: deviceList.settings,
+    deviceList: o.deviceList,
     hostDirs: { dev: config.hostDevDir, proc: config.hostProcDir },
   });
   await agent.start();
-  const dra = values.dra || config.agentDra ? draPlugin({ nodeName, config, kubeConfig, backend, agent, log }) : undefined;
+  const dra = o.dra || config.agentDra ? draPlugin({ nodeName, config, kubeConfig, backend, agent, log }) : undefined;
   await dra?.start();
   await new Promise<void>((resolve) => {
     process.once('SIGINT', resolve);
@@ -122,7 +133,6 @@ export async function agentCommand(argv: string[], config: Config, log: Logger):
   await dra?.stop();
   await agent.stop();
   backend.close();
-  return 0;
 }
 
 /** The agent's DRA kubelet plugin: claims read with the agent's kubeconfig, checked with the controller, handed over as the agent does. */

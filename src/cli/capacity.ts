@@ -3,7 +3,6 @@
 // BETTER_COMPUTE_TOKEN); with `--direct` it reads the database itself, through the same service and schemas but
 // without authorization (whoever can reach the database can read it all).
 import fs from 'node:fs';
-import { parseArgs } from 'node:util';
 import { CAPACITY_PATHS } from '../api/app.ts';
 import { ApiError } from '../api/errors.ts';
 import {
@@ -20,9 +19,10 @@ import { SelectorError } from '../core/selector.ts';
 import type { Summary } from '../db/capacity.ts';
 import { openDatabase } from '../db/connect.ts';
 import { renderDomains, renderPoolRows, renderPreview, renderQuota, renderSummary, renderTimeline } from './render.ts';
-import { formatFailure, formatOutput, OUTPUT_HELP, outputUsageMessage, parseOutput } from './output.ts';
+import { formatFailure, formatOutput, OUTPUT_HELP, outputUsageMessage, parseOutput, type Shown } from './output.ts';
 import { createProgress, openingStep, type Progress } from './progress.ts';
 import { selectorTextToObject } from './selector-object.ts';
+import { parseFlags, type FlagValues } from './flags.ts';
 import { postJson, tokenTransportProblem, type ClientTls } from './http-post.ts';
 
 export const CAPACITY_USAGE = `usage: better-compute capacity --tenant T [what] [options]
@@ -227,132 +227,48 @@ export interface CapacityIo {
   stderrIsTTY?: boolean;
 }
 
+const CAPACITY_OPTIONS = {
+  tenant: { type: 'string' },
+  pool: { type: 'string' },
+  preview: { type: 'boolean' },
+  timeline: { type: 'boolean' },
+  domains: { type: 'boolean' },
+  quota: { type: 'boolean' },
+  gpus: { type: 'string' },
+  class: { type: 'string' },
+  for: { type: 'string' },
+  start: { type: 'string' },
+  selector: { type: 'string' },
+  gang: { type: 'string' },
+  'topology-key': { type: 'string' },
+  binding: { type: 'string' },
+  spot: { type: 'boolean' },
+  from: { type: 'string' },
+  to: { type: 'string' },
+  step: { type: 'string' },
+  output: { type: 'string', short: 'o' },
+  server: { type: 'string' },
+  token: { type: 'string' },
+  'ca-file': { type: 'string' },
+  'tls-server-name': { type: 'string' },
+  direct: { type: 'boolean' },
+  progress: { type: 'boolean' },
+  help: { type: 'boolean', short: 'h' },
+} as const;
+
+type CapacityFlags = FlagValues<typeof CAPACITY_OPTIONS>;
+
 export async function capacityCommand(argv: string[], config: Config, io: CapacityIo): Promise<number> {
-  let values;
-  try {
-    ({ values } = parseArgs({
-      args: argv,
-      strict: true,
-      allowPositionals: false,
-      options: {
-        tenant: { type: 'string' },
-        pool: { type: 'string' },
-        preview: { type: 'boolean' },
-        timeline: { type: 'boolean' },
-        domains: { type: 'boolean' },
-        quota: { type: 'boolean' },
-        gpus: { type: 'string' },
-        class: { type: 'string' },
-        for: { type: 'string' },
-        start: { type: 'string' },
-        selector: { type: 'string' },
-        gang: { type: 'string' },
-        'topology-key': { type: 'string' },
-        binding: { type: 'string' },
-        spot: { type: 'boolean' },
-        from: { type: 'string' },
-        to: { type: 'string' },
-        step: { type: 'string' },
-        output: { type: 'string', short: 'o' },
-        server: { type: 'string' },
-        token: { type: 'string' },
-        'ca-file': { type: 'string' },
-        'tls-server-name': { type: 'string' },
-        direct: { type: 'boolean' },
-        progress: { type: 'boolean' },
-        help: { type: 'boolean', short: 'h' },
-      },
-    }));
-  } catch (e) {
-    io.stderr(`${(e as Error).message}\n${CAPACITY_USAGE}`);
-    return 2;
-  }
-  if (values.help) {
-    io.stdout(CAPACITY_USAGE);
-    return 0;
-  }
+  const parsed = parseFlags(argv, CAPACITY_OPTIONS, false, CAPACITY_USAGE, io);
+  if (typeof parsed === 'number') return parsed;
+  const { values } = parsed;
   const output = parseOutput(values.output);
   try {
     if (!output) throw usage(outputUsageMessage(values.output!));
-    const tenantId = values.tenant ?? config.tenant;
-    if (!tenantId) throw usage('--tenant is required (or set BETTER_COMPUTE_TENANT)');
-    const views = (['preview', 'timeline', 'domains', 'quota'] as const).filter((v) => values[v]);
-    if (views.length > 1) throw usage(`--${views[0]} and --${views[1]} do not go together`);
-    const previewOnly = ['gpus', 'class', 'for', 'start', 'selector', 'gang', 'binding', 'spot'] as const;
-    const timelineOnly = ['from', 'to', 'step'] as const;
-    for (const f of previewOnly) if (values[f] !== undefined && !values.preview) throw usage(`--${f} needs --preview`);
-    for (const f of timelineOnly) if (values[f] !== undefined && !values.timeline) throw usage(`--${f} needs --timeline`);
-    if (values['topology-key'] !== undefined && !values.preview && !values.domains) throw usage('--topology-key needs --preview or --domains');
-    if (views[0] && views[0] !== 'quota' && !values.pool) throw usage(`--${views[0]} needs --pool`); // quota: every pool the tenant sees, or one
-
+    const tenantId = capacityTenant(values, config);
     const { client, progress } = await openClient({ values, config, io, made: io.client, direct: () => directClient(config), http: httpClient });
     try {
-      let result: unknown;
-      let render: { table: () => string; wide?: () => string };
-      if (values.preview) {
-        let selector: Record<string, unknown> | undefined;
-        if (values.selector !== undefined) {
-          try {
-            selector = selectorTextToObject(values.selector);
-          } catch (e) {
-            if (e instanceof SelectorError) throw usage(`--selector: ${e.message}`);
-            throw e;
-          }
-        }
-        const body = {
-          tenantId,
-          poolId: values.pool,
-          devices: [
-            {
-              class: values.class ?? 'gpu',
-              count: values.gpus === undefined ? 1 : parseInteger('gpus', values.gpus),
-              ...(selector ? { selector } : {}),
-            },
-          ],
-          duration: values.for ?? '1h',
-          ...(values.start !== undefined ? { start: parseTime('start', values.start) } : {}),
-          ...(values.binding !== undefined ? { binding: values.binding } : {}),
-          ...(values.spot ? { spot: true } : {}),
-          ...(values.gang !== undefined
-            ? { gang: { size: parseInteger('gang', values.gang), ...(values['topology-key'] ? { topologyKey: values['topology-key'] } : {}) } }
-            : {}),
-          // Required by the schema; nothing is written, so any key does.
-          idempotencyKey: 'cli-preview',
-        };
-        const r = await client.preview(body);
-        result = r;
-        render = { table: () => renderPreview(r) };
-      } else if (values.timeline) {
-        const r = await client.timeline({
-          tenantId,
-          poolId: values.pool,
-          ...(values.from !== undefined ? { from: parseTime('from', values.from) } : {}),
-          ...(values.to !== undefined ? { to: parseTime('to', values.to) } : {}),
-          ...(values.step !== undefined ? { stepMinutes: parseInteger('step', values.step) } : {}),
-        });
-        result = r;
-        render = { table: () => renderTimeline(r) };
-      } else if (values.domains) {
-        const r = await client.byDomain({
-          tenantId,
-          poolId: values.pool,
-          ...(values['topology-key'] !== undefined ? { topologyKey: values['topology-key'] } : {}),
-        });
-        result = r;
-        render = { table: () => renderDomains(r) };
-      } else if (values.quota) {
-        const r = await client.quota({ tenantId, ...(values.pool ? { poolId: values.pool } : {}) });
-        result = r;
-        render = { table: () => renderQuota(r) };
-      } else if (values.pool) {
-        const r = await client.byPool({ tenantId, poolId: values.pool });
-        result = r;
-        render = { table: () => renderPoolRows(r) };
-      } else {
-        const r = await client.summary({ tenantId });
-        result = r;
-        render = { table: () => renderSummary(r), wide: () => renderSummary(r, { wide: true }) };
-      }
+      const { result, render } = await capacityView(client, values, tenantId);
       progress.done();
       io.stdout(formatOutput(output, result, render));
       return 0;
@@ -362,4 +278,87 @@ export async function capacityCommand(argv: string[], config: Config, io: Capaci
   } catch (e) {
     return reportFailure(e, output ?? 'table', io.stderr);
   }
+}
+
+/** The tenant (--tenant, else the config's), once the flags are checked to go together. */
+function capacityTenant(values: CapacityFlags, config: Config): string {
+  const tenantId = values.tenant ?? config.tenant;
+  if (!tenantId) throw usage('--tenant is required (or set BETTER_COMPUTE_TENANT)');
+  const views = (['preview', 'timeline', 'domains', 'quota'] as const).filter((v) => values[v]);
+  if (views.length > 1) throw usage(`--${views[0]} and --${views[1]} do not go together`);
+  const previewOnly = ['gpus', 'class', 'for', 'start', 'selector', 'gang', 'binding', 'spot'] as const;
+  const timelineOnly = ['from', 'to', 'step'] as const;
+  for (const f of previewOnly) if (values[f] !== undefined && !values.preview) throw usage(`--${f} needs --preview`);
+  for (const f of timelineOnly) if (values[f] !== undefined && !values.timeline) throw usage(`--${f} needs --timeline`);
+  if (values['topology-key'] !== undefined && !values.preview && !values.domains) throw usage('--topology-key needs --preview or --domains');
+  if (views[0] && views[0] !== 'quota' && !values.pool) throw usage(`--${views[0]} needs --pool`); // quota: every pool the tenant sees, or one
+  return tenantId;
+}
+
+/** The view the flags ask for, read through the client. */
+async function capacityView(client: CapacityClient, values: CapacityFlags, tenantId: string): Promise<Shown> {
+  if (values.preview) {
+    const r = await client.preview(previewBody(values, tenantId));
+    return { result: r, render: { table: () => renderPreview(r) } };
+  }
+  if (values.timeline) {
+    const r = await client.timeline({
+      tenantId,
+      poolId: values.pool,
+      ...(values.from !== undefined ? { from: parseTime('from', values.from) } : {}),
+      ...(values.to !== undefined ? { to: parseTime('to', values.to) } : {}),
+      ...(values.step !== undefined ? { stepMinutes: parseInteger('step', values.step) } : {}),
+    });
+    return { result: r, render: { table: () => renderTimeline(r) } };
+  }
+  if (values.domains) {
+    const r = await client.byDomain({
+      tenantId,
+      poolId: values.pool,
+      ...(values['topology-key'] !== undefined ? { topologyKey: values['topology-key'] } : {}),
+    });
+    return { result: r, render: { table: () => renderDomains(r) } };
+  }
+  if (values.quota) {
+    const r = await client.quota({ tenantId, ...(values.pool ? { poolId: values.pool } : {}) });
+    return { result: r, render: { table: () => renderQuota(r) } };
+  }
+  if (values.pool) {
+    const r = await client.byPool({ tenantId, poolId: values.pool });
+    return { result: r, render: { table: () => renderPoolRows(r) } };
+  }
+  const r = await client.summary({ tenantId });
+  return { result: r, render: { table: () => renderSummary(r), wide: () => renderSummary(r, { wide: true }) } };
+}
+
+/** --preview's request: one device request (--gpus of --class, --selector), its time, binding and gang. */
+function previewBody(values: CapacityFlags, tenantId: string): Record<string, unknown> {
+  let selector: Record<string, unknown> | undefined;
+  if (values.selector !== undefined) {
+    try {
+      selector = selectorTextToObject(values.selector);
+    } catch (e) {
+      if (e instanceof SelectorError) throw usage(`--selector: ${e.message}`);
+      throw e;
+    }
+  }
+  const device = {
+    class: values.class ?? 'gpu',
+    count: values.gpus === undefined ? 1 : parseInteger('gpus', values.gpus),
+    ...(selector ? { selector } : {}),
+  };
+  return {
+    tenantId,
+    poolId: values.pool,
+    devices: [device],
+    duration: values.for ?? '1h',
+    ...(values.start !== undefined ? { start: parseTime('start', values.start) } : {}),
+    ...(values.binding !== undefined ? { binding: values.binding } : {}),
+    ...(values.spot ? { spot: true } : {}),
+    ...(values.gang !== undefined
+      ? { gang: { size: parseInteger('gang', values.gang), ...(values['topology-key'] ? { topologyKey: values['topology-key'] } : {}) } }
+      : {}),
+    // Required by the schema; nothing is written, so any key does.
+    idempotencyKey: 'cli-preview',
+  };
 }

@@ -29,6 +29,12 @@ export function formatData(format: 'json' | 'yaml', data: unknown): string {
 }
 
 /** What a command prints for its answer in `format`: the data, or the table (wide when asked and there is one). */
+/** What a command prints: its answer (for -o json or yaml) and how to draw it as a table. */
+export interface Shown {
+  result: unknown;
+  render: { table: () => string; wide?: () => string };
+}
+
 export function formatOutput(format: OutputFormat, data: unknown, render: { table: () => string; wide?: () => string }): string {
   if (format === 'json' || format === 'yaml') return formatData(format, data);
   return format === 'wide' && render.wide ? render.wide() : render.table();

@@ -4,7 +4,6 @@
 // names come from the cluster when a kubeconfig is configured (KUBECONFIG); the ledger knows only their uids.
 import { systemClock } from '../clock.ts';
 import fs from 'node:fs/promises';
-import { parseArgs } from 'node:util';
 import { parseAllDocuments } from 'yaml';
 import { z } from 'zod';
 import { ApiError } from '../api/errors.ts';
@@ -21,8 +20,9 @@ import type { ReservationState } from '../db/ledger.ts';
 import { DurationError, parseDuration } from '../core/duration.ts';
 import { CliError, reportFailure } from './capacity.ts';
 import { renderPreview } from './render.ts';
-import { formatOutput, OUTPUT_HELP, outputUsageMessage, parseOutput } from './output.ts';
-import { createProgress, openingStep } from './progress.ts';
+import { formatOutput, OUTPUT_HELP, outputUsageMessage, parseOutput, type Shown } from './output.ts';
+import { parseFlags } from './flags.ts';
+import { createProgress, openingStep, type Progress } from './progress.ts';
 import { parseWaitStates, WAIT_STATES, waitForState, WaitFailure } from './reservation-wait.ts';
 import { renderReservation, renderReservationList, type ReservationDetails } from './render-reservations.ts';
 
@@ -80,124 +80,54 @@ async function clusterNames(kubeconfig: string): Promise<Map<string, string>> {
   return new Map(list.items.flatMap((r) => (r.metadata.uid ? [[r.metadata.uid, `${r.metadata.namespace}/${r.metadata.name}`] as const] : [])));
 }
 
+const RESERVATIONS_OPTIONS = {
+  tenant: { type: 'string' },
+  output: { type: 'string', short: 'o' },
+  all: { type: 'boolean' },
+  filename: { type: 'string', short: 'f' },
+  for: { type: 'string' },
+  timeout: { type: 'string' },
+  progress: { type: 'boolean' },
+  help: { type: 'boolean', short: 'h' },
+} as const;
+
+/** A verb with its arguments, `wait`'s options checked. */
+interface Call {
+  verb: 'list' | 'get' | 'preview' | 'confirm' | 'wait';
+  args: string[];
+  wait: { states: ReservationState[]; timeoutMs: number } | undefined;
+}
+
+/** What the verbs share: the tenant's database and services, the progress line, names and details of reservations. */
+interface Session {
+  db: Db;
+  tenantId: string;
+  progress: Progress;
+  service: Awaited<ReturnType<typeof createCapacityService>>['service'];
+  ledger: Awaited<ReturnType<typeof createCapacityService>>['ledger'];
+  names: (rows: readonly ReservationRow[]) => Promise<Map<string, string>>;
+  details: (id: string) => Promise<ReservationDetails>;
+}
+
 export async function reservationsCommand(argv: string[], config: Config, io: ReservationsIo): Promise<number> {
-  let values;
-  let positionals: string[];
-  try {
-    ({ values, positionals } = parseArgs({
-      args: argv,
-      strict: true,
-      allowPositionals: true,
-      options: {
-        tenant: { type: 'string' },
-        output: { type: 'string', short: 'o' },
-        all: { type: 'boolean' },
-        filename: { type: 'string', short: 'f' },
-        for: { type: 'string' },
-        timeout: { type: 'string' },
-        progress: { type: 'boolean' },
-        help: { type: 'boolean', short: 'h' },
-      },
-    }));
-  } catch (e) {
-    io.stderr(`${(e as Error).message}\n${RESERVATIONS_USAGE}`);
-    return 2;
-  }
-  if (values.help) {
-    io.stdout(RESERVATIONS_USAGE);
-    return 0;
-  }
+  const parsed = parseFlags(argv, RESERVATIONS_OPTIONS, true, RESERVATIONS_USAGE, io);
+  if (typeof parsed === 'number') return parsed;
+  const { values, positionals } = parsed;
   const output = parseOutput(values.output);
-  const [verb, ...args] = positionals;
   try {
     if (!output) throw usage(outputUsageMessage(values.output!));
     const tenantId = values.tenant ?? config.tenant;
     if (!tenantId) throw usage('--tenant is required (or set BETTER_COMPUTE_TENANT)');
-    const arity: Record<string, number> = { list: 0, get: 1, preview: 0, confirm: 1, wait: 1 };
-    if (verb === undefined || arity[verb] === undefined) throw usage(`a command: list, get ID, preview -f FILE, confirm ID or wait ID${verb ? `, not ${verb}` : ''}`);
-    if (args.length !== arity[verb]) throw usage(`${verb} takes ${arity[verb] === 1 ? 'one reservation id' : 'no arguments'}`);
-    if (values.all && verb !== 'list') throw usage('--all goes with list');
-    const wait = verb === 'wait' ? waitOptions(values.for, values.timeout) : undefined;
-    if (!wait && (values.for !== undefined || values.timeout !== undefined)) throw usage('--for and --timeout go with wait');
-    if ((values.filename !== undefined) !== (verb === 'preview')) throw usage(verb === 'preview' ? 'preview needs -f FILE' : '-f goes with preview');
+    const call = callOf(positionals, values);
     // Read before opening the database: a missing file costs no database start.
-    const manifest = verb === 'preview' ? await readManifest(values.filename!) : undefined;
+    const manifest = call.verb === 'preview' ? await readManifest(values.filename!) : undefined;
 
     const progress = createProgress({ flag: values.progress, isTTY: io.stderrIsTTY, write: io.stderr });
     progress.step(io.database ? 'opening the database' : openingStep(config));
     const database = io.database ? await io.database() : await openDatabase(config, { migrate: false, poolSize: 2 });
     try {
-      const { service, ledger } = await createCapacityService(database.db);
-      const names = async (rows: readonly ReservationRow[]): Promise<Map<string, string>> => {
-        const lookup = io.names ?? (config.kubeconfig ? (uids: readonly string[]) => clusterNames(config.kubeconfig!).then((m) => pick(m, uids)) : undefined);
-        if (!lookup || rows.length === 0) return new Map();
-        progress.step('asking the cluster for the Reservations\' names');
-        try {
-          return await lookup(rows.map((r) => r.idempotencyKey));
-        } catch (e) {
-          io.stderr(`warning: Reservation names unavailable (${e instanceof Error ? e.message : String(e)})\n`);
-          return new Map();
-        }
-      };
-      const details = async (id: string): Promise<ReservationDetails> => {
-        const [row] = await tenantReservations(database.db, tenantId, { ids: [id] });
-        if (!row) throw new ApiError('NOT_FOUND', `reservation ${id} not found for tenant ${tenantId}`);
-        const view = await ledger.get(id);
-        const name = (await names([row])).get(row.idempotencyKey) ?? null;
-        return { ...row, name, allocations: view?.allocations ?? [], ...(view?.hold ? { hold: view.hold } : {}) };
-      };
-
-      let result: unknown;
-      let render: { table: () => string; wide?: () => string };
-      if (verb !== 'wait') progress.step(verb === 'list' ? 'reading the reservations' : verb === 'preview' ? 'asking the placer' : `reading reservation ${args[0]}`);
-      if (verb === 'list') {
-        const rows = await tenantReservations(database.db, tenantId, { all: values.all ?? false });
-        const byUid = await names(rows);
-        const list = rows.map((r) => ({ ...r, name: byUid.get(r.idempotencyKey) ?? null }));
-        result = { tenantId, reservations: list };
-        render = {
-          table: () => renderReservationList(tenantId, list, values.all ?? false),
-          wide: () => renderReservationList(tenantId, list, values.all ?? false, { wide: true }),
-        };
-      } else if (verb === 'get') {
-        const r = await details(args[0]!);
-        result = r;
-        render = { table: () => renderReservation(r), wide: () => renderReservation(r, { wide: true }) };
-      } else if (verb === 'wait') {
-        const id = args[0]!;
-        try {
-          await waitForState(id, wait!.states, wait!.timeoutMs, {
-            read: async () => (await tenantReservations(database.db, tenantId, { ids: [id] }))[0],
-            progress,
-            now: () => systemClock.now(),
-            sleep: (ms) => systemClock.sleep(ms),
-          });
-        } catch (e) {
-          throw e instanceof WaitFailure ? new CliError(e.code, e.message) : e;
-        }
-        const r = await details(id);
-        result = r;
-        render = { table: () => renderReservation(r), wide: () => renderReservation(r, { wide: true }) };
-      } else if (verb === 'confirm') {
-        const id = args[0]!;
-        await details(id); // another tenant's reservation is not found, and not confirmed
-        progress.step(`confirming ${id}`);
-        const out = await ledger.confirm(id);
-        if ('error' in out) throw new CliError('NOT_HELD', out.error);
-        const r = await details(id);
-        result = r;
-        render = { table: () => renderReservation(r), wide: () => renderReservation(r, { wide: true }) };
-      } else {
-        const m = manifest!;
-        const { rows } = await database.db.query<{ id: string }>('SELECT id FROM pools WHERE name = $1', [m.spec.pool]);
-        if (!rows[0]) throw new ApiError('NOT_FOUND', `no pool named ${m.spec.pool}`);
-        // The reconciler's own translation and schema; the uid only fills the required idempotency key.
-        const input = toCreateInput({ ...m, metadata: { ...m.metadata, uid: m.metadata.uid ?? 'cli-preview' } }, tenantId, rows[0].id);
-        const r = await service.preview(input);
-        result = r;
-        const who = `${m.metadata.namespace ? `${m.metadata.namespace}/` : ''}${m.metadata.name}`;
-        render = { table: () => `Reservation ${who}: pool ${m.spec.pool} (${rows[0]!.id}), tenant ${tenantId}\n${renderPreview(r)}` };
-      }
+      const session = await openSession(database.db, tenantId, progress, config, io);
+      const { result, render } = await runVerb(session, call, values.all ?? false, manifest);
       progress.done();
       io.stdout(formatOutput(output, result, render));
       return 0;
@@ -207,6 +137,104 @@ export async function reservationsCommand(argv: string[], config: Config, io: Re
   } catch (e) {
     return reportFailure(e, output ?? 'table', io.stderr);
   }
+}
+
+/** The verb and its arguments, checked with the flags that go with it. */
+function callOf(positionals: string[], values: { all?: boolean; filename?: string; for?: string; timeout?: string }): Call {
+  const [verb, ...args] = positionals;
+  const arity: Record<string, number> = { list: 0, get: 1, preview: 0, confirm: 1, wait: 1 };
+  if (verb === undefined || arity[verb] === undefined) throw usage(`a command: list, get ID, preview -f FILE, confirm ID or wait ID${verb ? `, not ${verb}` : ''}`);
+  if (args.length !== arity[verb]) throw usage(`${verb} takes ${arity[verb] === 1 ? 'one reservation id' : 'no arguments'}`);
+  if (values.all && verb !== 'list') throw usage('--all goes with list');
+  const wait = verb === 'wait' ? waitOptions(values.for, values.timeout) : undefined;
+  if (!wait && (values.for !== undefined || values.timeout !== undefined)) throw usage('--for and --timeout go with wait');
+  if ((values.filename !== undefined) !== (verb === 'preview')) throw usage(verb === 'preview' ? 'preview needs -f FILE' : '-f goes with preview');
+  return { verb: verb as Call['verb'], args, wait };
+}
+
+/** The session on an open database: Reservation names from the cluster (a warning when it cannot say), details by id. */
+async function openSession(db: Db, tenantId: string, progress: Progress, config: Config, io: ReservationsIo): Promise<Session> {
+  const { service, ledger } = await createCapacityService(db);
+  const names = async (rows: readonly ReservationRow[]): Promise<Map<string, string>> => {
+    const lookup = io.names ?? (config.kubeconfig ? (uids: readonly string[]) => clusterNames(config.kubeconfig!).then((m) => pick(m, uids)) : undefined);
+    if (!lookup || rows.length === 0) return new Map();
+    progress.step('asking the cluster for the Reservations\' names');
+    try {
+      return await lookup(rows.map((r) => r.idempotencyKey));
+    } catch (e) {
+      io.stderr(`warning: Reservation names unavailable (${e instanceof Error ? e.message : String(e)})\n`);
+      return new Map();
+    }
+  };
+  const details = async (id: string): Promise<ReservationDetails> => {
+    const [row] = await tenantReservations(db, tenantId, { ids: [id] });
+    if (!row) throw new ApiError('NOT_FOUND', `reservation ${id} not found for tenant ${tenantId}`);
+    const view = await ledger.get(id);
+    const name = (await names([row])).get(row.idempotencyKey) ?? null;
+    return { ...row, name, allocations: view?.allocations ?? [], ...(view?.hold ? { hold: view.hold } : {}) };
+  };
+  return { db, tenantId, progress, service, ledger, names, details };
+}
+
+/** One reservation's details, as a table or wide. */
+function detailsShown(r: ReservationDetails): Shown {
+  return { result: r, render: { table: () => renderReservation(r), wide: () => renderReservation(r, { wide: true }) } };
+}
+
+/** Runs the verb. */
+async function runVerb(s: Session, call: Call, all: boolean, manifest: Reservation | undefined): Promise<Shown> {
+  const { verb, args } = call;
+  const { progress, tenantId } = s;
+  if (verb !== 'wait') progress.step(verb === 'list' ? 'reading the reservations' : verb === 'preview' ? 'asking the placer' : `reading reservation ${args[0]}`);
+  if (verb === 'list') {
+    const rows = await tenantReservations(s.db, tenantId, { all });
+    const byUid = await s.names(rows);
+    const list = rows.map((r) => ({ ...r, name: byUid.get(r.idempotencyKey) ?? null }));
+    return {
+      result: { tenantId, reservations: list },
+      render: {
+        table: () => renderReservationList(tenantId, list, all),
+        wide: () => renderReservationList(tenantId, list, all, { wide: true }),
+      },
+    };
+  }
+  if (verb === 'get') return detailsShown(await s.details(args[0]!));
+  if (verb === 'wait') return waitFor(s, args[0]!, call.wait!);
+  if (verb === 'confirm') {
+    const id = args[0]!;
+    await s.details(id); // another tenant's reservation is not found, and not confirmed
+    progress.step(`confirming ${id}`);
+    const out = await s.ledger.confirm(id);
+    if ('error' in out) throw new CliError('NOT_HELD', out.error);
+    return detailsShown(await s.details(id));
+  }
+  return previewOf(s, manifest!);
+}
+
+/** `wait`: until the reservation is in one of the states (or the timeout), then its details. */
+async function waitFor(s: Session, id: string, wait: NonNullable<Call['wait']>): Promise<Shown> {
+  try {
+    await waitForState(id, wait.states, wait.timeoutMs, {
+      read: async () => (await tenantReservations(s.db, s.tenantId, { ids: [id] }))[0],
+      progress: s.progress,
+      now: () => systemClock.now(),
+      sleep: (ms) => systemClock.sleep(ms),
+    });
+  } catch (e) {
+    throw e instanceof WaitFailure ? new CliError(e.code, e.message) : e;
+  }
+  return detailsShown(await s.details(id));
+}
+
+/** `preview -f FILE`: where the manifest's Reservation would be placed now (nothing is booked). */
+async function previewOf(s: Session, m: Reservation): Promise<Shown> {
+  const { rows } = await s.db.query<{ id: string }>('SELECT id FROM pools WHERE name = $1', [m.spec.pool]);
+  if (!rows[0]) throw new ApiError('NOT_FOUND', `no pool named ${m.spec.pool}`);
+  // The reconciler's own translation and schema; the uid only fills the required idempotency key.
+  const input = toCreateInput({ ...m, metadata: { ...m.metadata, uid: m.metadata.uid ?? 'cli-preview' } }, s.tenantId, rows[0].id);
+  const r = await s.service.preview(input);
+  const who = `${m.metadata.namespace ? `${m.metadata.namespace}/` : ''}${m.metadata.name}`;
+  return { result: r, render: { table: () => `Reservation ${who}: pool ${m.spec.pool} (${rows[0]!.id}), tenant ${s.tenantId}\n${renderPreview(r)}` } };
 }
 
 /** `wait`'s --for (default confirmed) and --timeout (default 10m), checked before the database is opened. */

@@ -1,7 +1,6 @@
 // `better-compute usage`: a tenant's hourly usage windows (GPU-hours, MIG-instance hours, slot hours, scalar hours)
 // over a period, as totals per pool and resource (with --hourly, one row per hour) or `-o json`. Like `capacity`, it
 // talks to the capacity API, or with --direct reads the database through the same service and schema.
-import { parseArgs } from 'node:util';
 import { CAPACITY_PATHS } from '../api/app.ts';
 import { createCapacityService, type UsageResult } from '../api/capacity-service.ts';
 import { parseInput, UsageInput } from '../core/schemas.ts';
@@ -9,6 +8,7 @@ import type { Config } from '../config.ts';
 import { openDatabase } from '../db/connect.ts';
 import { CliError, httpCall, openClient, reportFailure } from './capacity.ts';
 import type { ClientTls } from './http-post.ts';
+import { parseFlags } from './flags.ts';
 import { formatOutput, OUTPUT_HELP, outputUsageMessage, parseOutput } from './output.ts';
 import { renderUsage } from './render.ts';
 
@@ -64,56 +64,31 @@ export interface UsageIo {
 
 const usage = (message: string) => new CliError('USAGE', message, 2);
 
+const USAGE_OPTIONS = {
+  tenant: { type: 'string' },
+  pool: { type: 'string' },
+  period: { type: 'string' },
+  from: { type: 'string' },
+  to: { type: 'string' },
+  hourly: { type: 'boolean' },
+  output: { type: 'string', short: 'o' },
+  server: { type: 'string' },
+  token: { type: 'string' },
+  'ca-file': { type: 'string' },
+  'tls-server-name': { type: 'string' },
+  direct: { type: 'boolean' },
+  progress: { type: 'boolean' },
+  help: { type: 'boolean', short: 'h' },
+} as const;
+
 export async function usageCommand(argv: string[], config: Config, io: UsageIo): Promise<number> {
-  let values;
-  try {
-    ({ values } = parseArgs({
-      args: argv,
-      strict: true,
-      allowPositionals: false,
-      options: {
-        tenant: { type: 'string' },
-        pool: { type: 'string' },
-        period: { type: 'string' },
-        from: { type: 'string' },
-        to: { type: 'string' },
-        hourly: { type: 'boolean' },
-        output: { type: 'string', short: 'o' },
-        server: { type: 'string' },
-        token: { type: 'string' },
-        'ca-file': { type: 'string' },
-        'tls-server-name': { type: 'string' },
-        direct: { type: 'boolean' },
-        progress: { type: 'boolean' },
-        help: { type: 'boolean', short: 'h' },
-      },
-    }));
-  } catch (e) {
-    io.stderr(`${(e as Error).message}\n${USAGE_USAGE}`);
-    return 2;
-  }
-  if (values.help) {
-    io.stdout(USAGE_USAGE);
-    return 0;
-  }
+  const parsed = parseFlags(argv, USAGE_OPTIONS, false, USAGE_USAGE, io);
+  if (typeof parsed === 'number') return parsed;
+  const { values } = parsed;
   const output = parseOutput(values.output);
   try {
     if (!output) throw usage(outputUsageMessage(values.output!));
-    const tenantId = values.tenant ?? config.tenant;
-    if (!tenantId) throw usage('--tenant is required (or set BETTER_COMPUTE_TENANT)');
-    if (values.period !== undefined && (values.from !== undefined || values.to !== undefined)) {
-      throw usage('--period and --from/--to do not go together');
-    }
-    if (values.to !== undefined && values.from === undefined) throw usage('--to needs --from');
-    // Times go to the API as given: it validates them (ISO 8601) as it does for every caller.
-    const body = {
-      tenantId,
-      ...(values.pool !== undefined ? { poolId: values.pool } : {}),
-      ...(values.period !== undefined ? { period: values.period } : {}),
-      ...(values.from !== undefined ? { from: values.from } : {}),
-      ...(values.to !== undefined ? { to: values.to } : {}),
-      ...(values.hourly ? { hourly: true } : {}),
-    };
+    const body = usageBody(values, config);
     const { client, progress } = await openClient({ values, config, io, made: io.client, direct: () => directUsageClient(config), http: httpUsageClient });
     try {
       const r = await client.usage(body);
@@ -126,4 +101,26 @@ export async function usageCommand(argv: string[], config: Config, io: UsageIo):
   } catch (e) {
     return reportFailure(e, output ?? 'table', io.stderr);
   }
+}
+
+/** The usage call's body from the flags (the tenant from the config when no --tenant), checked for flags that clash. */
+function usageBody(
+  values: { tenant?: string; pool?: string; period?: string; from?: string; to?: string; hourly?: boolean },
+  config: Config,
+): Record<string, unknown> & { tenantId: string } {
+  const tenantId = values.tenant ?? config.tenant;
+  if (!tenantId) throw usage('--tenant is required (or set BETTER_COMPUTE_TENANT)');
+  if (values.period !== undefined && (values.from !== undefined || values.to !== undefined)) {
+    throw usage('--period and --from/--to do not go together');
+  }
+  if (values.to !== undefined && values.from === undefined) throw usage('--to needs --from');
+  // Times go to the API as given: it validates them (ISO 8601) as it does for every caller.
+  return {
+    tenantId,
+    ...(values.pool !== undefined ? { poolId: values.pool } : {}),
+    ...(values.period !== undefined ? { period: values.period } : {}),
+    ...(values.from !== undefined ? { from: values.from } : {}),
+    ...(values.to !== undefined ? { to: values.to } : {}),
+    ...(values.hourly ? { hourly: true } : {}),
+  };
 }

@@ -145,21 +145,9 @@ async function apply(d: DriftDeps, fix: DriftFix): Promise<boolean> {
   }
 }
 
-/** One drift reconcile. Throws FencedError when another replica leads; any other failure is counted and logged. */
-export async function runDrift(d: DriftDeps): Promise<DriftRun> {
-  const started = systemClock.now();
-  const run: DriftRun = { complete: false, fixed: [], failed: 0, pods: 0, quota: 0, quotaAtoms: {} };
-  // The ledger first: a row the cluster view then lacks was made from an object the caches held earlier, so the
-  // object was deleted since (not created after the view was taken).
-  const ledger = await readLedgerView(d.db);
-  const cluster = await d.cluster();
-  run.skipped = cluster ? incompleteReason(ledger, cluster) : 'the cluster view is not complete (an informer has not synced)';
-  if (!cluster || run.skipped) {
-    d.log.warn('drift reconcile skipped: nothing changed', { reason: run.skipped });
-    return run;
-  }
-
-  for (const fix of planDrift(ledger, cluster)) {
+/** Applies the planned fixes, each on its own: a failure is counted and logged, and the next is tried. */
+async function applyFixes(d: DriftDeps, run: DriftRun, fixes: Iterable<DriftFix>): Promise<void> {
+  for (const fix of fixes) {
     try {
       if (!(await apply(d, fix))) continue;
     } catch (e) {
@@ -173,7 +161,10 @@ export async function runDrift(d: DriftDeps): Promise<DriftRun> {
     d.log.info('drift fixed', { kind: fix.kind, action: fix.action, ...fields(fix) });
     d.onFixed?.(fix);
   }
+}
 
+/** The pods' sweep (when given) and the quota counters rebuilt: each a step whose failure is counted, not thrown. */
+async function sweepAndRebuild(d: DriftDeps, run: DriftRun): Promise<void> {
   const step = async (what: string, fn: () => Promise<void>) => {
     try {
       await fn();
@@ -200,6 +191,24 @@ export async function runDrift(d: DriftDeps): Promise<DriftRun> {
       d.log.info('drift fixed', { kind: 'quota', action: 'corrected', keys: run.quota, atoms: drift.atoms });
     }
   });
+}
+
+/** One drift reconcile. Throws FencedError when another replica leads; any other failure is counted and logged. */
+export async function runDrift(d: DriftDeps): Promise<DriftRun> {
+  const started = systemClock.now();
+  const run: DriftRun = { complete: false, fixed: [], failed: 0, pods: 0, quota: 0, quotaAtoms: {} };
+  // The ledger first: a row the cluster view then lacks was made from an object the caches held earlier, so the
+  // object was deleted since (not created after the view was taken).
+  const ledger = await readLedgerView(d.db);
+  const cluster = await d.cluster();
+  run.skipped = cluster ? incompleteReason(ledger, cluster) : 'the cluster view is not complete (an informer has not synced)';
+  if (!cluster || run.skipped) {
+    d.log.warn('drift reconcile skipped: nothing changed', { reason: run.skipped });
+    return run;
+  }
+
+  await applyFixes(d, run, planDrift(ledger, cluster));
+  await sweepAndRebuild(d, run);
 
   run.complete = run.failed === 0;
   if (run.complete) d.metrics?.completed(systemClock.wallNow().getTime() / 1000);

@@ -47,10 +47,7 @@ export function createPendingWakes(o: {
       flush();
     });
   };
-  const tenantOf = (ns: string | undefined) => {
-    const n = ns === undefined ? undefined : o.namespace(ns);
-    return n ? n.metadata.labels?.[TENANT_LABEL] || n.metadata.name : ns;
-  };
+  const tenantOf = (ns: string | undefined) => tenantOfNamespace(o.namespace, ns);
   /** One of the tenant's pending ones left: the earliest of those waiting behind the limit may try now. */
   const wakeNextWaiting = (left: Reservation) => {
     const tenant = tenantOf(left.metadata.namespace);
@@ -60,15 +57,7 @@ export function createPendingWakes(o: {
     const [next] = wakeBatch(waiting.map(pendingEntry), 1);
     if (next) o.queue.add(next.key);
   };
-  const index = (r: Reservation, present: boolean) => {
-    const pool = r.spec?.pool;
-    if (!pool) return;
-    let m = pending.get(pool);
-    if (present && isPending(r)) {
-      if (!m) pending.set(pool, (m = new Map()));
-      m.set(keyOf(r), r);
-    } else if (m?.delete(keyOf(r)) && m.size === 0) pending.delete(pool);
-  };
+  const index = (r: Reservation, present: boolean) => indexPending(pending, r, present);
 
   return {
     wakePending(pool) {
@@ -88,4 +77,21 @@ export function createPendingWakes(o: {
     },
     stop: () => cancel?.(),
   };
+}
+
+/** The tenant of a namespace, as its label names it (else its name; a namespace not known: its name). */
+function tenantOfNamespace(namespace: (name: string) => NamespaceCR | undefined, ns: string | undefined): string | undefined {
+  const n = ns === undefined ? undefined : namespace(ns);
+  return n ? n.metadata.labels?.[TENANT_LABEL] || n.metadata.name : ns;
+}
+
+/** Keeps the index of pending Reservations per Pool: `r` in it when present and pending, else out (an empty Pool dropped). */
+function indexPending(pending: Map<string, Map<string, Reservation>>, r: Reservation, present: boolean): void {
+  const pool = r.spec?.pool;
+  if (!pool) return;
+  let m = pending.get(pool);
+  if (present && isPending(r)) {
+    if (!m) pending.set(pool, (m = new Map()));
+    m.set(keyOf(r), r);
+  } else if (m?.delete(keyOf(r)) && m.size === 0) pending.delete(pool);
 }

@@ -78,127 +78,29 @@ const lite = (p: k8s.V1Pod): PodLite & { metadata: { name: string } } => ({
   status: { phase: p.status?.phase },
 });
 
+type Release = (uid: string, why: string) => Promise<boolean>;
+type PodCached = PodLite & { metadata: { name: string } };
+
 export async function startPodReleaser(deps: ReleaserDeps): Promise<Releaser> {
-  const orphanGraceMs = deps.orphanGraceMs ?? 30_000;
-  const clock = deps.clock ?? systemClock;
-  const retryMinMs = deps.retryMinMs ?? 500;
-  const retryMaxMs = deps.retryMaxMs ?? 30_000;
   const core = deps.kubeConfig.makeApiClient(k8s.CoreV1Api);
   const log = deps.log;
   let stopped = false;
-
-  // ---- releases, retried until they commit ---------------------------------------------------------------------
-  const retries = new Map<string, { attempt: number; timer: NodeJS.Timeout }>();
-  const inflight = new Map<string, Promise<boolean>>();
-
-  const attempt = async (uid: string, why: string): Promise<boolean> => {
-    try {
-      const held = await deps.ledger.releasePod(uid);
-      const r = retries.get(uid);
-      if (r) clearTimeout(r.timer);
-      retries.delete(uid);
-      if (held || r) log.info('released pod holdings', { podUid: uid, why, ...(r ? { attempts: r.attempt + 1 } : {}) });
-      return true;
-    } catch (e) {
-      if (stopped) return false;
-      if (e instanceof FencedError) {
-        // Another replica leads now; its releaser finds the pod gone as well.
-        retries.delete(uid);
-        log.warn('release fenced: another replica leads', { podUid: uid });
-        return false;
-      }
-      const prev = retries.get(uid);
-      if (prev) clearTimeout(prev.timer);
-      const n = (prev?.attempt ?? 0) + 1;
-      const delayMs = Math.min(retryMaxMs, retryMinMs * 2 ** (n - 1));
-      log.error('release failed; retrying', { podUid: uid, why, attempt: n, delayMs, ...errorFields(e) });
-      const timer = setTimeout(() => void release(uid, why), delayMs);
-      timer.unref?.();
-      retries.set(uid, { attempt: n, timer });
-      return false;
-    }
-  };
-
-  const release = (uid: string, why: string): Promise<boolean> => {
-    if (stopped) return Promise.resolve(false);
-    const running = inflight.get(uid);
-    if (running) return running;
-    const p = attempt(uid, why).finally(() => inflight.delete(uid));
-    inflight.set(uid, p);
-    return p;
-  };
-
-  // ---- watch events ------------------------------------------------------------------------------------------
+  const { release, retries } = retryingRelease({
+    ledger: deps.ledger,
+    log,
+    retryMinMs: deps.retryMinMs ?? 500,
+    retryMaxMs: deps.retryMaxMs ?? 30_000,
+    stopped: () => stopped,
+  });
   const podPages: PageFetcher<k8s.V1Pod> = (p) =>
     core.listPodForAllNamespaces({ limit: p.limit, ...(p.continue ? { _continue: p.continue } : {}) }) as Promise<ListPage<k8s.V1Pod>>;
-  const uidOf = (p: PodLite) => p.metadata.uid;
-  const informer = new Informer<PodLite & { metadata: { name: string } }>({
-    name: 'pods-releaser',
-    kc: deps.kubeConfig,
-    path: '/api/v1/pods',
-    // In pages, each mapped to what release needs before the next is asked for (kube/paging.ts).
-    list: () => listAllPages(podPages, lite),
-    // Watch events bring whole pods: the cache keeps their lite form too (50,000 whole pods are gigabytes).
-    transform: (p) => lite(p as k8s.V1Pod),
-    log,
-    ...(deps.watchTimeoutSeconds ? { watchTimeoutSeconds: deps.watchTimeoutSeconds } : {}),
-    ...(deps.watchLivenessMs ? { livenessMs: deps.watchLivenessMs } : {}),
-  });
-  const ended = (p: PodLite) => TERMINAL.has(p.status?.phase ?? '');
-  informer.on({
-    add: (p) => {
-      const uid = uidOf(p);
-      if (uid && ended(p)) void release(uid, `pod ${p.status?.phase}`);
-    },
-    update: (old, p) => {
-      const uid = uidOf(p);
-      const oldUid = uidOf(old);
-      if (oldUid && oldUid !== uid) void release(oldUid, 'pod replaced by another of its name');
-      if (uid && ended(p)) void release(uid, `pod ${p.status?.phase}`);
-    },
-    delete: (p) => {
-      const uid = uidOf(p);
-      if (uid) void release(uid, 'pod deleted');
-    },
-  });
+  const informer = watchPods(deps, podPages, release);
   informer.start();
 
-  // ---- orphans -----------------------------------------------------------------------------------------------
-  // uid → when (the monotonic clock) the first successful list lacking it completed. Only holders are kept.
-  const missingSince = new Map<string, number>();
-
-  // Complete only when its last page arrived; an expired continue token restarts it from the first (kube/paging.ts).
-  const listPodUids = async (): Promise<Set<string>> => {
-    const { items } = await listAllPages(podPages, (p) => p.metadata?.uid);
-    return new Set(items.filter((u): u is string => !!u));
-  };
-
-  const orphanPass = async (): Promise<{ released: string[] }> => {
-    // The holders are read before the list: a pod exists before anything is booked for it, so a holder that a
-    // complete list made afterwards lacks is gone (or was not there when listed: hence the second list).
-    const holders = await podsHolding(deps.db);
-    const startedAt = clock.now();
-    const live = await listPodUids();
-    const doneAt = clock.now();
-    const holding = new Set(holders);
-    for (const uid of [...missingSince.keys()]) if (!holding.has(uid) || live.has(uid)) missingSince.delete(uid);
-    const released: string[] = [];
-    for (const uid of holders) {
-      if (live.has(uid)) continue;
-      const since = missingSince.get(uid);
-      if (since === undefined) {
-        missingSince.set(uid, doneAt);
-        continue;
-      }
-      if (startedAt - since < orphanGraceMs) continue;
-      missingSince.delete(uid);
-      if (await release(uid, 'missing from two pod lists')) released.push(uid);
-    }
-    return { released };
-  };
-
-  // One pass at a time: callers (the timer, the drift reconcile) queue behind a running one.
-  const sweepOrphans = oneAtATime(orphanPass);
+  // One orphan pass at a time: callers (the timer, the drift reconcile) queue behind a running one.
+  const sweepOrphans = oneAtATime(
+    orphanPass({ db: deps.db, clock: deps.clock ?? systemClock, orphanGraceMs: deps.orphanGraceMs ?? 30_000, podPages, release }),
+  );
   const orphansQuietly = () => {
     if (stopped) return;
     sweepOrphans().catch((e: unknown) => log.warn('orphan sweep failed; nothing released', errorFields(e)));
@@ -228,6 +130,134 @@ export async function startPodReleaser(deps: ReleaserDeps): Promise<Releaser> {
       retries.clear();
       await informer.stop();
     },
+  };
+}
+
+/** Releases, retried until they commit: one attempt per pod at a time; a failed one again after a doubling backoff. */
+function retryingRelease(o: { ledger: Ledger; log: Logger; retryMinMs: number; retryMaxMs: number; stopped: () => boolean }): {
+  release: Release;
+  retries: Map<string, { attempt: number; timer: NodeJS.Timeout }>;
+} {
+  const { log, retryMinMs, retryMaxMs } = o;
+  const retries = new Map<string, { attempt: number; timer: NodeJS.Timeout }>();
+  const inflight = new Map<string, Promise<boolean>>();
+
+  const attempt = async (uid: string, why: string): Promise<boolean> => {
+    try {
+      const held = await o.ledger.releasePod(uid);
+      const r = retries.get(uid);
+      if (r) clearTimeout(r.timer);
+      retries.delete(uid);
+      if (held || r) log.info('released pod holdings', { podUid: uid, why, ...(r ? { attempts: r.attempt + 1 } : {}) });
+      return true;
+    } catch (e) {
+      if (o.stopped()) return false;
+      if (e instanceof FencedError) {
+        // Another replica leads now; its releaser finds the pod gone as well.
+        retries.delete(uid);
+        log.warn('release fenced: another replica leads', { podUid: uid });
+        return false;
+      }
+      const prev = retries.get(uid);
+      if (prev) clearTimeout(prev.timer);
+      const n = (prev?.attempt ?? 0) + 1;
+      const delayMs = Math.min(retryMaxMs, retryMinMs * 2 ** (n - 1));
+      log.error('release failed; retrying', { podUid: uid, why, attempt: n, delayMs, ...errorFields(e) });
+      const timer = setTimeout(() => void release(uid, why), delayMs);
+      timer.unref?.();
+      retries.set(uid, { attempt: n, timer });
+      return false;
+    }
+  };
+
+  const release = (uid: string, why: string): Promise<boolean> => {
+    if (o.stopped()) return Promise.resolve(false);
+    const running = inflight.get(uid);
+    if (running) return running;
+    const p = attempt(uid, why).finally(() => inflight.delete(uid));
+    inflight.set(uid, p);
+    return p;
+  };
+  return { release, retries };
+}
+
+/** The pod watch (not started): a pod that ended, was deleted, or whose name another uid took is released. */
+function watchPods(deps: ReleaserDeps, podPages: PageFetcher<k8s.V1Pod>, release: Release): Informer<PodCached> {
+  const uidOf = (p: PodLite) => p.metadata.uid;
+  const informer = new Informer<PodCached>({
+    name: 'pods-releaser',
+    kc: deps.kubeConfig,
+    path: '/api/v1/pods',
+    // In pages, each mapped to what release needs before the next is asked for (kube/paging.ts).
+    list: () => listAllPages(podPages, lite),
+    // Watch events bring whole pods: the cache keeps their lite form too (50,000 whole pods are gigabytes).
+    transform: (p) => lite(p as k8s.V1Pod),
+    log: deps.log,
+    ...(deps.watchTimeoutSeconds ? { watchTimeoutSeconds: deps.watchTimeoutSeconds } : {}),
+    ...(deps.watchLivenessMs ? { livenessMs: deps.watchLivenessMs } : {}),
+  });
+  const ended = (p: PodLite) => TERMINAL.has(p.status?.phase ?? '');
+  informer.on({
+    add: (p) => {
+      const uid = uidOf(p);
+      if (uid && ended(p)) void release(uid, `pod ${p.status?.phase}`);
+    },
+    update: (old, p) => {
+      const uid = uidOf(p);
+      const oldUid = uidOf(old);
+      if (oldUid && oldUid !== uid) void release(oldUid, 'pod replaced by another of its name');
+      if (uid && ended(p)) void release(uid, `pod ${p.status?.phase}`);
+    },
+    delete: (p) => {
+      const uid = uidOf(p);
+      if (uid) void release(uid, 'pod deleted');
+    },
+  });
+  return informer;
+}
+
+/**
+ * One orphan pass: a pod that holds atoms and that two complete pod lists, at least `orphanGraceMs` apart, both lack is
+ * released. Returns the pods released.
+ */
+function orphanPass(o: {
+  db: Db;
+  clock: MonotonicClock;
+  orphanGraceMs: number;
+  podPages: PageFetcher<k8s.V1Pod>;
+  release: Release;
+}): () => Promise<{ released: string[] }> {
+  // uid → when (the monotonic clock) the first successful list lacking it completed. Only holders are kept.
+  const missingSince = new Map<string, number>();
+
+  // Complete only when its last page arrived; an expired continue token restarts it from the first (kube/paging.ts).
+  const listPodUids = async (): Promise<Set<string>> => {
+    const { items } = await listAllPages(o.podPages, (p) => p.metadata?.uid);
+    return new Set(items.filter((u): u is string => !!u));
+  };
+
+  return async () => {
+    // The holders are read before the list: a pod exists before anything is booked for it, so a holder that a
+    // complete list made afterwards lacks is gone (or was not there when listed: hence the second list).
+    const holders = await podsHolding(o.db);
+    const startedAt = o.clock.now();
+    const live = await listPodUids();
+    const doneAt = o.clock.now();
+    const holding = new Set(holders);
+    for (const uid of [...missingSince.keys()]) if (!holding.has(uid) || live.has(uid)) missingSince.delete(uid);
+    const released: string[] = [];
+    for (const uid of holders) {
+      if (live.has(uid)) continue;
+      const since = missingSince.get(uid);
+      if (since === undefined) {
+        missingSince.set(uid, doneAt);
+        continue;
+      }
+      if (startedAt - since < o.orphanGraceMs) continue;
+      missingSince.delete(uid);
+      if (await o.release(uid, 'missing from two pod lists')) released.push(uid);
+    }
+    return { released };
   };
 }
 

@@ -7,7 +7,7 @@ import { FencedError, type Fence, type Ledger } from '../db/ledger.ts';
 import type { Db } from '../db/pool.ts';
 import { errorFields, type Logger } from '../log.ts';
 import type { ControllerContext, ControllerTuning } from './context.ts';
-import { createPendingWakes } from './pending-wakes.ts';
+import { createPendingWakes, type PendingWakes } from './pending-wakes.ts';
 import type { ClusterView, DriftFix } from './drift-plan.ts';
 import { boundReservation } from '../kube/bounds.ts';
 import { Informer } from '../kube/informer.ts';
@@ -17,7 +17,8 @@ import { NodeReconciler } from './node/reconciler.ts';
 import { NodeDevicesReconciler } from './nodedevices/reconciler.ts';
 import { PoolReconciler } from './pool/reconciler.ts';
 import { WorkQueue, type ReconcileResult } from './queue.ts';
-import { confirmRequested, ReservationReconciler } from './reservation/reconciler.ts';
+import { ReservationReconciler } from './reservation/reconciler.ts';
+import { confirmRequested } from './reservation/status.ts';
 import { GROUP, keyOf, VERSION, type KubeObject, type Reservation } from '../kube/types.ts';
 import { systemClock } from '../clock.ts';
 
@@ -73,6 +74,35 @@ export function reservationUpdateWakes(a: Reservation, b: Reservation): boolean 
 }
 
 export function setupControllers(o: SetupOptions): Controllers {
+  const informers = makeInformers(o);
+  const queues = makeQueues(o);
+  // The pending Reservations per Pool, the batched wakes and the pending limit's wakes (pending-wakes.ts).
+  const pendingWakes = createPendingWakes({
+    queue: queues.reservations,
+    namespace: (name) => informers.namespaces.get(name),
+    intervalMs: o.tuning.wakeIntervalMs ?? 1000,
+    batchSize: o.tuning.wakeBatchSize ?? 256,
+  });
+  const ctx = makeContext(o, informers, queues, pendingWakes);
+  const reservations = new ReservationReconciler(ctx);
+  const pools = new PoolReconciler(ctx);
+  const nodes = new NodeReconciler(ctx);
+  const nodeDevices = new NodeDevicesReconciler(ctx, (name) => nodes.reconcile(name));
+  const reconcilers: Reconcilers = { reservations, pools, nodes, nodeDevices };
+  wireEvents(ctx, pendingWakes);
+  return controllersOf(ctx, reconcilers, pendingWakes);
+}
+
+/** One reconciler per kind. */
+interface Reconcilers {
+  reservations: ReservationReconciler;
+  pools: PoolReconciler;
+  nodes: NodeReconciler;
+  nodeDevices: NodeDevicesReconciler;
+}
+
+/** The informer of each kind (not started). */
+function makeInformers(o: SetupOptions): ControllerContext['informers'] {
   const log = o.log;
   const informer = <T extends KubeObject>(name: string, path: string, list: () => Promise<{ items: T[] }>, transform?: (obj: T) => T) =>
     new Informer<T>({
@@ -94,6 +124,12 @@ export function setupControllers(o: SetupOptions): Controllers {
     nodeDevices: informer('nodedevices', crPath(PLURALS.nodedevices), o.kube.listNodeDevices),
     namespaces: informer('namespaces', '/api/v1/namespaces', o.kube.listNamespaces),
   };
+  return informers;
+}
+
+/** The work queue of each kind (not started). */
+function makeQueues(o: SetupOptions): ControllerContext['queues'] {
+  const log = o.log;
   const queue = (name: string, workers: number, maxDelayMs = 60_000) =>
     new WorkQueue({ name, workers, log, maxDelayMs, onProcessed: (n, s, outcome) => o.metrics.reconciled(n, s, outcome) });
   const queues: ControllerContext['queues'] = {
@@ -102,14 +138,17 @@ export function setupControllers(o: SetupOptions): Controllers {
     nodes: queue('nodes', 2),
     nodeDevices: queue('nodedevices', 2),
   };
+  return queues;
+}
 
-  // The pending Reservations per Pool, the batched wakes and the pending limit's wakes (pending-wakes.ts).
-  const pendingWakes = createPendingWakes({
-    queue: queues.reservations,
-    namespace: (name) => informers.namespaces.get(name),
-    intervalMs: o.tuning.wakeIntervalMs ?? 1000,
-    batchSize: o.tuning.wakeBatchSize ?? 256,
-  });
+/** What every reconciler shares: the ledger, the cluster, the caches and queues, Events, the wakes of pending ones. */
+function makeContext(
+  o: SetupOptions,
+  informers: ControllerContext['informers'],
+  queues: ControllerContext['queues'],
+  pendingWakes: PendingWakes,
+): ControllerContext {
+  const log = o.log;
   const ctx: ControllerContext = {
     db: o.db,
     ledger: o.ledger,
@@ -143,13 +182,12 @@ export function setupControllers(o: SetupOptions): Controllers {
       return undefined;
     },
   };
+  return ctx;
+}
 
-  const reservations = new ReservationReconciler(ctx);
-  const pools = new PoolReconciler(ctx);
-  const nodes = new NodeReconciler(ctx);
-  const nodeDevices = new NodeDevicesReconciler(ctx, (name) => nodes.reconcile(name));
-
-  // Event handlers: a key per change. Status-only updates (our own writes) do not wake a key.
+/** Event handlers: a key per change. Status-only updates (our own writes) do not wake a key. */
+function wireEvents(ctx: ControllerContext, pendingWakes: PendingWakes): void {
+  const { informers, queues } = ctx;
   informers.reservations.on({
     add: (r) => {
       pendingWakes.added(r);
@@ -191,22 +229,59 @@ export function setupControllers(o: SetupOptions): Controllers {
       for (const r of informers.reservations.list()) if (r.metadata.namespace === ns.metadata.name && !r.status?.phase) queues.reservations.add(keyOf(r));
     },
   });
+}
 
-  // A fenced write means another replica leads now: nothing to retry here.
-  const guard =
-    (name: string, fn: (key: string) => Promise<ReconcileResult>) =>
-    async (key: string): Promise<ReconcileResult> => {
-      try {
-        return await fn(key);
-      } catch (e) {
-        if (e instanceof FencedError) {
-          log.warn('write fenced: another replica leads', { controller: name, key });
-          return;
-        }
-        throw e;
+/** A fenced write means another replica leads now: nothing to retry here. */
+function fenced(log: Logger, name: string, fn: (key: string) => Promise<ReconcileResult>): (key: string) => Promise<ReconcileResult> {
+  return async (key: string): Promise<ReconcileResult> => {
+    try {
+      return await fn(key);
+    } catch (e) {
+      if (e instanceof FencedError) {
+        log.warn('write fenced: another replica leads', { controller: name, key });
+        return;
       }
-    };
+      throw e;
+    }
+  };
+}
 
+/** Queues every known object of every kind once, Pools first. */
+function queueAll(ctx: ControllerContext): void {
+  const { informers, queues } = ctx;
+  for (const p of informers.pools.list()) queues.pools.add(keyOf(p));
+  for (const n of informers.nodes.list()) queues.nodes.add(keyOf(n));
+  for (const d of informers.nodeDevices.list()) queues.nodeDevices.add(keyOf(d));
+  for (const r of informers.reservations.list()) queues.reservations.add(keyOf(r));
+}
+
+/** After a drift fix: forget what the reconcilers remembered of the object, and look at it again if it is back. */
+function afterDriftFix(ctx: ControllerContext, fix: DriftFix): void {
+  const { informers, queues } = ctx;
+  switch (fix.kind) {
+    case 'node':
+    case 'nodedevices':
+      if (fix.kind === 'node') ctx.nodeWritten.delete(fix.node);
+      ctx.inventoryApplied.delete(fix.node);
+      if (informers.nodes.get(fix.node)) queues.nodes.add(fix.node);
+      if (informers.nodeDevices.get(fix.node)) queues.nodeDevices.add(fix.node);
+      break;
+    case 'pool':
+      ctx.poolIds.delete(fix.pool);
+      if (informers.pools.get(fix.pool)) queues.pools.add(fix.pool);
+      // Its nodes map again (to another Pool, or to none), as after a Pool delete event.
+      for (const n of informers.nodes.list()) queues.nodes.add(keyOf(n));
+      break;
+    case 'reservation':
+      if (fix.action === 'released') ctx.wakePending(ctx.poolNameOf(fix.poolId));
+      break;
+  }
+}
+
+/** The controllers as the process drives them: informers on every replica, workers while this one leads. */
+function controllersOf(ctx: ControllerContext, rec: Reconcilers, pendingWakes: PendingWakes): Controllers {
+  const { informers, queues } = ctx;
+  const log = ctx.log;
   let leading = false;
   return {
     ctx,
@@ -224,47 +299,22 @@ export function setupControllers(o: SetupOptions): Controllers {
       await this.synced();
       if (!leading) return;
       // Pools first, so that nodes find their poolIds; the other kinds wait for them by requeueing.
-      queues.pools.start(guard('pools', (k) => pools.reconcile(k)));
-      queues.nodes.start(guard('nodes', (k) => nodes.reconcile(k)));
-      queues.nodeDevices.start(guard('nodedevices', (k) => nodeDevices.reconcile(k)));
-      queues.reservations.start(guard('reservations', (k) => reservations.reconcile(k)));
-      for (const p of informers.pools.list()) queues.pools.add(keyOf(p));
-      for (const n of informers.nodes.list()) queues.nodes.add(keyOf(n));
-      for (const d of informers.nodeDevices.list()) queues.nodeDevices.add(keyOf(d));
-      for (const r of informers.reservations.list()) queues.reservations.add(keyOf(r));
+      queues.pools.start(fenced(log, 'pools', (k) => rec.pools.reconcile(k)));
+      queues.nodes.start(fenced(log, 'nodes', (k) => rec.nodes.reconcile(k)));
+      queues.nodeDevices.start(fenced(log, 'nodedevices', (k) => rec.nodeDevices.reconcile(k)));
+      queues.reservations.start(fenced(log, 'reservations', (k) => rec.reservations.reconcile(k)));
+      queueAll(ctx);
     },
     resync() {
       if (!leading) return;
-      for (const p of informers.pools.list()) queues.pools.add(keyOf(p));
-      for (const n of informers.nodes.list()) queues.nodes.add(keyOf(n));
-      for (const d of informers.nodeDevices.list()) queues.nodeDevices.add(keyOf(d));
-      for (const r of informers.reservations.list()) queues.reservations.add(keyOf(r));
+      queueAll(ctx);
     },
     clusterView() {
       const { nodes, nodeDevices, pools, reservations } = informers;
       if (![nodes, nodeDevices, pools, reservations].every((i) => i.hasSynced)) return undefined;
       return { nodes: nodes.list(), nodeDevices: nodeDevices.list(), pools: pools.list(), reservations: reservations.list() };
     },
-    afterDriftFix(fix) {
-      switch (fix.kind) {
-        case 'node':
-        case 'nodedevices':
-          if (fix.kind === 'node') ctx.nodeWritten.delete(fix.node);
-          ctx.inventoryApplied.delete(fix.node);
-          if (informers.nodes.get(fix.node)) queues.nodes.add(fix.node);
-          if (informers.nodeDevices.get(fix.node)) queues.nodeDevices.add(fix.node);
-          break;
-        case 'pool':
-          ctx.poolIds.delete(fix.pool);
-          if (informers.pools.get(fix.pool)) queues.pools.add(fix.pool);
-          // Its nodes map again (to another Pool, or to none), as after a Pool delete event.
-          for (const n of informers.nodes.list()) queues.nodes.add(keyOf(n));
-          break;
-        case 'reservation':
-          if (fix.action === 'released') ctx.wakePending(ctx.poolNameOf(fix.poolId));
-          break;
-      }
-    },
+    afterDriftFix: (fix) => afterDriftFix(ctx, fix),
     async wakeHeldNoMore() {
       // Mirrored as held, held no more in the ledger: confirmed by a pod's bind (on any replica) or by the CLI.
       const held = informers.reservations.list().flatMap((r) => (r.status?.state === 'held' && r.status.reservationId ? [r.status.reservationId] : []));

@@ -264,23 +264,8 @@ function screenNode(node: NodeSnap, req: PlacementRequest, scalars: readonly [Sc
   }
   const devices = req.devices;
   const single = devices.length === 1 ? devices[0]! : undefined;
-  // Fast path: no booking of this node touches the window, and the request needs no look at attributes.
-  const sum = node.summary;
-  if (
-    single &&
-    sum &&
-    single.selector.length === 0 &&
-    !single.sharing &&
-    (req.window.end <= sum.busyFrom || req.window.start >= sum.busyUntil)
-  ) {
-    const c = sum.classes.get(single.class);
-    if (!c || c.healthy < single.count) return `devices:${single.class}`;
-    if (req.binding === 'node') return c.healthy === c.bookable ? 100 : 'busy-node';
-    return Math.round((100 * (c.bookable - c.healthy + single.count)) / c.bookable);
-  }
-  // Every atom of the class booked across the window: none free, without visiting them.
-  const full = single && sum?.classes.get(single.class);
-  if (full && req.window.start < full.fullUntil && full.fullFrom < req.window.end) return `devices:${single.class}`;
+  const bySummary = single && screenBySummary(node, req, single);
+  if (bySummary !== undefined) return bySummary;
   let relevant = 0;
   let relevantFree = 0;
   let anyBusy = false;
@@ -305,23 +290,58 @@ function screenNode(node: NodeSnap, req: PlacementRequest, scalars: readonly [Sc
     if (singleFree < single.count) return `devices:${single.class}`;
     wanted = single.count;
   } else {
-    // Requests of one class draw on the same atoms: together they may not want more than the class has free.
-    const wantedByClass = new Map<DeviceClass, number>();
-    for (const d of devices) {
-      let free = 0;
-      for (const a of node.atoms) if (a.class === d.class && isFree(a, req) && matchesDevice(a, d)) free++;
-      if (free < d.count) return `devices:${d.class}`;
-      wanted += d.count;
-      wantedByClass.set(d.class, (wantedByClass.get(d.class) ?? 0) + d.count);
-    }
-    for (const [cls, want] of wantedByClass) {
-      let free = 0;
-      for (const a of node.atoms) if (a.class === cls && isFree(a, req)) free++;
-      if (free < want) return `devices:${cls}`;
-    }
+    const many = wantedOfMany(node, req);
+    if (typeof many === 'string') return many;
+    wanted = many;
   }
   if (req.binding === 'node') return anyBusy ? 'busy-node' : 100;
   return relevant === 0 ? 0 : Math.round((100 * (relevant - relevantFree + wanted)) / relevant);
+}
+
+/**
+ * screenNode's fast paths for a single device request, from the node's summary alone: no booking of the node touches
+ * the window and the request needs no look at attributes, or every atom of the class is booked across the window.
+ * Undefined when the atoms must be visited.
+ */
+function screenBySummary(node: NodeSnap, req: PlacementRequest, single: PlacementRequest['devices'][number]): Misfit | number | undefined {
+  const sum = node.summary;
+  if (
+    sum &&
+    single.selector.length === 0 &&
+    !single.sharing &&
+    (req.window.end <= sum.busyFrom || req.window.start >= sum.busyUntil)
+  ) {
+    const c = sum.classes.get(single.class);
+    if (!c || c.healthy < single.count) return `devices:${single.class}`;
+    if (req.binding === 'node') return c.healthy === c.bookable ? 100 : 'busy-node';
+    return Math.round((100 * (c.bookable - c.healthy + single.count)) / c.bookable);
+  }
+  // Every atom of the class booked across the window: none free, without visiting them.
+  const full = sum?.classes.get(single.class);
+  if (full && req.window.start < full.fullUntil && full.fullFrom < req.window.end) return `devices:${single.class}`;
+  return undefined;
+}
+
+/**
+ * The atoms several device requests want on the node, or the first class short of them: requests of one class draw on
+ * the same atoms, so together they may not want more than the class has free.
+ */
+function wantedOfMany(node: NodeSnap, req: PlacementRequest): Misfit | number {
+  let wanted = 0;
+  const wantedByClass = new Map<DeviceClass, number>();
+  for (const d of req.devices) {
+    let free = 0;
+    for (const a of node.atoms) if (a.class === d.class && isFree(a, req) && matchesDevice(a, d)) free++;
+    if (free < d.count) return `devices:${d.class}`;
+    wanted += d.count;
+    wantedByClass.set(d.class, (wantedByClass.get(d.class) ?? 0) + d.count);
+  }
+  for (const [cls, want] of wantedByClass) {
+    let free = 0;
+    for (const a of node.atoms) if (a.class === cls && isFree(a, req)) free++;
+    if (free < want) return `devices:${cls}`;
+  }
+  return wanted;
 }
 
 /** The summary of a node's atoms; call again after changing their bookings or health. */

@@ -106,212 +106,248 @@ export class Demo {
     fs.writeFileSync(this.logFile, '');
     out(`Better Compute demo: the image build's output and, when it stops, the product's logs go to ${this.logFile}`);
 
-    await steps.run('Checking prerequisites', async (note) => {
-      if (process.getuid?.() !== 0) throw new Error('run as root (sudo -s): the kubelet, containerd and the CNI plugins need it');
-      const major = Number(process.versions.node.split('.')[0]);
-      if (major < 20) throw new Error(`Node.js >= 20 needed, this is ${process.version}`);
-      this.h = await loadHarness();
-      this.installer = await loadInstaller();
-      note(`root, Node.js ${process.version}`);
-    });
-
-    const h = this.h;
-    let reused = false;
-    await steps.run('Kubernetes cluster (e2e/cluster: etcd, kube-apiserver, scheduler, kubelet, containerd)', async (note) => {
-      reused = await h.isClusterUp();
-      const bin = path.join(path.dirname(h.CLUSTER_DIR), 'k8s-v1.34.12', 'bin', 'kubelet');
-      if (!reused) {
-        out(
-          fs.existsSync(bin)
-            ? '        bringing the cluster up (~15 s; progress below)'
-            : '        first use on this machine: building Kubernetes v1.34.12 and etcd from Go modules, then bringing the\n' +
-                '        cluster up (~6 min on 2 free cores, up to ~13 min with empty caches; progress below)',
-        );
-      }
-      if (process.env.BC_DEMO_LOCK_HELD === '1') {
-        // Run from a cluster test (e2e/cluster/demo.test.ts): the test run holds the cluster's turn already.
-        if (!reused) throw new Error('BC_DEMO_LOCK_HELD=1, but no cluster is up');
-      } else {
-        // Test runs and demos take turns on the one cluster (a lock); a cluster this acquire starts is taken down by
-        // the release, one that was up already is left up.
-        await h.acquireCluster();
-        this.defer('release the cluster (down only if the demo started it)', () => h.releaseCluster());
-      }
-      const c = h.clusterInfo();
-      note(reused ? `reusing the cluster that was up (${c.dir})` : `started (${c.dir}); the demo takes it down when it stops`);
-    });
-    const c = h.clusterInfo();
-
+    await steps.run('Checking prerequisites', (note) => this.checkPrerequisites(note));
+    const reused = await steps.run('Kubernetes cluster (e2e/cluster: etcd, kube-apiserver, scheduler, kubelet, containerd)', (note) => this.upCluster(note));
     await steps.run('Removing what an earlier demo left behind', async (note) => {
       note(await this.cleanupObjects());
     });
+    await steps.run('Building the image offline (npm run image; cached after the first build) and loading it into containerd', (note) => this.loadImages(note));
+    await steps.run(`Installing: kubectl apply --server-side -k deploy/overlays/trial (the agent with ${this.o.gpusPerNode} simulated GPUs)`, (note) =>
+      this.install(note),
+    );
+    const simNodes = await steps.run(`Adding ${this.o.simulatedNodes} simulated GPU nodes (${this.o.gpusPerNode} GPUs each, NodeDevices)`, (note) =>
+      this.addSimulatedNodes(note),
+    );
+    await steps.run('Applying examples/namespace.yaml, capacity-reader.yaml and pools.yaml; waiting for the Pools', (note) => this.applyPools(note, simNodes));
+    await steps.run('Applying examples/reservations.yaml; waiting until both are Reserved', (note) => this.applyReservations(note));
+    await steps.run('Applying examples/pod-reservation.yaml and examples/pod-ondemand.yaml; waiting until they run', (note) => this.runPods(note));
 
-    await steps.run('Building the image offline (npm run image; cached after the first build) and loading it into containerd', async (note) => {
-      let last = '';
-      const log = fs.openSync(this.logFile, 'a');
-      try {
-        await this.installer.loadImages((line) => {
-          fs.writeSync(log, `${line}\n`);
-          last = line;
-        });
-      } finally {
-        fs.closeSync(log);
-      }
-      note(last.replace(/^load\.sh: /, '') || 'images loaded');
-    });
+    const startupMs = systemClock.now() - t0;
+    const caFile = path.join(this.o.stateDir, 'ca.crt');
+    const serverName = `${CONTROLLER_SERVICE}.${this.installer.SYSTEM_NS}.svc`;
+    const { url, token, reservationsTable, summary } = await steps.run('Reading the Reservations, and the capacity summary from the capacity API', (note) =>
+      this.readApi(note, caFile, serverName),
+    );
+    this.printUsage({ url, caFile, serverName, reservationsTable, summary, startupMs, reused });
+    return { url, caFile, serverName, metricsUrl: url.replace(/:8443$/, ':9090'), token, reservationsTable, summary, startupMs };
+  }
 
-    await steps.run(`Installing: kubectl apply --server-side -k deploy/overlays/trial (the agent with ${this.o.gpusPerNode} simulated GPUs)`, async (note) => {
-      this.defer('uninstall the product (its logs to the demo log first)', async () => {
-        await this.saveProductLogs();
-        await this.installer.uninstallProduct();
-      });
-      const installed = await this.installer.installProduct({ gpus: this.o.gpusPerNode, imagesLoaded: true });
-      await this.kubectl(['label', 'node', c.nodeName, `${POOL_LABEL}=local`, '--overwrite']);
-      this.defer(`unlabel node ${c.nodeName}`, () => this.kubectl(['label', 'node', c.nodeName, `${POOL_LABEL}-`]));
-      note(`controller, better-compute-scheduler and the agent on ${c.nodeName} Ready in ${installed.readySeconds.toFixed(1)}s`);
-    });
+  private async checkPrerequisites(note: (line: string) => void): Promise<void> {
+    if (process.getuid?.() !== 0) throw new Error('run as root (sudo -s): the kubelet, containerd and the CNI plugins need it');
+    const major = Number(process.versions.node.split('.')[0]);
+    if (major < 20) throw new Error(`Node.js >= 20 needed, this is ${process.version}`);
+    this.h = await loadHarness();
+    this.installer = await loadInstaller();
+    note(`root, Node.js ${process.version}`);
+  }
 
-    let simNodes: string[] = [];
-    await steps.run(`Adding ${this.o.simulatedNodes} simulated GPU nodes (${this.o.gpusPerNode} GPUs each, NodeDevices)`, async (note) => {
-      simNodes = await h.addSimulatedNodes(this.o.simulatedNodes, { [POOL_LABEL]: 'sim', [DEMO_LABEL]: 'true' }, {}, { prefix: 'demo-gpu' });
-      this.defer('remove the simulated nodes and their NodeDevices', async () => {
-        await this.kubectl(['delete', 'nodedevices', '--ignore-not-found', '--wait=false', ...simNodes]);
-        await h.removeSimulatedNodes(simNodes);
-      });
-      await h.apply(
-        simNodes.map((node) => ({
-          apiVersion: 'bettercompute.io/v1alpha1',
-          kind: 'NodeDevices',
-          metadata: { name: node, labels: { [DEMO_LABEL]: 'true' } },
-          spec: simulatedSpec(node, this.o.gpusPerNode),
-        })),
+  /** Brings the cluster up, or reuses the one that is up (taking its turn on it); whether it was reused. */
+  private async upCluster(note: (line: string) => void): Promise<boolean> {
+    const h = this.h;
+    const reused = await h.isClusterUp();
+    const bin = path.join(path.dirname(h.CLUSTER_DIR), 'k8s-v1.34.12', 'bin', 'kubelet');
+    if (!reused) {
+      this.o.out(
+        fs.existsSync(bin)
+          ? '        bringing the cluster up (~15 s; progress below)'
+          : '        first use on this machine: building Kubernetes v1.34.12 and etcd from Go modules, then bringing the\n' +
+              '        cluster up (~6 min on 2 free cores, up to ~13 min with empty caches; progress below)',
       );
-      note(simNodes.join(', '));
-    });
+    }
+    if (process.env.BC_DEMO_LOCK_HELD === '1') {
+      // Run from a cluster test (e2e/cluster/demo.test.ts): the test run holds the cluster's turn already.
+      if (!reused) throw new Error('BC_DEMO_LOCK_HELD=1, but no cluster is up');
+    } else {
+      // Test runs and demos take turns on the one cluster (a lock); a cluster this acquire starts is taken down by
+      // the release, one that was up already is left up.
+      await h.acquireCluster();
+      this.defer('release the cluster (down only if the demo started it)', () => h.releaseCluster());
+    }
+    const c = h.clusterInfo();
+    note(reused ? `reusing the cluster that was up (${c.dir})` : `started (${c.dir}); the demo takes it down when it stops`);
+    return reused;
+  }
 
-    await steps.run('Applying examples/namespace.yaml, capacity-reader.yaml and pools.yaml; waiting for the Pools', async (note) => {
-      const ns = exampleObjects('namespace.yaml').map((o) => {
-        const meta = o.metadata as { labels?: Record<string, string> };
-        meta.labels = { ...meta.labels, [DEMO_LABEL]: 'true' };
-        return o;
+  /** The image, built offline (cached after the first build), loaded into containerd; the build's output to the log. */
+  private async loadImages(note: (line: string) => void): Promise<void> {
+    let last = '';
+    const log = fs.openSync(this.logFile, 'a');
+    try {
+      await this.installer.loadImages((line) => {
+        fs.writeSync(log, `${line}\n`);
+        last = line;
       });
-      await h.apply(ns);
-      this.defer(`delete namespace ${DEMO_NAMESPACE}`, () => this.kubectl(['delete', 'namespace', DEMO_NAMESPACE, '--ignore-not-found', '--wait=false']));
-      await h.apply(exampleObjects('capacity-reader.yaml'));
-      const pools = exampleObjects('pools.yaml');
-      this.defer('delete the Pools', () => this.kubectl(['delete', 'pools', '--ignore-not-found', ...pools.map((p) => (p.metadata as { name: string }).name)]));
-      await h.apply(pools);
-      const want: Record<string, number> = { 'demo-local': this.o.gpusPerNode, 'demo-sim': this.o.gpusPerNode * simNodes.length };
-      for (const [pool, gpus] of Object.entries(want)) {
-        await h.waitFor(
-          `Pool ${pool} with ${gpus} allocatable GPUs`,
-          async () => {
-            const p = await this.json<{ status?: { capacity?: { resource: string; allocatable: number }[] } }>(['get', 'pool', pool]);
-            return p.status?.capacity?.find((r) => r.resource === 'gpu')?.allocatable === gpus;
-          },
-          { timeoutMs: 90_000, intervalMs: 500 },
-        );
-      }
-      note(Object.entries(want).map(([p, g]) => `${p}: ${g} GPUs`).join(', '));
-    });
+    } finally {
+      fs.closeSync(log);
+    }
+    note(last.replace(/^load\.sh: /, '') || 'images loaded');
+  }
 
-    await steps.run('Applying examples/reservations.yaml; waiting until both are Reserved', async (note) => {
-      const tomorrow = new Date(systemClock.wallNow().getTime() + 86_400_000);
-      const start = `${tomorrow.toISOString().slice(0, 10)}T09:00:00Z`;
-      this.defer('delete the Reservations (the controller releases their bookings)', () => this.deleteReservations(true));
-      await h.apply(exampleObjects('reservations.yaml', { TOMORROW_0900_UTC: start }));
-      const list = await h.waitFor(
-        'Reservations train-now and train-tomorrow Reserved',
+  /** The product installed (deploy/overlays/trial), the cluster's node labelled into the local Pool. */
+  private async install(note: (line: string) => void): Promise<void> {
+    const c = this.h.clusterInfo();
+    this.defer('uninstall the product (its logs to the demo log first)', async () => {
+      await this.saveProductLogs();
+      await this.installer.uninstallProduct();
+    });
+    const installed = await this.installer.installProduct({ gpus: this.o.gpusPerNode, imagesLoaded: true });
+    await this.kubectl(['label', 'node', c.nodeName, `${POOL_LABEL}=local`, '--overwrite']);
+    this.defer(`unlabel node ${c.nodeName}`, () => this.kubectl(['label', 'node', c.nodeName, `${POOL_LABEL}-`]));
+    note(`controller, better-compute-scheduler and the agent on ${c.nodeName} Ready in ${installed.readySeconds.toFixed(1)}s`);
+  }
+
+  /** Simulated GPU nodes with their NodeDevices; their names. */
+  private async addSimulatedNodes(note: (line: string) => void): Promise<string[]> {
+    const h = this.h;
+    const simNodes = await h.addSimulatedNodes(this.o.simulatedNodes, { [POOL_LABEL]: 'sim', [DEMO_LABEL]: 'true' }, {}, { prefix: 'demo-gpu' });
+    this.defer('remove the simulated nodes and their NodeDevices', async () => {
+      await this.kubectl(['delete', 'nodedevices', '--ignore-not-found', '--wait=false', ...simNodes]);
+      await h.removeSimulatedNodes(simNodes);
+    });
+    await h.apply(
+      simNodes.map((node) => ({
+        apiVersion: 'bettercompute.io/v1alpha1',
+        kind: 'NodeDevices',
+        metadata: { name: node, labels: { [DEMO_LABEL]: 'true' } },
+        spec: simulatedSpec(node, this.o.gpusPerNode),
+      })),
+    );
+    note(simNodes.join(', '));
+    return simNodes;
+  }
+
+  /** The demo's namespace, its capacity-reader and the Pools, waited for until they count their GPUs. */
+  private async applyPools(note: (line: string) => void, simNodes: string[]): Promise<void> {
+    const h = this.h;
+    const ns = exampleObjects('namespace.yaml').map((o) => {
+      const meta = o.metadata as { labels?: Record<string, string> };
+      meta.labels = { ...meta.labels, [DEMO_LABEL]: 'true' };
+      return o;
+    });
+    await h.apply(ns);
+    this.defer(`delete namespace ${DEMO_NAMESPACE}`, () => this.kubectl(['delete', 'namespace', DEMO_NAMESPACE, '--ignore-not-found', '--wait=false']));
+    await h.apply(exampleObjects('capacity-reader.yaml'));
+    const pools = exampleObjects('pools.yaml');
+    this.defer('delete the Pools', () => this.kubectl(['delete', 'pools', '--ignore-not-found', ...pools.map((p) => (p.metadata as { name: string }).name)]));
+    await h.apply(pools);
+    const want: Record<string, number> = { 'demo-local': this.o.gpusPerNode, 'demo-sim': this.o.gpusPerNode * simNodes.length };
+    for (const [pool, gpus] of Object.entries(want)) {
+      await h.waitFor(
+        `Pool ${pool} with ${gpus} allocatable GPUs`,
         async () => {
-          const items = (await this.json<{ items: Rsv[] }>(['-n', DEMO_NAMESPACE, 'get', 'reservations'])).items;
-          const failed = items.find((r) => r.status?.phase === 'Failed');
-          if (failed) {
-            const cond = failed.status?.conditions?.find((x) => x.type === 'Reserved');
-            throw new Error(`Reservation ${failed.metadata.name} Failed: ${cond?.reason ?? ''} ${cond?.message ?? ''}`);
-          }
-          return items.length === 2 && items.every((r) => r.status?.phase === 'Reserved') ? items : undefined;
+          const p = await this.json<{ status?: { capacity?: { resource: string; allocatable: number }[] } }>(['get', 'pool', pool]);
+          return p.status?.capacity?.find((r) => r.resource === 'gpu')?.allocatable === gpus;
         },
         { timeoutMs: 90_000, intervalMs: 500 },
       );
-      note(`train-now: ${list.find((r) => r.metadata.name === 'train-now')?.status?.resourceName ?? '?'}`);
-    });
+    }
+    note(Object.entries(want).map(([p, g]) => `${p}: ${g} GPUs`).join(', '));
+  }
 
-    await steps.run('Applying examples/pod-reservation.yaml and examples/pod-ondemand.yaml; waiting until they run', async (note) => {
-      this.defer('delete the pods', () => this.kubectl(['-n', DEMO_NAMESPACE, 'delete', 'pods', '--all', '--grace-period=0', '--force', '--ignore-not-found', '--wait=false']));
-      // The pod of train-now names it by label only; admission gives it train-now's resource and the scheduler.
-      await h.apply([...exampleObjects('pod-reservation.yaml'), ...exampleObjects('pod-ondemand.yaml')]);
-      for (const pod of ['trainer', 'notebook']) {
-        await h.waitFor(
-          `pod ${DEMO_NAMESPACE}/${pod} Running`,
-          async () => {
-            const p = await this.json<{ status?: { phase?: string } }>(['-n', DEMO_NAMESPACE, 'get', 'pod', pod]);
-            if (p.status?.phase === 'Failed') throw new Error(`pod ${pod} Failed`);
-            return p.status?.phase === 'Running';
-          },
-          { timeoutMs: 120_000, intervalMs: 500 },
-        ).catch(async (e: unknown) => {
-          const events = await this.kubectl(['-n', DEMO_NAMESPACE, 'get', 'events', '--field-selector', `involvedObject.name=${pod}`]).catch(() => '');
-          throw new Error(`${(e as Error).message}\n${events}`);
-        });
-      }
-      const atoms: string[] = [];
-      for (const pod of ['trainer', 'notebook']) {
-        const logs = await h.waitFor(`${pod}'s log`, async () => {
-          const l = await this.kubectl(['-n', DEMO_NAMESPACE, 'logs', pod]);
-          return l.includes('BETTERCOMPUTE_ATOMS=') ? l : undefined;
-        });
-        atoms.push(`${pod}: ${logs.split('\n').find((l) => l.startsWith('BETTERCOMPUTE_ATOMS=')) ?? ''}`);
-      }
-      note('trainer (Reservation train-now, 2 GPUs) and notebook (on demand, 1 GPU) Running');
-      for (const a of atoms) note(a);
-    });
+  /** The two Reservations of examples/, waited for until Reserved (a Failed one throws). */
+  private async applyReservations(note: (line: string) => void): Promise<void> {
+    const h = this.h;
+    const tomorrow = new Date(systemClock.wallNow().getTime() + 86_400_000);
+    const start = `${tomorrow.toISOString().slice(0, 10)}T09:00:00Z`;
+    this.defer('delete the Reservations (the controller releases their bookings)', () => this.deleteReservations(true));
+    await h.apply(exampleObjects('reservations.yaml', { TOMORROW_0900_UTC: start }));
+    const list = await h.waitFor(
+      'Reservations train-now and train-tomorrow Reserved',
+      async () => {
+        const items = (await this.json<{ items: Rsv[] }>(['-n', DEMO_NAMESPACE, 'get', 'reservations'])).items;
+        const failed = items.find((r) => r.status?.phase === 'Failed');
+        if (failed) {
+          const cond = failed.status?.conditions?.find((x) => x.type === 'Reserved');
+          throw new Error(`Reservation ${failed.metadata.name} Failed: ${cond?.reason ?? ''} ${cond?.message ?? ''}`);
+        }
+        return items.length === 2 && items.every((r) => r.status?.phase === 'Reserved') ? items : undefined;
+      },
+      { timeoutMs: 90_000, intervalMs: 500 },
+    );
+    note(`train-now: ${list.find((r) => r.metadata.name === 'train-now')?.status?.resourceName ?? '?'}`);
+  }
 
-    const startupMs = systemClock.now() - t0;
-    let reservationsTable = '';
+  /** The pod of a Reservation and an on-demand pod, waited for until they run and log their atoms. */
+  private async runPods(note: (line: string) => void): Promise<void> {
+    const h = this.h;
+    this.defer('delete the pods', () => this.kubectl(['-n', DEMO_NAMESPACE, 'delete', 'pods', '--all', '--grace-period=0', '--force', '--ignore-not-found', '--wait=false']));
+    // The pod of train-now names it by label only; admission gives it train-now's resource and the scheduler.
+    await h.apply([...exampleObjects('pod-reservation.yaml'), ...exampleObjects('pod-ondemand.yaml')]);
+    for (const pod of ['trainer', 'notebook']) {
+      await h.waitFor(
+        `pod ${DEMO_NAMESPACE}/${pod} Running`,
+        async () => {
+          const p = await this.json<{ status?: { phase?: string } }>(['-n', DEMO_NAMESPACE, 'get', 'pod', pod]);
+          if (p.status?.phase === 'Failed') throw new Error(`pod ${pod} Failed`);
+          return p.status?.phase === 'Running';
+        },
+        { timeoutMs: 120_000, intervalMs: 500 },
+      ).catch(async (e: unknown) => {
+        const events = await this.kubectl(['-n', DEMO_NAMESPACE, 'get', 'events', '--field-selector', `involvedObject.name=${pod}`]).catch(() => '');
+        throw new Error(`${(e as Error).message}\n${events}`);
+      });
+    }
+    const atoms: string[] = [];
+    for (const pod of ['trainer', 'notebook']) {
+      const logs = await h.waitFor(`${pod}'s log`, async () => {
+        const l = await this.kubectl(['-n', DEMO_NAMESPACE, 'logs', pod]);
+        return l.includes('BETTERCOMPUTE_ATOMS=') ? l : undefined;
+      });
+      atoms.push(`${pod}: ${logs.split('\n').find((l) => l.startsWith('BETTERCOMPUTE_ATOMS=')) ?? ''}`);
+    }
+    note('trainer (Reservation train-now, 2 GPUs) and notebook (on demand, 1 GPU) Running');
+    for (const a of atoms) note(a);
+  }
+
+  /** The Reservations as kubectl shows them, and the capacity summary read from the API with the tenant's token. */
+  private async readApi(
+    note: (line: string) => void,
+    caFile: string,
+    serverName: string,
+  ): Promise<{ url: string; token: string; reservationsTable: string; summary: string }> {
+    const reservationsTable = await this.kubectl(['-n', DEMO_NAMESPACE, 'get', 'reservations']);
+    const ip = (await this.kubectl(['-n', this.installer.SYSTEM_NS, 'get', 'service', CONTROLLER_SERVICE, '-o', 'jsonpath={.spec.clusterIP}'])).trim();
+    const url = `https://${ip}:8443`;
+    const ca = await this.kubectl(['-n', this.installer.SYSTEM_NS, 'get', 'configmap', 'better-compute-ca', '-o', 'jsonpath={.data.ca\\.crt}']);
+    fs.writeFileSync(caFile, ca);
+    const token = (await this.kubectl(['-n', DEMO_NAMESPACE, 'create', 'token', 'capacity-reader', '--audience', 'bettercompute.io', '--duration=24h'])).trim();
     let summary = '';
-    let url = '';
-    let token = '';
-    const caFile = path.join(this.o.stateDir, 'ca.crt');
-    const serverName = `${CONTROLLER_SERVICE}.${this.installer.SYSTEM_NS}.svc`;
-    await steps.run('Reading the Reservations, and the capacity summary from the capacity API', async (note) => {
-      reservationsTable = await this.kubectl(['-n', DEMO_NAMESPACE, 'get', 'reservations']);
-      const ip = (await this.kubectl(['-n', this.installer.SYSTEM_NS, 'get', 'service', CONTROLLER_SERVICE, '-o', 'jsonpath={.spec.clusterIP}'])).trim();
-      url = `https://${ip}:8443`;
-      const ca = await this.kubectl(['-n', this.installer.SYSTEM_NS, 'get', 'configmap', 'better-compute-ca', '-o', 'jsonpath={.data.ca\\.crt}']);
-      fs.writeFileSync(caFile, ca);
-      token = (await this.kubectl(['-n', DEMO_NAMESPACE, 'create', 'token', 'capacity-reader', '--audience', 'bettercompute.io', '--duration=24h'])).trim();
-      const client = httpClient(url, token, { ca, servername: serverName });
-      try {
-        // The rollup folds its deltas every few seconds: wait until it shows the bookings.
-        const s = await h.waitFor(
-          'the capacity summary to show the bookings',
-          async () => {
-            const s = await client.summary({ tenantId: DEMO_TENANT });
-            const local = s.pools.find((p) => p.name === 'demo-local')?.capacity.find((r) => r.resource === 'gpu');
-            return local && local.allocated + local.reserved >= 3 ? s : undefined;
-          },
-          { timeoutMs: 30_000, intervalMs: 500 },
-        ).catch(() => client.summary({ tenantId: DEMO_TENANT }));
-        summary = renderSummary(s);
-      } finally {
-        await client.close();
-      }
-      note(`${url}, as ServiceAccount ${DEMO_NAMESPACE}/capacity-reader`);
-    });
+    const client = httpClient(url, token, { ca, servername: serverName });
+    try {
+      // The rollup folds its deltas every few seconds: wait until it shows the bookings.
+      const s = await this.h.waitFor(
+        'the capacity summary to show the bookings',
+        async () => {
+          const s = await client.summary({ tenantId: DEMO_TENANT });
+          const local = s.pools.find((p) => p.name === 'demo-local')?.capacity.find((r) => r.resource === 'gpu');
+          return local && local.allocated + local.reserved >= 3 ? s : undefined;
+        },
+        { timeoutMs: 30_000, intervalMs: 500 },
+      ).catch(() => client.summary({ tenantId: DEMO_TENANT }));
+      summary = renderSummary(s);
+    } finally {
+      await client.close();
+    }
+    note(`${url}, as ServiceAccount ${DEMO_NAMESPACE}/capacity-reader`);
+    return { url, token, reservationsTable, summary };
+  }
 
+  /** What the demo shows once up: the Reservations, the summary, and how to ask the API and open the calendar. */
+  private printUsage(r: { url: string; caFile: string; serverName: string; reservationsTable: string; summary: string; startupMs: number; reused: boolean }): void {
+    const out = this.o.out;
+    const { url, caFile, serverName } = r;
     out('');
     out(`$ kubectl -n ${DEMO_NAMESPACE} get reservations`);
-    out(reservationsTable.trimEnd());
+    out(r.reservationsTable.trimEnd());
     out('');
     out(
       `$ better-compute capacity --tenant ${DEMO_TENANT} --server ${url} --ca-file ${caFile} --tls-server-name ${serverName} --token "$(kubectl -n ${DEMO_NAMESPACE} create token capacity-reader --audience bettercompute.io)"`,
     );
-    out(summary.trimEnd());
+    out(r.summary.trimEnd());
     out('');
     out(`GPU calendar: ${calendarAddress(url)} (sign in with the token of capacity-reader, docs/calendar.md)`);
     out('');
-    out(`Started in ${seconds(startupMs)} (${reused ? 'cluster reused' : 'cluster brought up by the demo'}).`);
-    return { url, caFile, serverName, metricsUrl: url.replace(/:8443$/, ':9090'), token, reservationsTable, summary, startupMs };
+    out(`Started in ${seconds(r.startupMs)} (${r.reused ? 'cluster reused' : 'cluster brought up by the demo'}).`);
   }
 
   /** Stops start() before its next step (it then rejects with a StepError). */

@@ -83,14 +83,10 @@ interface Verb {
   answer(args: never): Promise<{ status: number; body: unknown }>;
 }
 
-/** The extender listener. Pass a service, or its dependencies. */
-export function createExtenderListener(deps: ExtenderDeps | { service: ExtenderService }): RequestListener {
-  const service = 'service' in deps ? deps.service : new ExtenderService(deps);
-  // Refusals before the service is called (oversized or malformed bodies) go to the dependencies' log; with a service
-  // built elsewhere (tests, benches) they are not logged.
-  const log: Logger = 'log' in deps ? deps.log : silentLogger;
+/** The three verbs by path: the schema of each one's body, its answer to a body that does not decode, its answer. */
+function extenderVerbs(service: ExtenderService): Map<string, Verb> {
   const filterRefusal = (m: string) => ({ Nodes: null, NodeNames: null, FailedNodes: {}, FailedAndUnresolvableNodes: {}, Error: m });
-  const verbs = new Map<string, Verb>([
+  return new Map<string, Verb>([
     [
       '/scheduler/filter',
       {
@@ -125,6 +121,15 @@ export function createExtenderListener(deps: ExtenderDeps | { service: ExtenderS
       },
     ],
   ]);
+}
+
+/** The extender listener. Pass a service, or its dependencies. */
+export function createExtenderListener(deps: ExtenderDeps | { service: ExtenderService }): RequestListener {
+  const service = 'service' in deps ? deps.service : new ExtenderService(deps);
+  // Refusals before the service is called (oversized or malformed bodies) go to the dependencies' log; with a service
+  // built elsewhere (tests, benches) they are not logged.
+  const log: Logger = 'log' in deps ? deps.log : silentLogger;
+  const verbs = extenderVerbs(service);
 
   const refuse = (req: IncomingMessage, res: ServerResponse, status: number, body: unknown, error: string) => {
     log.warn('extender request refused', { path: req.url, status, error: error.slice(0, 500) });

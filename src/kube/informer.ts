@@ -136,66 +136,20 @@ export class Informer<T extends KubeObject> {
 
   private async run(relist: boolean): Promise<void> {
     const attempt = ++this.attempt;
-    if (relist || !this.resourceVersion) {
-      let result: ListResult<T>;
-      try {
-        result = await this.opts.list();
-      } catch (e) {
-        if (attempt !== this.attempt || this.stopped) return;
-        this.opts.log.warn('list failed', { informer: this.opts.name, ...errorFields(e) });
-        this.schedule(true, 'error');
-        return;
-      }
-      if (attempt !== this.attempt || this.stopped) return;
-      this.replace(result.items);
-      this.resourceVersion = result.metadata?.resourceVersion ?? '';
-      if (!this.hasSyncedFlag) {
-        this.hasSyncedFlag = true;
-        this.syncedResolve?.();
-      }
-    }
+    if ((relist || !this.resourceVersion) && !(await this.relist(attempt))) return;
     const base = this.opts.watchTimeoutSeconds ?? 60;
     const timeoutSeconds = Math.max(1, Math.round(base * (1 + Math.random() * 0.25)));
     const watch = new Watch(this.opts.kc);
     // The library aborts a watch after this long without data; ours is the liveness check, so keep theirs above it.
     (watch as unknown as { requestTimeoutMs: number }).requestTimeoutMs = (this.opts.livenessMs ?? 90_000) * 2;
-    let gone = false;
+    const seen = { gone: false };
     this.lastActivity = this.clock.now();
     try {
       const controller = await watch.watch(
         this.opts.path,
         { allowWatchBookmarks: true, resourceVersion: this.resourceVersion, timeoutSeconds },
-        (type: string, obj: T & { code?: number }) => {
-          if (attempt !== this.attempt) return;
-          this.lastActivity = this.clock.now();
-          this.errorDelayMs = 0;
-          if (type === 'ERROR') {
-            if (obj.code === 410) gone = true;
-            return;
-          }
-          const rv = obj.metadata?.resourceVersion;
-          if (type === 'BOOKMARK') {
-            if (rv) this.resourceVersion = rv;
-            return;
-          }
-          if (type === 'ADDED' || type === 'MODIFIED') this.upsert(obj);
-          else if (type === 'DELETED') this.remove(obj);
-          if (rv) this.resourceVersion = rv;
-        },
-        (err: { statusCode?: number; code?: number; name?: string } | null) => {
-          if (attempt !== this.attempt || this.stopped) return;
-          this.controller = undefined;
-          if (gone || err?.statusCode === 410 || err?.code === 410) {
-            this.opts.log.info('watch expired (410 Gone); relisting', { informer: this.opts.name });
-            this.resourceVersion = '';
-            this.schedule(true, 'relist');
-          } else if (err) {
-            this.opts.log.warn('watch failed', { informer: this.opts.name, ...errorFields(err) });
-            this.schedule(false, 'error');
-          } else {
-            this.schedule(false, 'closed');
-          }
-        },
+        (type: string, obj: T & { code?: number }) => this.onWatchEvent(attempt, seen, type, obj),
+        (err: { statusCode?: number; code?: number; name?: string } | null) => this.onWatchEnd(attempt, seen, err),
       );
       if (attempt !== this.attempt) controller.abort();
       else this.controller = controller;
@@ -203,6 +157,62 @@ export class Informer<T extends KubeObject> {
       if (attempt !== this.attempt || this.stopped) return;
       this.opts.log.warn('watch failed to start', { informer: this.opts.name, ...errorFields(e) });
       this.schedule(false, 'error');
+    }
+  }
+
+  /** Lists afresh into the cache (synced after the first); false when the list failed (retried) or is outdated. */
+  private async relist(attempt: number): Promise<boolean> {
+    let result: ListResult<T>;
+    try {
+      result = await this.opts.list();
+    } catch (e) {
+      if (attempt !== this.attempt || this.stopped) return false;
+      this.opts.log.warn('list failed', { informer: this.opts.name, ...errorFields(e) });
+      this.schedule(true, 'error');
+      return false;
+    }
+    if (attempt !== this.attempt || this.stopped) return false;
+    this.replace(result.items);
+    this.resourceVersion = result.metadata?.resourceVersion ?? '';
+    if (!this.hasSyncedFlag) {
+      this.hasSyncedFlag = true;
+      this.syncedResolve?.();
+    }
+    return true;
+  }
+
+  /** One event of the watch of `attempt`: into the cache, its resourceVersion kept; a 410 ERROR marks it gone. */
+  private onWatchEvent(attempt: number, seen: { gone: boolean }, type: string, obj: T & { code?: number }): void {
+    if (attempt !== this.attempt) return;
+    this.lastActivity = this.clock.now();
+    this.errorDelayMs = 0;
+    if (type === 'ERROR') {
+      if (obj.code === 410) seen.gone = true;
+      return;
+    }
+    const rv = obj.metadata?.resourceVersion;
+    if (type === 'BOOKMARK') {
+      if (rv) this.resourceVersion = rv;
+      return;
+    }
+    if (type === 'ADDED' || type === 'MODIFIED') this.upsert(obj);
+    else if (type === 'DELETED') this.remove(obj);
+    if (rv) this.resourceVersion = rv;
+  }
+
+  /** The watch of `attempt` ended: relist after 410 Gone, back off after an error, else watch again at once. */
+  private onWatchEnd(attempt: number, seen: { gone: boolean }, err: { statusCode?: number; code?: number; name?: string } | null): void {
+    if (attempt !== this.attempt || this.stopped) return;
+    this.controller = undefined;
+    if (seen.gone || err?.statusCode === 410 || err?.code === 410) {
+      this.opts.log.info('watch expired (410 Gone); relisting', { informer: this.opts.name });
+      this.resourceVersion = '';
+      this.schedule(true, 'relist');
+    } else if (err) {
+      this.opts.log.warn('watch failed', { informer: this.opts.name, ...errorFields(err) });
+      this.schedule(false, 'error');
+    } else {
+      this.schedule(false, 'closed');
     }
   }
 

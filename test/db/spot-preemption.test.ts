@@ -6,7 +6,8 @@
 import { beforeAll, describe, expect, it } from 'vitest';
 import { preemptionPass } from '../../src/controller/preemption.ts';
 import { createStopper } from '../../src/controller/stopper.ts';
-import { PREEMPTION_NOTICE, ReservationReconciler } from '../../src/controller/reservation/reconciler.ts';
+import { ReservationReconciler } from '../../src/controller/reservation/reconciler.ts';
+import { PREEMPTION_NOTICE } from '../../src/controller/reservation/status.ts';
 import { PREEMPT_AT_ANNOTATION, RESERVATION_FINALIZER, TENANT_LABEL, type Reservation } from '../../src/kube/types.ts';
 import { advanceClock } from '../../src/db/clock.ts';
 import { Ledger } from '../../src/db/ledger.ts';

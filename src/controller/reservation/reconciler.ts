@@ -4,7 +4,6 @@
 // removes the finalizer. Status is a mirror, never an input: which booking is the CR's is asked of the ledger by its
 // metadata.uid (the idempotency key it booked with), never read from status.reservationId, which anyone allowed to
 // write reservations/status could point at another tenant's booking.
-import { z } from 'zod';
 import { parseInput, ReservationCreateInput, ValidationError } from '../../core/schemas.ts';
 import { expandRecurrence } from '../../core/recurrence.ts';
 import type { ReservationView, ReserveOutcome } from '../../db/ledger.ts';
@@ -14,30 +13,33 @@ import { maxPendingOf, overPendingLimit, TOO_MANY_PENDING, type PendingEntry } f
 import { statusOf } from '../../kube/client.ts';
 import type { ReconcileResult } from '../queue.ts';
 import {
-  CONFIRM_ANNOTATION,
   RESERVATION_FINALIZER,
   namespaceTenant,
   noTenantMessage,
   findCondition,
   reservationResourceName,
-  sameJson,
-  setCondition,
   splitKey,
   type Reservation,
-  type ReservationPhase,
   type OccurrenceStatus,
   type ReservationStatus,
 } from '../../kube/types.ts';
 import { MAX_WINDOWS_AHEAD, recurringVerdict, toRecurrence, windowInput, windowKey } from './recurring.ts';
-
-const iso = (ms: number | null | undefined): string | undefined =>
-  ms === null || ms === undefined || !Number.isFinite(ms) ? undefined : new Date(ms).toISOString();
-/**
- * An end as status shows it: the ledger keeps microseconds, RFC 3339 here milliseconds, so an end is rounded up. A
- * user who books the next window from a Reservation's `status.end` then starts at or after its true end, never a
- * fraction of a millisecond inside it (which the no-overlap guard would refuse).
- */
-const isoEnd = (ms: number | null | undefined): string | undefined => iso(ms === null || ms === undefined ? ms : Math.ceil(ms));
+import {
+  bookedStatus,
+  bookedVerdict,
+  conditionsAfter,
+  confirmRequested,
+  degradedChanged,
+  degradedVerdict,
+  iso,
+  isoEnd,
+  PHASE_OF_STATE,
+  PREEMPTION_NOTICE,
+  releaseIfUnusedMs,
+  statusChanged,
+  unusedAfterMs,
+  type Verdict,
+} from './status.ts';
 
 /** The Reservation's spec as the ledger's reservations.create input (validated exactly as the API validates it). */
 export function toCreateInput(r: Reservation, tenantId: string, poolId: string): ReservationCreateInput {
@@ -66,49 +68,6 @@ export function toCreateInput(r: Reservation, tenantId: string, poolId: string):
   return input;
 }
 
-const ReleaseIfUnusedSeconds = z.number().int().min(60).max(31_622_400).optional();
-
-/** releaseIfUnusedMs for a Reservation already booked (validated before booking): an invalid value counts as none. */
-function unusedAfterMs(r: Reservation): number | undefined {
-  try {
-    return releaseIfUnusedMs(r);
-  } catch {
-    return undefined;
-  }
-}
-
-/** spec.releaseIfUnusedSeconds in milliseconds (the CRD's bounds, checked again at this boundary), or undefined. */
-export function releaseIfUnusedMs(r: Reservation): number | undefined {
-  const seconds = parseInput(z.object({ releaseIfUnusedSeconds: ReleaseIfUnusedSeconds }), { releaseIfUnusedSeconds: r.spec.releaseIfUnusedSeconds })
-    .releaseIfUnusedSeconds;
-  return seconds === undefined ? undefined : seconds * 1000;
-}
-
-/** The Reservation asks for its hold to be confirmed (the annotation; any value but "true" asks nothing). */
-export function confirmRequested(r: Reservation): boolean {
-  return r.metadata.annotations?.[CONFIRM_ANNOTATION] === 'true';
-}
-
-const PHASE_OF_STATE: Record<ReservationView['state'], ReservationPhase> = {
-  held: 'Reserved',
-  confirmed: 'Reserved',
-  released: 'Released',
-  expired: 'Expired',
-};
-
-interface Verdict {
-  phase: ReservationPhase;
-  status: 'True' | 'False';
-  reason: string;
-  message: string;
-  /** Event type; Normal for progress, Warning for refusals. */
-  eventType: 'Normal' | 'Warning';
-  /** A preempted spot reservation: the PreemptionNotice condition (True), with a Warning Event when it first appears. */
-  notice?: { reason: string; message: string };
-}
-
-/** The condition a preempted spot reservation carries (ADR 0017). */
-export const PREEMPTION_NOTICE = 'PreemptionNotice';
 
 
 /** One reconcile of a recurring Reservation's windows, carried from window to window. */
@@ -137,6 +96,16 @@ const WINDOW_REASONS: Record<Extract<ReserveOutcome, { ok: false }>['code'], str
   IDEMPOTENCY_MISMATCH: 'IdempotencyMismatch',
 };
 
+/** A one-shot Reservation's verdict when the ledger refuses its booking, by the ledger's code (the message is the ledger's). */
+const REFUSALS: Record<Extract<ReserveOutcome, { ok: false }>['code'], Omit<Verdict, 'message'>> = {
+  NO_CAPACITY: { phase: 'Pending', status: 'False', reason: 'Unschedulable', eventType: 'Warning' },
+  QUOTA_EXCEEDED: { phase: 'Pending', status: 'False', reason: 'QuotaExceeded', eventType: 'Warning' },
+  NOT_FOUND: { phase: 'Pending', status: 'False', reason: 'PoolNotOffered', eventType: 'Warning' },
+  POOL_ARCHIVED: { phase: 'Pending', status: 'False', reason: 'PoolArchived', eventType: 'Warning' },
+  CONTENDED: { phase: 'Pending', status: 'False', reason: 'Contended', eventType: 'Normal' },
+  IDEMPOTENCY_MISMATCH: { phase: 'Failed', status: 'False', reason: 'IdempotencyMismatch', eventType: 'Warning' },
+};
+
 export class ReservationReconciler {
   /** `${uid}|${phase}|${reason}` of the last Event per Reservation key: the cache may lag our own status writes. */
   private readonly lastEvent = new Map<string, string>();
@@ -144,59 +113,62 @@ export class ReservationReconciler {
   constructor(private readonly ctx: ControllerContext) {}
 
   async reconcile(key: string): Promise<ReconcileResult> {
-    const ctx = this.ctx;
     const { namespace, name } = splitKey(key);
-    let r = ctx.informers.reservations.get(key);
-    if (!r || !namespace) return;
+    const found = this.ctx.informers.reservations.get(key);
+    if (!found || !namespace) return;
+    if (found.metadata.deletionTimestamp) return this.finalize(found);
+    const withFinalizer = await this.withFinalizer(found, namespace, name);
+    if ('result' in withFinalizer) return withFinalizer.result;
+    const r = withFinalizer.r;
 
-    if (r.metadata.deletionTimestamp) return this.finalize(r);
-
-    if (!(r.metadata.finalizers ?? []).includes(RESERVATION_FINALIZER)) {
-      try {
-        r = {
-          ...r,
-          ...(await ctx.kube.setReservationFinalizers(
-            namespace,
-            name,
-            [...(r.metadata.finalizers ?? []), RESERVATION_FINALIZER],
-            r.metadata.resourceVersion ?? '',
-          )),
-        };
-      } catch (e) {
-        if (statusOf(e) === 409 || statusOf(e) === 404) return { requeueAfterMs: 200 };
-        throw e;
-      }
-    }
-
-    const st = r.status ?? {};
     const known = this.namespaceTenant(namespace);
     const nsTenant = known ?? undefined;
     // A recurring Reservation in a namespace that is no tenant books no window (none it booked before is found by a
     // tenant it does not have; they end by their window).
     if (r.spec.recurrence !== undefined) return known === null ? this.refuseNoTenant(r, namespace) : this.reconcileRecurring(r, nsTenant);
     // Already booked: mirror the ledger's state (held → confirmed, expired, released elsewhere).
-    let view = await this.bookingOf(r, nsTenant);
-    if (view) {
-      const now = ctx.clock.now();
-      if ((view.state === 'held' || view.state === 'confirmed') && view.end <= now) {
-        // The window is over: end it in the ledger too (scalar claims go back), so it shows as Released.
-        await ctx.ledger.release(view.id);
-        view = (await ctx.ledger.get(view.id)) ?? view;
-      }
-      view = await this.confirmIfAsked(r, view);
-      view = await this.releaseIfUnused(r, view);
-      await this.writeBooked(r, view, view.tenantId, false);
-      return this.wakeAt(view, unusedAfterMs(r));
-    }
+    const view = await this.bookingOf(r, nsTenant);
+    if (view) return this.mirrorBooking(r, view);
     // A verdict on this very spec that cannot change by trying again (only this CR's own status can claim it).
+    const st = r.status ?? {};
     if (st.phase === 'Failed' && st.observedGeneration === r.metadata.generation) return;
 
     // The tenant of a new booking: the namespace's now. Once booked, the ledger pins it (found by uid above), so a
     // relabelled namespace cannot book twice under two tenants.
     if (known === null) return this.refuseNoTenant(r, namespace);
     if (nsTenant === undefined) return { requeueAfterMs: 500 };
-    const tenant = nsTenant;
+    return this.book(r, nsTenant);
+  }
 
+  /** The CR with this controller's finalizer (added when it lacks one), or what to do when adding it lost a race. */
+  private async withFinalizer(r: Reservation, namespace: string, name: string): Promise<{ r: Reservation } | { result: ReconcileResult }> {
+    const finalizers = r.metadata.finalizers ?? [];
+    if (finalizers.includes(RESERVATION_FINALIZER)) return { r };
+    try {
+      const written = await this.ctx.kube.setReservationFinalizers(namespace, name, [...finalizers, RESERVATION_FINALIZER], r.metadata.resourceVersion ?? '');
+      return { r: { ...r, ...written } };
+    } catch (e) {
+      if (statusOf(e) === 409 || statusOf(e) === 404) return { result: { requeueAfterMs: 200 } };
+      throw e;
+    }
+  }
+
+  /** A booked CR mirrors its booking: a window that is over ends in the ledger too; a hold asked to is confirmed. */
+  private async mirrorBooking(r: Reservation, booked: ReservationView): Promise<ReconcileResult> {
+    let view = booked;
+    if ((view.state === 'held' || view.state === 'confirmed') && view.end <= this.ctx.clock.now()) {
+      // The window is over: end it in the ledger too (scalar claims go back), so it shows as Released.
+      await this.ctx.ledger.release(view.id);
+      view = (await this.ctx.ledger.get(view.id)) ?? view;
+    }
+    view = await this.confirmIfAsked(r, view);
+    view = await this.releaseIfUnused(r, view);
+    await this.writeBooked(r, view, view.tenantId, false);
+    return this.wakeAt(view, unusedAfterMs(r));
+  }
+
+  /** A new booking of a one-shot CR under its namespace's tenant; else the verdict on why not, and when to try again. */
+  private async book(r: Reservation, tenant: string): Promise<ReconcileResult> {
     const poolId = await this.poolIdFor(r, tenant);
     if (typeof poolId !== 'string') return poolId;
 
@@ -212,21 +184,16 @@ export class ReservationReconciler {
     const waits = this.waitsBehindTenant(r, tenant);
     if (waits) return void (await this.writeVerdict(r, tenant, poolId, waits));
 
-    const outcome: ReserveOutcome = await ctx.ledger.reserve(input, ctx.clock.now());
-    if (outcome.ok) {
-      const view = await this.confirmIfAsked(r, outcome.reservation);
-      await this.writeBooked(r, view, tenant, true);
-      return this.wakeAt(view, unusedAfterMs(r));
-    }
-    const verdicts: Record<Exclude<typeof outcome.code, never>, Omit<Verdict, 'message'>> = {
-      NO_CAPACITY: { phase: 'Pending', status: 'False', reason: 'Unschedulable', eventType: 'Warning' },
-      QUOTA_EXCEEDED: { phase: 'Pending', status: 'False', reason: 'QuotaExceeded', eventType: 'Warning' },
-      NOT_FOUND: { phase: 'Pending', status: 'False', reason: 'PoolNotOffered', eventType: 'Warning' },
-      POOL_ARCHIVED: { phase: 'Pending', status: 'False', reason: 'PoolArchived', eventType: 'Warning' },
-      CONTENDED: { phase: 'Pending', status: 'False', reason: 'Contended', eventType: 'Normal' },
-      IDEMPOTENCY_MISMATCH: { phase: 'Failed', status: 'False', reason: 'IdempotencyMismatch', eventType: 'Warning' },
-    };
-    const v = verdicts[outcome.code];
+    const outcome: ReserveOutcome = await this.ctx.ledger.reserve(input, this.ctx.clock.now());
+    if (!outcome.ok) return this.refused(r, tenant, poolId, outcome);
+    const view = await this.confirmIfAsked(r, outcome.reservation);
+    await this.writeBooked(r, view, tenant, true);
+    return this.wakeAt(view, unusedAfterMs(r));
+  }
+
+  /** The ledger refused a one-shot CR's booking: its verdict; Pending ones are tried again (a lost race at once). */
+  private async refused(r: Reservation, tenant: string, poolId: string, outcome: Extract<ReserveOutcome, { ok: false }>): Promise<ReconcileResult> {
+    const v = REFUSALS[outcome.code];
     const message =
       outcome.code === 'NOT_FOUND' ? `pool ${r.spec.pool} is not offered to tenant ${tenant}` : outcome.message;
     await this.writeVerdict(r, tenant, poolId, { ...v, message });
@@ -553,91 +520,14 @@ export class ReservationReconciler {
     return { requeueAfterMs: Math.min(3_600_000, Math.max(1000, next - this.ctx.clock.now() + 500)) };
   }
 
+  /** The status of a booked CR, from its booking as the ledger has it (status.ts), with the Degraded verdict while Reserved. */
   private async writeBooked(r: Reservation, view: ReservationView, tenant: string, fresh: boolean): Promise<void> {
-    const phase = PHASE_OF_STATE[view.state];
-    const atoms = view.allocations.reduce((n, a) => n + a.atoms.length, 0);
-    const nodes = view.allocations.map((a) => a.nodeId);
-    // A hold that was confirmed: by its first pod's bind (the ledger names the pod), else by the annotation (or the CLI).
-    const confirmedAt = view.state === 'confirmed' ? iso(view.hold?.confirmedAt) : undefined;
-    const confirmedBy = !confirmedAt
-      ? undefined
-      : view.hold?.confirmedByPod
-        ? `pod ${view.hold.confirmedByPod}`
-        : confirmRequested(r)
-          ? `annotation ${CONFIRM_ANNOTATION}`
-          : undefined;
-    const held = view.state === 'held' ? `, held until ${iso(view.leaseExpiresAt)} unless confirmed` : '';
-    // Released by releaseIfUnused: never used by a pod, ended at or after start + the spec's time, before its end.
-    const unusedMs = unusedAfterMs(r);
-    const unused =
-      view.state === 'released' &&
-      unusedMs !== undefined &&
-      view.everUsed === false &&
-      typeof view.endedAt === 'number' &&
-      view.endedAt >= view.start + unusedMs &&
-      view.endedAt < view.end;
-    const confirmed = confirmedAt ? `; hold confirmed at ${confirmedAt}${confirmedBy ? ` by ${confirmedBy}` : ''}` : '';
-    // A preempted spot reservation (ADR 0017): its deadline, from the ledger.
-    const preemptAt = iso(view.preemption?.at);
-    const preempted = view.state === 'released' && preemptAt !== undefined;
-    const messages: Record<ReservationPhase, string> = {
-      Reserved: `${atoms} atoms on ${nodes.join(', ')} from ${iso(view.start)} to ${isoEnd(view.end)}${held}${confirmed}`,
-      Released: preempted
-        ? `preempted at ${preemptAt} by reservation ${view.preemption!.by}; its pods were evicted`
-        : unused
-        ? `released ${view.id}: no pod used it within ${unusedMs! / 1000}s of its start at ${iso(view.start)}`
-        : view.end <= this.ctx.clock.now()
-          ? `the window of ${view.id} ended at ${isoEnd(view.end)}`
-          : `released ${view.id}`,
-      Expired: `the hold of ${view.id} ran out before it was confirmed`,
-      Pending: '',
-      Failed: '',
-    };
-    const reasons: Record<ReservationPhase, string> = {
-      Reserved: view.state === 'held' ? 'Held' : confirmedAt ? 'Confirmed' : 'Reserved',
-      Released: preempted ? 'Preempted' : unused ? 'Unused' : 'Released',
-      Expired: 'Expired',
-      Pending: '',
-      Failed: '',
-    };
-    const status: ReservationStatus = {
-      phase,
-      reservationId: view.id,
-      resourceName: reservationResourceName(view.id),
-      tenant,
-      poolId: view.poolId,
-      allocations: view.allocations.map((a) => ({ node: a.nodeId, atoms: [...a.atoms] })),
-      atoms,
-      nodes: nodes.join(','),
-      ...(iso(view.start) ? { start: iso(view.start) } : {}),
-      ...(isoEnd(view.end) ? { end: isoEnd(view.end) } : {}),
-      ...(iso(view.leaseExpiresAt) ? { leaseExpiresAt: iso(view.leaseExpiresAt) } : {}),
-      state: view.state,
-      ...(confirmedAt ? { confirmedAt } : {}),
-      ...(confirmedBy ? { confirmedBy } : {}),
-      ...(preemptAt ? { preemptAt } : {}),
-    };
-    if (fresh) this.ctx.log.info('reservation booked', { reservation: `${r.metadata.namespace}/${r.metadata.name}`, reservationId: view.id, nodes });
-    await this.writeStatus(
-      r,
-      status,
-      {
-        phase,
-        status: phase === 'Reserved' ? 'True' : 'False',
-        reason: reasons[phase],
-        message: messages[phase],
-        eventType: 'Normal',
-        ...(preemptAt
-          ? {
-              notice: {
-                reason: 'Preempted',
-                message: `a regular reservation (${view.preemption!.by}) displaces this spot reservation: its bookings end and its pods are evicted at ${preemptAt}`,
-              },
-            }
-          : {}),
-      },
-      phase === 'Reserved' ? degradedVerdict(view) : undefined,
-    );
+    const v = bookedVerdict(r, view, this.ctx.clock.now());
+    if (fresh) {
+      const nodes = view.allocations.map((a) => a.nodeId);
+      this.ctx.log.info('reservation booked', { reservation: `${r.metadata.namespace}/${r.metadata.name}`, reservationId: view.id, nodes });
+    }
+    await this.writeStatus(r, bookedStatus(r, view, tenant), v, v.phase === 'Reserved' ? degradedVerdict(view) : undefined);
   }
 
   private async writeVerdict(r: Reservation, tenant: string, poolId: string | undefined, v: Verdict): Promise<void> {
@@ -646,41 +536,29 @@ export class ReservationReconciler {
 
   /** Writes status and the Reserved condition when they changed; an Event when the phase or reason changed. */
   private async writeStatus(r: Reservation, status: ReservationStatus, v: Verdict, degraded?: Omit<Verdict, 'phase'>): Promise<void> {
-    const ctx = this.ctx;
     const prev = r.status ?? {};
+    const generation = r.metadata.generation ?? 0;
+    const conditions = conditionsAfter(prev.conditions, generation, v, degraded, this.ctx.nowIso());
+    const next: ReservationStatus = { ...status, observedGeneration: generation, conditions };
+    if (!statusChanged(prev, next, v, degraded)) return;
+    await this.announce(r, prev, v, degraded);
+    // A merge patch keeps what it does not name: a lease that a confirmation or an expiry ended is removed by name.
+    const patch: Record<string, unknown> = { ...next, ...(prev.leaseExpiresAt && !next.leaseExpiresAt ? { leaseExpiresAt: null } : {}) };
+    try {
+      await this.ctx.kube.patchReservationStatus(r.metadata.namespace!, r.metadata.name, patch);
+    } catch (e) {
+      if (statusOf(e) === 404) return;
+      throw e;
+    }
+  }
+
+  /**
+   * The Events of a status change: the verdict's when its phase or reason changed, Degraded or Repaired when that
+   * verdict changed, PreemptionNotice when it first appears; each once (this.lastEvent: the cache may lag our writes).
+   */
+  private async announce(r: Reservation, prev: ReservationStatus, v: Verdict, degraded: Omit<Verdict, 'phase'> | undefined): Promise<void> {
+    const ctx = this.ctx;
     const prevCond = findCondition(prev.conditions, 'Reserved');
-    const prevDegraded = findCondition(prev.conditions, 'Degraded');
-    const prevNotice = findCondition(prev.conditions, PREEMPTION_NOTICE);
-    let conditions = setCondition(
-      prev.conditions,
-      { type: 'Reserved', status: v.status, reason: v.reason, message: v.message, observedGeneration: r.metadata.generation ?? 0 },
-      ctx.nowIso(),
-    );
-    if (degraded) {
-      conditions = setCondition(
-        conditions,
-        { type: 'Degraded', status: degraded.status, reason: degraded.reason, message: degraded.message, observedGeneration: r.metadata.generation ?? 0 },
-        ctx.nowIso(),
-      );
-    }
-    // Each change of the verdict is an Event: a second repair (a new time, new nodes) as much as a first.
-    const degradedChanged =
-      degraded !== undefined &&
-      (prevDegraded?.status !== degraded.status || prevDegraded.reason !== degraded.reason || prevDegraded.message !== degraded.message);
-    if (v.notice) {
-      const notice = { type: PREEMPTION_NOTICE, status: 'True' as const, ...v.notice, observedGeneration: r.metadata.generation ?? 0 };
-      conditions = setCondition(conditions, notice, ctx.nowIso());
-    }
-    const next: ReservationStatus = { ...status, observedGeneration: r.metadata.generation ?? 0, conditions };
-    const changed =
-      prev.phase !== next.phase ||
-      prevCond?.reason !== v.reason ||
-      prevCond?.message !== v.message ||
-      prev.observedGeneration !== next.observedGeneration ||
-      degradedChanged ||
-      (v.notice !== undefined && prevNotice?.message !== v.notice.message) ||
-      !sameJson({ ...prev, conditions: undefined }, { ...next, conditions: undefined });
-    if (!changed) return;
     const key = `${r.metadata.namespace}/${r.metadata.name}`;
     const stamp = `${r.metadata.uid}|${v.phase}|${v.reason}`;
     if ((prev.phase !== v.phase || prevCond?.reason !== v.reason) && this.lastEvent.get(key) !== stamp) {
@@ -688,7 +566,7 @@ export class ReservationReconciler {
       await ctx.event(r, 'Reservation', { type: v.eventType, reason: v.reason, message: v.message });
     }
     const degradedStamp = degraded && `${r.metadata.uid}|${degraded.status}|${degraded.reason}|${degraded.message}`;
-    if (degraded && degradedChanged && this.lastEvent.get(`${key}|Degraded`) !== degradedStamp) {
+    if (degraded && degradedChanged(prev, degraded) && this.lastEvent.get(`${key}|Degraded`) !== degradedStamp) {
       this.lastEvent.set(`${key}|Degraded`, degradedStamp!);
       await ctx.event(r, 'Reservation', {
         type: degraded.eventType,
@@ -697,45 +575,9 @@ export class ReservationReconciler {
       });
     }
     const noticeStamp = `${r.metadata.uid}|${PREEMPTION_NOTICE}`;
-    if (v.notice && !prevNotice && this.lastEvent.get(`${key}|${PREEMPTION_NOTICE}`) !== noticeStamp) {
+    if (v.notice && !findCondition(prev.conditions, PREEMPTION_NOTICE) && this.lastEvent.get(`${key}|${PREEMPTION_NOTICE}`) !== noticeStamp) {
       this.lastEvent.set(`${key}|${PREEMPTION_NOTICE}`, noticeStamp);
       await ctx.event(r, 'Reservation', { type: 'Warning', reason: PREEMPTION_NOTICE, message: v.notice.message });
     }
-    // A merge patch keeps what it does not name: a lease that a confirmation or an expiry ended is removed by name.
-    const patch: Record<string, unknown> = { ...next, ...(prev.leaseExpiresAt && !next.leaseExpiresAt ? { leaseExpiresAt: null } : {}) };
-    try {
-      await ctx.kube.patchReservationStatus(r.metadata.namespace!, r.metadata.name, patch);
-    } catch (e) {
-      if (statusOf(e) === 404) return;
-      throw e;
-    }
   }
-}
-
-/**
- * The Degraded condition of a booking that BookingRepair touched (ADR 0016): True while atoms are short (on atoms out
- * of service that nothing replaced yet), False once it was re-placed or its atoms came back. None before any loss.
- */
-export function degradedVerdict(view: ReservationView): Omit<Verdict, 'phase'> | undefined {
-  const rp = view.repair;
-  if (!rp) return undefined;
-  const lost = rp.reason ?? 'unknown';
-  if (rp.short > 0) {
-    return {
-      status: 'True',
-      reason: 'AtomsLost',
-      message: `${rp.short} atoms short: lost to ${lost}; it keeps its other atoms and is re-placed as soon as capacity appears`,
-      eventType: 'Warning',
-    };
-  }
-  const nodes = view.allocations.map((a) => a.nodeId).join(', ');
-  return {
-    status: 'False',
-    reason: 'Repaired',
-    message:
-      rp.repairs > 0
-        ? `re-placed after losing atoms (${lost}) at ${iso(rp.repairedAt)}, ${rp.repairs} time(s); now on ${nodes}`
-        : `its atoms lost to ${lost} are back in service since ${iso(rp.repairedAt)}; on ${nodes}`,
-    eventType: 'Normal',
-  };
 }
