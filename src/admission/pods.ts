@@ -19,16 +19,17 @@
 import express, { type Router } from 'express';
 import type { IncomingMessage } from 'node:http';
 import type { TLSSocket } from 'node:tls';
-import { z } from 'zod';
 import { isOurDeviceClass } from '../core/dra-allocate.ts';
 import { GENERIC_RESOURCES, RESERVATION_GROUP, RESERVATION_LABEL, RESERVATION_MARKER, reservationIdOfResource, reservationResourceName } from '../extender/resources.ts';
 import type { Informer } from '../kube/informer.ts';
 import type { NamespaceCR, Reservation } from '../kube/types.ts';
 import { namespaceTenant } from '../kube/types.ts';
 import type { Db } from '../db/pool.ts';
-import { capDeclaredBody } from '../api/body-cap.ts';
+import { capDeclaredBody, readCappedBody } from '../api/body-cap.ts';
 import { errorFields, type Logger } from '../log.ts';
 import { ledgerBookings, type BookingLookup } from './bookings.ts';
+import { decodeReview, decodeReviewJson, type ContainerLike, type DecodedReview, type PodLike, type Quantities } from './review.ts';
+import { REVIEW_WORKER_ABOVE_BYTES, ReviewDecoderPool, ReviewPoolBusy, ReviewPoolTimeout } from './review-pool.ts';
 
 export const SCHEDULER_NAME = 'better-compute-scheduler';
 export const DEFAULT_SCHEDULER = 'default-scheduler';
@@ -47,44 +48,7 @@ const isReservationResource = (resource: string) => resource.startsWith(`${RESER
 // ---------------------------------------------------------------------------------------------------------------
 // What is read of a pod (the rest passes through untouched: the answer is a JSON patch).
 
-type Quantities = Record<string, string | number>;
-const Quantities = z.record(z.string(), z.union([z.string(), z.number()]));
-const Container = z.looseObject({
-  name: z.string().optional(),
-  resources: z.looseObject({ requests: Quantities.nullish(), limits: Quantities.nullish() }).nullish(),
-});
-export const PodSchema = z.looseObject({
-  metadata: z
-    .looseObject({
-      name: z.string().optional(),
-      generateName: z.string().optional(),
-      namespace: z.string().optional(),
-      labels: z.record(z.string(), z.string()).nullish(),
-    })
-    .optional(),
-  spec: z.looseObject({
-    containers: z.array(Container),
-    initContainers: z.array(Container).nullish(),
-    schedulerName: z.string().nullish(),
-    nodeName: z.string().nullish(),
-    resourceClaims: z
-      .array(z.looseObject({ name: z.string(), resourceClaimName: z.string().nullish(), resourceClaimTemplateName: z.string().nullish() }))
-      .nullish(),
-  }),
-});
-export type PodLike = z.infer<typeof PodSchema>;
-
-export const AdmissionReviewSchema = z.looseObject({
-  apiVersion: z.literal('admission.k8s.io/v1'),
-  kind: z.literal('AdmissionReview'),
-  request: z.looseObject({
-    uid: z.string().min(1),
-    kind: z.looseObject({ group: z.string(), version: z.string(), kind: z.string() }).optional(),
-    operation: z.string(),
-    namespace: z.string().optional(),
-    object: z.unknown().optional(),
-  }),
-});
+export { AdmissionReviewSchema, PodSchema, type PodLike } from './review.ts';
 
 // ---------------------------------------------------------------------------------------------------------------
 // Lookups
@@ -136,7 +100,7 @@ interface ResourceMaps {
 
 function resourceMaps(pod: PodLike): ResourceMaps[] {
   const out: ResourceMaps[] = [];
-  const add = (field: 'containers' | 'initContainers', list: readonly z.infer<typeof Container>[] | null | undefined) =>
+  const add = (field: 'containers' | 'initContainers', list: readonly ContainerLike[] | null | undefined) =>
     (list ?? []).forEach((c, i) =>
       out.push({
         path: `/spec/${field}/${i}/resources`,
@@ -289,6 +253,13 @@ export interface PodAdmissionDeps extends AdmissionLookups {
    * could tell apart. A caller not verified is refused (403) before its body is read.
    */
   callerVerified?: (req: IncomingMessage) => boolean;
+  /**
+   * Where reviews larger than workerAboveBytes are decoded (ADR 0047); absent: a pool of the router's own (one worker
+   * thread, started on the first large review, ended with the process).
+   */
+  reviewPool?: ReviewDecoderPool;
+  /** Bodies above this many bytes are decoded in the pool (default REVIEW_WORKER_ABOVE_BYTES); the rest on the loop. */
+  workerAboveBytes?: number;
 }
 
 /** The request came over TLS with a client certificate that the listener's client CA verified. */
@@ -307,6 +278,47 @@ function response(uid: string, a: Admission) {
   return { apiVersion: 'admission.k8s.io/v1', kind: 'AdmissionReview', response: body };
 }
 
+type Refusal = { status: number; code: string; message: string; close?: boolean };
+
+function refuse(res: express.Response, r: Refusal): void {
+  if (r.close) res.set('Connection', 'close');
+  if (r.status === 503) res.set('Retry-After', '1');
+  res.status(r.status).json({ error: { code: r.code, message: r.message } });
+}
+
+const CHARSET = /;\s*charset\s*=\s*"?([^";\s]*)/i;
+
+/**
+ * The request's review, decoded (ADR 0047): up to `workerAbove` bytes here, larger ones in the pool's worker threads,
+ * with the same decoder; or the refusal to answer, the body left unread where it can be: an encoding or charset other
+ * than UTF-8 (415), the pool full when the body declares a large size (503), a body that grows past the cap (413).
+ */
+async function readReview(req: express.Request, pool: ReviewDecoderPool, workerAbove: number, log: Logger): Promise<DecodedReview | Refusal | 'gone'> {
+  // Not JSON (or no body at all): nothing is read, and there is no review (400), as express.json left such a request.
+  if (!req.is('application/json')) return decodeReviewJson(undefined);
+  const encoding = req.headers['content-encoding'];
+  if (encoding !== undefined && encoding.toLowerCase() !== 'identity') {
+    return { status: 415, code: 'INVALID_ARGUMENT', message: `content encoding ${JSON.stringify(encoding).slice(0, 64)} is not supported: send the review uncompressed`, close: true };
+  }
+  const charset = CHARSET.exec(req.headers['content-type'] ?? '')?.[1]?.toLowerCase();
+  if (charset !== undefined && charset !== 'utf-8' && charset !== 'utf8') {
+    return { status: 415, code: 'INVALID_ARGUMENT', message: `unsupported charset ${JSON.stringify(charset.slice(0, 64))}: send UTF-8`, close: true };
+  }
+  const busy = (why: string): Refusal => ({ status: 503, code: 'UNAVAILABLE', message: `better-compute admission is busy with large reviews (${why}); try again`, close: !req.complete });
+  if (Number(req.headers['content-length'] ?? 0) > workerAbove && pool.full()) return busy('every worker busy, the queue full');
+  const read = await readCappedBody(req, MAX_REVIEW_BYTES);
+  if (!read.ok) return 'gone' in read ? 'gone' : { status: 413, code: 'PAYLOAD_TOO_LARGE', message: read.message, close: true };
+  if (read.bytes.length <= workerAbove) return decodeReview(read.bytes);
+  try {
+    return await pool.decode(read.bytes);
+  } catch (e) {
+    if (e instanceof ReviewPoolBusy) return busy('every worker busy, the queue full');
+    if (e instanceof ReviewPoolTimeout) return busy('the review was not decoded in time');
+    log.error('pod admission could not decode a review', errorFields(e));
+    return { status: 500, code: 'INTERNAL', message: 'internal error' };
+  }
+}
+
 /** POST /pods: AdmissionReview admission.k8s.io/v1 in, AdmissionReview out (mounted at /admission). */
 export function createPodAdmissionRouter(deps: PodAdmissionDeps): Router {
   const router = express.Router();
@@ -319,24 +331,23 @@ export function createPodAdmissionRouter(deps: PodAdmissionDeps): Router {
     });
   }
   router.use(capDeclaredBody(MAX_REVIEW_BYTES));
-  router.use(express.json({ limit: MAX_REVIEW_BYTES, type: ['application/json'] }));
+  const pool = deps.reviewPool ?? new ReviewDecoderPool();
+  const workerAbove = deps.workerAboveBytes ?? REVIEW_WORKER_ABOVE_BYTES;
   router.post('/pods', async (req, res) => {
-    const review = AdmissionReviewSchema.safeParse(req.body);
-    if (!review.success) {
-      res.status(400).json({ error: { code: 'INVALID_ARGUMENT', message: `not an AdmissionReview admission.k8s.io/v1: ${review.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ')}` } });
-      return;
+    const review = await readReview(req, pool, workerAbove, deps.log);
+    if (review === 'gone') return void req.destroy();
+    if (!('kind' in review)) return refuse(res, review);
+    switch (review.kind) {
+      case 'malformed':
+      case 'not-a-review':
+        return refuse(res, { status: 400, code: 'INVALID_ARGUMENT', message: review.message });
+      case 'pass':
+        return void res.json(response(review.uid, { allowed: true }));
+      case 'not-a-pod':
+        return void res.json(response(review.uid, deny(review.message, 400)));
     }
-    const rq = review.data.request;
-    if (rq.operation !== 'CREATE' || (rq.kind && rq.kind.kind !== 'Pod')) {
-      res.json(response(rq.uid, { allowed: true }));
-      return;
-    }
-    const parsed = PodSchema.safeParse(rq.object);
-    if (!parsed.success) {
-      res.json(response(rq.uid, deny(`not a pod: ${parsed.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ')}`, 400)));
-      return;
-    }
-    const pod: PodLike = { ...parsed.data, metadata: { ...parsed.data.metadata, namespace: rq.namespace || parsed.data.metadata?.namespace } };
+    const rq = review;
+    const pod: PodLike = { ...rq.pod, metadata: { ...rq.pod.metadata, namespace: rq.namespace || rq.pod.metadata?.namespace } };
     const fields = { pod: podName(pod, pod.metadata?.namespace ?? ''), uid: rq.uid };
     let a: Admission;
     try {
@@ -350,11 +361,10 @@ export function createPodAdmissionRouter(deps: PodAdmissionDeps): Router {
     else if (a.patch) deps.log.info('pod mutated', { ...fields, patch: a.patch });
     res.json(response(rq.uid, a));
   });
-  // Bodies over the cap (413) and malformed JSON (400) are answered here, before any parsing of the review.
-  router.use((err: { status?: number; message?: string }, _req: express.Request, res: express.Response, next: express.NextFunction) => {
+  router.use((err: unknown, _req: express.Request, res: express.Response, next: express.NextFunction) => {
     if (res.headersSent) return next(err);
-    const status = err.status && err.status >= 400 && err.status < 500 ? err.status : 500;
-    res.status(status).json({ error: { code: status === 413 ? 'PAYLOAD_TOO_LARGE' : status === 500 ? 'INTERNAL' : 'INVALID_ARGUMENT', message: status === 500 ? 'internal error' : (err.message ?? 'bad request') } });
+    deps.log.error('pod admission failed', errorFields(err));
+    refuse(res, { status: 500, code: 'INTERNAL', message: 'internal error' });
   });
   return router;
 }

@@ -65,6 +65,57 @@ describe('the admission endpoint (9443, /admission/pods)', () => {
   });
 });
 
+/** The answer to a POST whose body is never finished: `start` is sent (or nothing), then the request is held open. */
+function answerBeforeTheEnd(url: string, headers: Record<string, string>, start?: Buffer): Promise<{ status: number; body: { error?: { code: string } } }> {
+  return new Promise((resolve, reject) => {
+    const req = http.request(url, { method: 'POST', agent: false, headers: { 'content-type': 'application/json', ...headers } }, (res) => {
+      const parts: Buffer[] = [];
+      res.on('data', (p: Buffer) => parts.push(p));
+      res.on('end', () => {
+        resolve({ status: res.statusCode ?? 0, body: JSON.parse(Buffer.concat(parts).toString('utf8')) as { error?: { code: string } } });
+        req.destroy();
+      });
+    });
+    req.on('error', reject);
+    req.setTimeout(20_000, () => req.destroy(new Error('no answer before the body ended')));
+    if (start) req.write(start);
+    else req.flushHeaders();
+  });
+}
+
+describe('the admission endpoint: a 3 MiB body is refused before it is read (issue 35)', () => {
+  let looked = 0;
+  const deps: PodAdmissionDeps = {
+    log: silentLogger,
+    reservation: async () => void looked++,
+    reservationsIn: async () => (looked++, []),
+    bookings: { byReservationUid: async () => void looked++, byId: async () => void looked++ },
+  };
+  const url = async () => {
+    const app = express();
+    app.use('/admission', createPodAdmissionRouter(deps));
+    return `${await serve(app)}/admission/pods`;
+  };
+
+  it('declared (Content-Length: 3 MiB): 413 from the headers, before a byte of the body is sent', async () => {
+    looked = 0;
+    const r = await answerBeforeTheEnd(await url(), { 'content-length': String(3 * 1024 * 1024) });
+    expect(r.status).toBe(413);
+    expect(r.body.error?.code).toBe('PAYLOAD_TOO_LARGE');
+    expect(looked).toBe(0);
+  });
+
+  it('chunked (no Content-Length): 413 once the cap is passed, while the rest of the body is still to come', async () => {
+    looked = 0;
+    // The review's start, then padding past the cap; the body never ends, so no answer could come from a parse.
+    const start = Buffer.concat([Buffer.from('{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u","pad":"'), Buffer.alloc(MAX_REVIEW_BYTES + 64 * 1024, 'x')]);
+    const r = await answerBeforeTheEnd(await url(), { 'transfer-encoding': 'chunked' }, start);
+    expect(r.status).toBe(413);
+    expect(r.body.error?.code).toBe('PAYLOAD_TOO_LARGE');
+    expect(looked).toBe(0);
+  });
+});
+
 describe('the agent API (9443, /agent/v1)', () => {
   it('a declared body over its cap is refused before the token is reviewed', async () => {
     let reviews = 0;

@@ -2,6 +2,7 @@
 // ServiceAccount token bound to their node) and the pod admission webhook (/admission; with WEBHOOK_CLIENT_CA_FILE, for
 // the API server's client certificate only: ADR 0034). docs/adr/0007.
 import { createPodAdmissionRouter, podAdmissionDeps, tlsClientVerified } from '../admission/pods.ts';
+import { ReviewDecoderPool } from '../admission/review-pool.ts';
 import { createAgentApiRouter, agentUsernameFor } from '../agentapi/router.ts';
 import { AGENT_API_PREFIX } from '../agentapi/wire.ts';
 import { ResourceClaimClient } from '../kube/resource-claims.ts';
@@ -10,6 +11,8 @@ import type { WebhookMount } from './listeners.ts';
 
 export function productWebhookRouters(s: ControllerServices): WebhookMount[] {
   const claims = new ResourceClaimClient(s.kc);
+  // Large reviews are decoded in a worker thread, off the loop the extender shares (ADR 0047).
+  const reviewPool = new ReviewDecoderPool();
   return [
     {
       path: '/admission',
@@ -24,7 +27,9 @@ export function productWebhookRouters(s: ControllerServices): WebhookMount[] {
         }),
         // WEBHOOK_CLIENT_CA_FILE: the listener asks for client certificates; only the API server's is answered (ADR 0034).
         ...(s.config.webhookClientCaFile ? { callerVerified: tlsClientVerified } : {}),
+        reviewPool,
       }),
+      stop: () => reviewPool.close(),
     },
     {
       path: AGENT_API_PREFIX,

@@ -1,0 +1,14 @@
+// A worker thread of the review pool (review-pool.ts): decodes the bytes of one AdmissionReview at a time, off the
+// controller's event loop, and answers with what the transport needs (review.ts). The bytes come transferred, not
+// copied; the answer is small (the pod cut down to what admission reads).
+import { parentPort } from 'node:worker_threads';
+import { decodeReview } from './review.ts';
+
+export interface ReviewJob {
+  id: number;
+  bytes: ArrayBuffer;
+}
+
+const port = parentPort;
+if (!port) throw new Error('review-worker.ts runs as a worker thread of the review pool');
+port.on('message', (job: ReviewJob) => port.postMessage({ id: job.id, decoded: decodeReview(new Uint8Array(job.bytes)) }));
