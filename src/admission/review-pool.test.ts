@@ -1,5 +1,6 @@
 // Large AdmissionReviews decoded in worker threads (ADR 0047): the same answers as on the event loop, and a pool that
 // refuses at once when full and gives up on a review at its deadline.
+import fs from 'node:fs';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import express from 'express';
@@ -7,7 +8,7 @@ import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { silentLogger } from '../log.ts';
 import { createPodAdmissionRouter, MAX_REVIEW_BYTES, type AdmissionLookups, type PodAdmissionDeps } from './pods.ts';
 import { decodeReview } from './review.ts';
-import { REVIEW_WORKER_ABOVE_BYTES, ReviewDecoderPool, ReviewPoolBusy, ReviewPoolTimeout } from './review-pool.ts';
+import { REVIEW_WORKER_ABOVE_BYTES, REVIEW_WORKER_NICE, ReviewDecoderPool, ReviewPoolBusy, ReviewPoolTimeout } from './review-pool.ts';
 
 /** A worker that takes reviews and never answers. */
 const STALLING = new URL(`data:text/javascript,${encodeURIComponent("import { parentPort } from 'node:worker_threads'; parentPort.on('message', () => {});")}`);
@@ -85,6 +86,18 @@ describe('decodeReview in a worker', () => {
     }
     expect(decodeReview(Buffer.from('{not json'))).toMatchObject({ kind: 'malformed' });
     expect(decodeReview(Buffer.from(bigReview(4_000)))).toMatchObject({ kind: 'pod', uid: 'big-1' });
+  });
+
+  it.runIf(process.platform === 'linux')('the worker thread runs at a lower priority than the event loop (Linux: its own nice value)', async () => {
+    /** The nice value of each thread of this process (field 19 of /proc/<pid>/task/<tid>/stat). */
+    const nices = () => fs.readdirSync('/proc/self/task').map((tid) => Number(fs.readFileSync(`/proc/self/task/${tid}/stat`, 'utf8').split(') ')[1]!.split(' ')[16]));
+    const lowered = () => nices().filter((n) => n === REVIEW_WORKER_NICE).length;
+    const before = lowered();
+    const pool = new ReviewDecoderPool();
+    await pool.decode(Buffer.from('{}'));
+    expect(lowered()).toBe(before + 1);
+    expect(fs.readFileSync('/proc/thread-self/stat', 'utf8').split(') ')[1]!.split(' ')[16]).toBe('0');
+    await pool.close();
   });
 
   it('the pod comes back cut down to what admission reads', async () => {

@@ -10,6 +10,12 @@ import type { ReviewJob } from './review-worker.ts';
 /** Bodies larger than this are decoded in a worker; real pods' reviews are a few KiB. */
 export const REVIEW_WORKER_ABOVE_BYTES = 256 * 1024;
 
+/**
+ * The workers' nice value: on Linux a thread's own (the event loop's stays 0), so that on a pod short of CPU the loop's
+ * work (the extender's calls) runs first and a large review waits, within its deadline.
+ */
+export const REVIEW_WORKER_NICE = 10;
+
 export interface ReviewPoolOptions {
   /** Worker threads, started on first use (default 1: the extender keeps a core of its own on a 2-CPU pod). */
   workers?: number;
@@ -52,9 +58,10 @@ interface Slot {
  * workers).
  */
 function startWorker(script: URL): Worker {
-  if (!script.pathname.endsWith('.ts')) return new Worker(script);
+  const workerData = { nice: REVIEW_WORKER_NICE };
+  if (!script.pathname.endsWith('.ts')) return new Worker(script, { workerData });
   const tsx = import.meta.resolve('tsx/esm/api');
-  return new Worker(`import(${JSON.stringify(tsx)}).then((m) => { m.register(); return import(${JSON.stringify(script.href)}); });`, { eval: true });
+  return new Worker(`import(${JSON.stringify(tsx)}).then((m) => { m.register(); return import(${JSON.stringify(script.href)}); });`, { eval: true, workerData });
 }
 
 const defaultScript = () => new URL(`./review-worker${import.meta.url.endsWith('.ts') ? '.ts' : '.js'}`, import.meta.url);

@@ -40,31 +40,6 @@ describe('declaresBodyOver', () => {
   });
 });
 
-describe('the admission endpoint (9443, /admission/pods)', () => {
-  it('a 3 MiB AdmissionReview is refused with 413 before it is parsed: no lookup runs', async () => {
-    let looked = 0;
-    const deps: PodAdmissionDeps = {
-      log: silentLogger,
-      reservation: async () => void looked++,
-      reservationsIn: async () => (looked++, []),
-      bookings: { byReservationUid: async () => void looked++, byId: async () => void looked++ },
-    };
-    const app = express();
-    app.use('/admission', createPodAdmissionRouter(deps));
-    const base = await serve(app);
-    const pod = { metadata: { name: 'p', labels: { 'bettercompute.io/reservation': 'train' } }, spec: { containers: [{ name: 'c', resources: { limits: { 'bettercompute.io/gpu': '1' } } }] } };
-    const review = { apiVersion: 'admission.k8s.io/v1', kind: 'AdmissionReview', request: { uid: 'u', operation: 'CREATE', namespace: 'team-a', object: pod } };
-    const text = JSON.stringify(review);
-    const big = text.replace('"name":"p"', `"name":"p","pad":"${'x'.repeat(3 * 1024 * 1024 - text.length - 9)}"`);
-    expect(big.length).toBeGreaterThan(MAX_REVIEW_BYTES);
-    expect(big.length).toBeLessThanOrEqual(3 * 1024 * 1024);
-    const r = await post(`${base}/admission/pods`, big);
-    expect(r.status).toBe(413);
-    expect(r.body.error?.code).toBe('PAYLOAD_TOO_LARGE');
-    expect(looked).toBe(0);
-  });
-});
-
 /** The answer to a POST whose body is never finished: `start` is sent (or nothing), then the request is held open. */
 function answerBeforeTheEnd(url: string, headers: Record<string, string>, start?: Buffer): Promise<{ status: number; body: { error?: { code: string } } }> {
   return new Promise((resolve, reject) => {
@@ -83,7 +58,7 @@ function answerBeforeTheEnd(url: string, headers: Record<string, string>, start?
   });
 }
 
-describe('the admission endpoint: a 3 MiB body is refused before it is read (issue 35)', () => {
+describe('the admission endpoint (9443, /admission/pods): a 3 MiB body is refused before it is parsed or read (issue 35)', () => {
   let looked = 0;
   const deps: PodAdmissionDeps = {
     log: silentLogger,
@@ -96,6 +71,20 @@ describe('the admission endpoint: a 3 MiB body is refused before it is read (iss
     app.use('/admission', createPodAdmissionRouter(deps));
     return `${await serve(app)}/admission/pods`;
   };
+
+  it('a 3 MiB AdmissionReview is refused with 413 before it is parsed: no lookup runs', async () => {
+    looked = 0;
+    const pod = { metadata: { name: 'p', labels: { 'bettercompute.io/reservation': 'train' } }, spec: { containers: [{ name: 'c', resources: { limits: { 'bettercompute.io/gpu': '1' } } }] } };
+    const review = { apiVersion: 'admission.k8s.io/v1', kind: 'AdmissionReview', request: { uid: 'u', operation: 'CREATE', namespace: 'team-a', object: pod } };
+    const text = JSON.stringify(review);
+    const big = text.replace('"name":"p"', `"name":"p","pad":"${'x'.repeat(3 * 1024 * 1024 - text.length - 9)}"`);
+    expect(big.length).toBeGreaterThan(MAX_REVIEW_BYTES);
+    expect(big.length).toBeLessThanOrEqual(3 * 1024 * 1024);
+    const r = await post(await url(), big);
+    expect(r.status).toBe(413);
+    expect(r.body.error?.code).toBe('PAYLOAD_TOO_LARGE');
+    expect(looked).toBe(0);
+  });
 
   it('declared (Content-Length: 3 MiB): 413 from the headers, before a byte of the body is sent', async () => {
     looked = 0;
