@@ -17,7 +17,7 @@ export const REVIEW_WORKER_ABOVE_BYTES = 256 * 1024;
 export const REVIEW_WORKER_NICE = 10;
 
 export interface ReviewPoolOptions {
-  /** Worker threads, started on first use (default 1: the extender keeps a core of its own on a 2-CPU pod). */
+  /** Worker threads, started on first use or by warm() (default 1: the extender keeps a core of its own on a 2-CPU pod). */
   workers?: number;
   /** Reviews that may wait for a worker beyond those being decoded (default 4); more are refused. */
   queue?: number;
@@ -91,6 +91,12 @@ export class ReviewDecoderPool {
     this.queueMax = Math.max(0, o.queue ?? 4);
     this.timeoutMs = o.timeoutMs ?? 2_000;
     this.script = o.script ?? defaultScript();
+  }
+
+  /** Starts the workers now rather than on the first large review (whose deadline would include their start). */
+  warm(): this {
+    while (!this.closed && this.slots.length < this.workers) this.spawn();
+    return this;
   }
 
   /** Every worker busy and the queue full: a review handed in now would be refused. */

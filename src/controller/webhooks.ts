@@ -11,8 +11,9 @@ import type { WebhookMount } from './listeners.ts';
 
 export function productWebhookRouters(s: ControllerServices): WebhookMount[] {
   const claims = new ResourceClaimClient(s.kc);
-  // Large reviews are decoded in a worker thread, off the loop the extender shares (ADR 0047).
-  const reviewPool = new ReviewDecoderPool();
+  // Large reviews are decoded in a worker thread, off the loop the extender shares (ADR 0047); started now, so that
+  // the first large review's deadline does not include the worker's start.
+  const reviewPool = new ReviewDecoderPool().warm();
   return [
     {
       path: '/admission',

@@ -44,6 +44,14 @@ describe('benchmarks at a small size', () => {
     expect(out).toMatch(/^50 nodes: filter p99/m);
   }, 250_000);
 
+  it('bench:admission-flood runs to its end: every flood row, its bodies answered as they should be (413, 200)', async () => {
+    const out = await runBench('admission-flood', { BENCH_NODES: '50', BENCH_CALLS: '20', BENCH_ROUNDS: '1', BENCH_FLOOD_CONNECTIONS: '2', BENCH_SETTLE_MS: '100' });
+    for (const row of ['no flood', '3 MiB bodies, Content-Length', '3 MiB bodies, chunked', '1.9 MiB reviews, decoded in the worker', '1.9 MiB reviews, decoded on the loop']) {
+      expect(out).toMatch(new RegExp(`^${row}[^\\n]*\\s20\\s`, 'm'));
+    }
+    expect(out).toMatch(/^filter p99 during the flood of 3 MiB bodies, Content-Length .*: [0-9.]+ ms/m);
+  }, 250_000);
+
   it('bench:scale runs to its end: every Reservation booked, every phase reported with RSS and reconcile times', async () => {
     const out = await runBench('scale', { BENCH_NODES: '12', BENCH_RESERVATIONS: '30', BENCH_PODS: '1200', BENCH_POOLS: '2', BENCH_TENANTS: '3', BENCH_SETTLE_S: '200' });
     expect(out).toMatch(/^# 12 nodes x 8 GPUs in 2 pools, 30 Reservations of 3 tenants, 1200 pods/m);
