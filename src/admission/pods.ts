@@ -15,7 +15,8 @@
 //   and our scheduler calls the extender for all its pods.
 //
 // admitPod() decides from a pod and lookups (no I/O of its own); createPodAdmissionRouter() is the AdmissionReview v1
-// transport the controller mounts at /admission (so the webhook path is /admission/pods).
+// transport the controller mounts at /admission (so the webhook path is /admission/pods). It decodes a review with
+// review.ts, a large one in a worker thread off the event loop the extender shares (review-pool.ts, ADR 0047).
 import express, { type Router } from 'express';
 import type { IncomingMessage } from 'node:http';
 import type { TLSSocket } from 'node:tls';
