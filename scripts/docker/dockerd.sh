@@ -65,10 +65,11 @@ bc_dockerd_up() {
     --pidfile /run/better-compute-docker.pid -H "unix://$BC_DOCKER_SOCK"
     --iptables=false --ip6tables=false --ip-forward=false --ip-masq=false --bridge=none
     "${runtime_args[@]}" --log-level=warn)
+  # The engine does not inherit the build scripts' lock descriptors (7, 8, 9), or it would hold their locks.
   if [[ "$detach" == detach ]]; then
-    $bc_docker_sudo setsid nohup "${cmd[@]}" >"$bc_docker_cache/dockerd.log" 2>&1 </dev/null &
+    $bc_docker_sudo setsid nohup "${cmd[@]}" >"$bc_docker_cache/dockerd.log" 2>&1 </dev/null 7>&- 8>&- 9>&- &
   else
-    $bc_docker_sudo "${cmd[@]}" >"$bc_docker_cache/dockerd.log" 2>&1 &
+    $bc_docker_sudo "${cmd[@]}" >"$bc_docker_cache/dockerd.log" 2>&1 7>&- 8>&- 9>&- &
   fi
   BC_DOCKERD_PID=$!
   local i

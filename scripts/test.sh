@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# `npm test`: every check, in the order that gets CI done soonest on two cores (docs/testing.md):
+#   1. the typecheck and the lint;
+#   2. vitest's `unit` and `db` projects (CPU-bound: they have the machine to themselves);
+#   3. the builds both clusters need, once: the Kubernetes components (e2e/cluster/build.sh) and the product's images
+#      (npm run image), so that the two lanes below never build the same thing at once;
+#   4. two lanes at once, which mostly wait on clusters rather than compute:
+#        cluster  vitest's `cluster` project on the process cluster;
+#        kind     npm run test:kind (its lines prefixed with [kind]);
+#   5. a table of each step's time and result. Exit 0 only when every step passed.
+# A failing step 1–3 stops the run (what follows would fail for the same reason). BC_TEST_SERIAL=1 runs the kind lane
+# after the cluster lane instead of beside it.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+t0=$SECONDS
+steps=()
+failed=0
+say() { printf '[npm test %5ds] %s\n' "$((SECONDS - t0))" "$*" >&2; }
+record() { steps+=("$(printf '%-10s %6ss  %s' "$1" "$2" "$3")"); }
+summary() {
+  printf '\n%-10s %7s  %s\n' step time result
+  printf '%s\n' "${steps[@]}"
+  printf '%-10s %6ss  %s\n' total "$((SECONDS - t0))" "$( ((failed)) && echo FAILED || echo passed)"
+}
+
+# step NAME CMD...: runs CMD in the foreground, records its time and result.
+step() {
+  local name="$1" s=$SECONDS rc=0
+  shift
+  say "$name: $*"
+  "$@" || rc=$?
+  record "$name" "$((SECONDS - s))" "$( ((rc)) && echo "FAILED (exit $rc)" || echo passed)"
+  ((rc == 0)) || failed=1
+  return "$rc"
+}
+
+stop_early() {
+  summary
+  exit 1
+}
+
+step typecheck npm run -s typecheck || stop_early
+step lint npm run -s lint || stop_early
+step unit+db npx vitest run --project unit --project db || stop_early
+step builds bash -c 'bash e2e/cluster/build.sh >/dev/null && npm run -s image' || stop_early
+
+kind_lane() {
+  local s=$SECONDS rc=0
+  npm run -s test:kind > >(sed -u 's/^/[kind] /') 2>&1 || rc=$?
+  echo "$rc $((SECONDS - s))" >"$kind_result"
+}
+kind_result="$(mktemp)"
+trap 'rm -f "$kind_result"' EXIT
+
+if [[ "${BC_TEST_SERIAL:-0}" == 1 ]]; then
+  step cluster npx vitest run --project cluster
+  say "kind: npm run test:kind"
+  kind_lane
+else
+  say "kind: npm run test:kind, beside the cluster project"
+  kind_lane &
+  kind_pid=$!
+  step cluster npx vitest run --project cluster
+  wait "$kind_pid"
+fi
+read -r kind_rc kind_s <"$kind_result" || { kind_rc=1; kind_s=0; }
+record kind "$kind_s" "$( ((kind_rc)) && echo "FAILED (exit $kind_rc)" || echo passed)"
+((kind_rc == 0)) || failed=1
+
+summary
+exit "$failed"
