@@ -191,6 +191,8 @@ const ConfigSchema = z.object({
   draPluginDir: z.string().min(1),
   pluginsRegistryDir: z.string().min(1),
   cdiDir: z.string().min(1),
+  /** `agent` with its DRA plugin: how often its node's ResourceSlices are checked even when nothing changed. */
+  draSliceResyncMs: durationMs('BETTER_COMPUTE_DRA_SLICE_RESYNC'),
   /** `agent`: the controller's agent API (https://host:port); see controllerUrlFromEnv. Unset: the agent cannot start. */
   controllerUrl: z.string().url().optional(),
   /** `agent`: the CA bundle that signs the controller's serving certificate (ConfigMap better-compute-ca). */
@@ -356,6 +358,7 @@ function agentEnv(env: NodeJS.ProcessEnv): Record<string, unknown> {
     draPluginDir: env.BETTER_COMPUTE_DRA_PLUGIN_DIR || '/var/lib/kubelet/plugins/gpu.bettercompute.io',
     pluginsRegistryDir: env.BETTER_COMPUTE_PLUGINS_REGISTRY_DIR || '/var/lib/kubelet/plugins_registry',
     cdiDir: env.BETTER_COMPUTE_CDI_DIR || '/var/run/cdi',
+    draSliceResyncMs: env.BETTER_COMPUTE_DRA_SLICE_RESYNC || '60s',
     controllerUrl: controllerUrlFromEnv(env),
     controllerCaFile: env.BETTER_COMPUTE_CONTROLLER_CA_FILE || '/etc/better-compute/ca/ca.crt',
     controllerServerName:

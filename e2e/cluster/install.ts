@@ -77,6 +77,10 @@ export interface InstallOptions {
   controllerEnv?: Record<string, string>;
   /** The caller ran loadImages already. */
   imagesLoaded?: boolean;
+  /** With the Component deploy/dra/agent: the agent's DRA plugin on, its slices' RBAC and policy (docs/dra-node.md). */
+  draAgent?: boolean;
+  /** Extra environment of the agent container. */
+  agentEnv?: Record<string, string>;
 }
 
 /** The overlay the tests install: deploy/overlays/trial (or external) plus simulated GPUs. Returns its directory. */
@@ -100,6 +104,7 @@ export function writeTestOverlay(o: InstallOptions = {}): string {
     kind: 'Kustomization',
     // kustomize takes only relative paths to other kustomizations.
     resources: [path.relative(dir, path.join(ROOT, 'deploy', 'overlays', base))],
+    ...(o.draAgent ? { components: [path.relative(dir, path.join(ROOT, 'deploy', 'dra', 'agent'))] } : {}),
     configMapGenerator: [{ name: 'better-compute-simulated-gpus', namespace: SYSTEM_NS, files: deviceFiles }],
     ...(o.databaseUrl
       ? {
@@ -116,8 +121,18 @@ export function writeTestOverlay(o: InstallOptions = {}): string {
           { op: 'add', path: '/spec/template/spec/containers/0/env/-', value: { name: 'BETTER_COMPUTE_DEVICES_FILE', value: '/etc/better-compute/devices/$(NODE_NAME).json' } },
           { op: 'add', path: '/spec/template/spec/containers/0/volumeMounts/-', value: { name: 'simulated-gpus', mountPath: '/etc/better-compute/devices', readOnly: true } },
           { op: 'add', path: '/spec/template/spec/volumes/-', value: { name: 'simulated-gpus', configMap: { name: 'better-compute-simulated-gpus' } } },
-          { op: 'replace', path: '/spec/template/spec/volumes/1/hostPath/path', value: podResourcesDir },
+          ...Object.entries(o.agentEnv ?? {}).map(([name, value]) => ({ op: 'add', path: '/spec/template/spec/containers/0/env/-', value: { name, value } })),
         ]),
+      },
+      // By the volume's name, not its index: the Component deploy/dra/agent adds volumes before it.
+      {
+        target: { kind: 'DaemonSet', name: 'better-compute-agent' },
+        patch: JSON.stringify({
+          apiVersion: 'apps/v1',
+          kind: 'DaemonSet',
+          metadata: { name: 'better-compute-agent' },
+          spec: { template: { spec: { volumes: [{ name: 'pod-resources', hostPath: { path: podResourcesDir } }] } } },
+        }),
       },
     ],
   };
@@ -271,8 +286,8 @@ export async function uninstallWithHelm(): Promise<void> {
  * Removes what installProduct made but the CRDs (deleting a CRD deletes every object of its kind, and the other suites
  * on this cluster keep theirs): the namespace, our cluster-scoped objects, the data volume. Waits until they are gone.
  */
-export async function uninstallProduct(): Promise<void> {
-  const overlay = writeTestOverlay({ gpus: 1 });
+export async function uninstallProduct(o: Pick<InstallOptions, 'draAgent'> = {}): Promise<void> {
+  const overlay = writeTestOverlay({ gpus: 1, ...o });
   const rendered = await kubectl(['kustomize', overlay]);
   fs.rmSync(overlay, { recursive: true, force: true });
   const items = YAML.parseAllDocuments(rendered)

@@ -60,6 +60,8 @@ export interface AgentOptions {
   deviceList?: DeviceListSettings;
   /** Where the host's device nodes and the driver's procfs are seen (default /dev and /proc). */
   hostDirs?: HostDirs;
+  /** Told when the node's atoms (or their health) changed: the DRA plugin publishes them as ResourceSlices. */
+  onAtomsChange?: () => void;
 }
 
 interface Served {
@@ -129,6 +131,7 @@ export class Agent {
   private spec: NodeDevicesSpec = { gpus: [], scalars: {} };
   private readonly history: DiscoveryHistory;
   private atoms = new Map<string, AtomInfo>();
+  private atomsKey?: string;
   private readonly served = new Map<string, Served>();
   private readonly podResources: PodResourcesReader;
   private readonly kubeletSocket: string;
@@ -291,7 +294,18 @@ export class Agent {
       this.backendDown = true;
       this.markReady(false);
     }
-    this.atoms = new Map(atomsFromSpec(this.spec, this.state?.atoms).map((a) => [a.id, a]));
+    const atoms = atomsFromSpec(this.spec, this.state?.atoms);
+    const key = JSON.stringify(atoms);
+    this.atoms = new Map(atoms.map((a) => [a.id, a]));
+    if (key !== this.atomsKey) {
+      this.atomsKey = key;
+      this.o.onAtomsChange?.();
+    }
+  }
+
+  /** The node's atoms now: the ledger's rows once the controller answered, the discovered layout before. */
+  currentAtoms(): AtomInfo[] {
+    return [...this.atoms.values()];
   }
 
   private markReady(ready: boolean): void {

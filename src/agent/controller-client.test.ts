@@ -40,8 +40,13 @@ describe('where the agent finds the controller', () => {
       draPluginDir: '/var/lib/kubelet/plugins/gpu.bettercompute.io',
       pluginsRegistryDir: '/var/lib/kubelet/plugins_registry',
       cdiDir: '/var/run/cdi',
+      draSliceResyncMs: 60_000,
     });
-    expect(loadConfig({ BETTER_COMPUTE_AGENT_DRA: 'true', BETTER_COMPUTE_CDI_DIR: '/etc/cdi' })).toMatchObject({ agentDra: true, cdiDir: '/etc/cdi' });
+    expect(loadConfig({ BETTER_COMPUTE_AGENT_DRA: 'true', BETTER_COMPUTE_CDI_DIR: '/etc/cdi', BETTER_COMPUTE_DRA_SLICE_RESYNC: '5s' })).toMatchObject({
+      agentDra: true,
+      cdiDir: '/etc/cdi',
+      draSliceResyncMs: 5000,
+    });
     expect(() => loadConfig({ BETTER_COMPUTE_AGENT_DRA: 'yes' })).toThrow();
     expect(loadConfig({ BETTER_COMPUTE_CONTROLLER_SERVER_NAME: 'ctl.test', BETTER_COMPUTE_AGENT_TOKEN_FILE: '/t', BETTER_COMPUTE_CONTROLLER_CA_FILE: '/ca' })).toMatchObject({
       controllerServerName: 'ctl.test',

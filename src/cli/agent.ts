@@ -10,7 +10,10 @@ import { Agent } from '../agent/agent.ts';
 import { ControllerClient } from '../agent/controller-client.ts';
 import { DraPlugin } from '../agent/dra/plugin.ts';
 import { ClaimPreparer } from '../agent/dra/prepare.ts';
+import { SlicePublisher } from '../agent/dra/slices.ts';
+import { sliceAtomsOf } from '../core/dra-slices.ts';
 import { ResourceClaimClient } from '../kube/resource-claims.ts';
+import { ResourceSliceClient } from '../kube/resource-slices.ts';
 import { cdiAnnotationPrefixSchema, cdiKindSchema, deviceListStrategiesSchema, type DeviceListSettings } from '../core/device-list.ts';
 import { fileSource, NodeDevicesSpecSchema, nvidiaSmiSource, type DeviceSource } from '../agent/discovery.ts';
 import { formatOutput, outputUsageMessage, parseOutput, type OutputFormat } from './output.ts';
@@ -33,7 +36,9 @@ Without envvar, NVIDIA_VISIBLE_DEVICES is void. See docs/node-isolation.md.
 --dra (BETTER_COMPUTE_AGENT_DRA=true; off by default): also serve the kubelet's DRA plugin for gpu.bettercompute.io
 (docs/dra-node.md): its socket dra.sock in BETTER_COMPUTE_DRA_PLUGIN_DIR (/var/lib/kubelet/plugins/gpu.bettercompute.io),
 its registration gpu.bettercompute.io-reg.sock in BETTER_COMPUTE_PLUGINS_REGISTRY_DIR (/var/lib/kubelet/plugins_registry),
-one CDI spec per prepared claim in BETTER_COMPUTE_CDI_DIR (/var/run/cdi).
+one CDI spec per prepared claim in BETTER_COMPUTE_CDI_DIR (/var/run/cdi); and publish the node's healthy atoms as its
+ResourceSlices of that driver, checked every BETTER_COMPUTE_DRA_SLICE_RESYNC (60s) besides on every change
+(deploy/dra/agent grants the writes, and admits only those of its own node).
 
 Environment: NODE_NAME, BETTER_COMPUTE_DEVICES_FILE (simulated GPUs: a NodeDevices spec as JSON; else nvidia-smi),
 BETTER_COMPUTE_DEVICE_PLUGIN_DIR (/var/lib/kubelet/device-plugins), BETTER_COMPUTE_POD_RESOURCES_SOCKET
@@ -109,7 +114,10 @@ async function runAgent(
   });
   log.info('agent API', { url: config.controllerUrl, serverName: config.controllerServerName, caFile: config.controllerCaFile });
   log.info('device hand-over', { ...o.deviceList, hostDevDir: config.hostDevDir, hostProcDir: config.hostProcDir });
-  const kubeConfig = kubeConfigFrom(config.kubeconfig);
+  const kubeConfig = kubeConfigFrom(config.kubeconfig, config.kubeCallTimeoutMs);
+  const draOn = o.dra || config.agentDra;
+  // The node's atoms as ResourceSlices, with the DRA plugin only (its RBAC comes with deploy/dra/agent).
+  let slices: SlicePublisher | undefined;
   const agent = new Agent({
     nodeName,
     devicePluginDir: config.devicePluginDir,
@@ -121,22 +129,34 @@ async function runAgent(
     ...(config.agentReadyFile ? { readyFile: config.agentReadyFile } : {}),
     deviceList: o.deviceList,
     hostDirs: { dev: config.hostDevDir, proc: config.hostProcDir },
+    onAtomsChange: () => slices?.trigger(),
   });
+  if (draOn) slices = new SlicePublisher({ nodeName, api: new ResourceSliceClient(kubeConfig), atoms: () => sliceAtomsOf(agent.currentAtoms()), log, resyncMs: config.draSliceResyncMs });
   await agent.start();
-  const dra = o.dra || config.agentDra ? draPlugin({ nodeName, config, kubeConfig, backend, agent, log }) : undefined;
+  const dra = draOn ? draPlugin({ nodeName, config, kubeConfig, backend, agent, log, onRegistered: () => slices?.trigger() }) : undefined;
   await dra?.start();
+  await slices?.start();
   await new Promise<void>((resolve) => {
     process.once('SIGINT', resolve);
     process.once('SIGTERM', resolve);
   });
   log.info('agent shutting down');
+  await slices?.stop();
   await dra?.stop();
   await agent.stop();
   backend.close();
 }
 
 /** The agent's DRA kubelet plugin: claims read with the agent's kubeconfig, checked with the controller, handed over as the agent does. */
-function draPlugin(i: { nodeName: string; config: Config; kubeConfig: ReturnType<typeof kubeConfigFrom>; backend: ControllerClient; agent: Agent; log: Logger }): DraPlugin {
+function draPlugin(i: {
+  nodeName: string;
+  config: Config;
+  kubeConfig: ReturnType<typeof kubeConfigFrom>;
+  backend: ControllerClient;
+  agent: Agent;
+  log: Logger;
+  onRegistered: () => void;
+}): DraPlugin {
   const claims = new ResourceClaimClient(i.kubeConfig);
   const preparer = new ClaimPreparer({
     nodeName: i.nodeName,
@@ -146,7 +166,7 @@ function draPlugin(i: { nodeName: string; config: Config; kubeConfig: ReturnType
     handoff: (atoms) => i.agent.draHandoff(atoms),
     log: i.log,
   });
-  return new DraPlugin({ pluginDir: i.config.draPluginDir, registryDir: i.config.pluginsRegistryDir, preparer, log: i.log });
+  return new DraPlugin({ pluginDir: i.config.draPluginDir, registryDir: i.config.pluginsRegistryDir, preparer, log: i.log, onRegistered: i.onRegistered });
 }
 
 /** The device-list settings: the flags where given (checked as the environment is), else the configuration. */

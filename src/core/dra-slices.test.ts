@@ -1,9 +1,9 @@
-// The node's atoms as ResourceSlices (not published yet): device names as the allocations name them, one pool per
-// node, slices of at most 128 devices that count each other.
+// The node's atoms as ResourceSlices: device names as the allocations name them, one pool per node, slices of at most
+// 128 devices that count each other; and the agent's sync decisions (what to create, replace and delete).
 import { describe, expect, it } from 'vitest';
 import { DRA_DRIVER } from './dra-allocate.ts';
 import { draDeviceName } from './dra-names.ts';
-import { MAX_DEVICES_PER_SLICE, resourceSlicesFor, type SliceAtom } from './dra-slices.ts';
+import { MAX_DEVICES_PER_SLICE, planSliceSync, resourceSlicesFor, ResourceSliceSchema, sliceAtomsOf, type ExistingSlice, type ResourceSliceObject, type SliceAtom } from './dra-slices.ts';
 
 const gpu = (i: number): SliceAtom => ({ id: `GPU-${String(i).padStart(3, '0')}`, class: 'gpu', gpu: `GPU-${String(i).padStart(3, '0')}`, visible: `GPU-${String(i).padStart(3, '0')}`, healthy: true, numaNode: 0 });
 
@@ -45,5 +45,108 @@ describe('resourceSlicesFor', () => {
     const [slice] = resourceSlicesFor({ node: 'n1', atoms: [{ ...gpu(1), id: long, gpu: long, visible: long }], generation: 1 });
     expect(Object.keys(slice!.spec.devices[0]!.attributes).sort()).toEqual(['class', 'healthy', 'numaNode']);
     expect(() => resourceSlicesFor({ node: 'n1', atoms: [gpu(1), gpu(1)], generation: 1 })).toThrow(/device name/);
+  });
+});
+
+/** A slice as the API server would list it: ours, with a resourceVersion (and, optionally, its keys reordered). */
+function listed(s: ResourceSliceObject, rv: string, reorder = false): ExistingSlice {
+  const o = { ...s, metadata: { ...s.metadata, resourceVersion: rv, uid: `uid-${s.metadata.name}` } };
+  const text = reorder
+    ? JSON.stringify(o, (_k, v: unknown) => (v && typeof v === 'object' && !Array.isArray(v) ? Object.fromEntries(Object.entries(v as object).reverse()) : v))
+    : JSON.stringify(o);
+  return ResourceSliceSchema.parse(JSON.parse(text));
+}
+
+const published = (atoms: SliceAtom[], generation: number, node = 'n1') => resourceSlicesFor({ node, nodeUid: `uid-${node}`, atoms, generation }).map((s, k) => listed(s, `${generation}${k}`));
+const plan = (atoms: SliceAtom[], existing: ExistingSlice[], lastGeneration = 0) => planSliceSync({ node: 'n1', nodeUid: 'uid-n1', atoms, existing, lastGeneration });
+const names = (xs: { metadata: { name: string } }[]) => xs.map((x) => x.metadata.name);
+const summary = (p: ReturnType<typeof planSliceSync>) => ({
+  generation: p.generation,
+  create: names(p.create),
+  update: p.update.map((u) => [u.slice.metadata.name, u.resourceVersion]),
+  delete: p.delete.map((d) => [d.name, d.resourceVersion]),
+});
+const slice = (k: number) => `n1-${DRA_DRIVER}-${k}`;
+
+describe('planSliceSync: the node\'s slices made equal to its healthy atoms', () => {
+  const four = [gpu(0), gpu(1), gpu(2), gpu(3)];
+
+  it('none yet: the healthy atoms created at the generation after the last one, owned by the Node; an unhealthy atom is no device', () => {
+    const p = plan([...four, { ...gpu(4), healthy: false }], []);
+    expect(summary(p)).toEqual({ generation: 1, create: [slice(0)], update: [], delete: [] });
+    expect(p.create[0]!.spec.devices.map((d) => d.name)).toEqual(four.map((a) => draDeviceName(a.id)));
+    expect(p.create[0]!.spec.pool).toEqual({ name: 'n1', generation: 1, resourceSliceCount: 1 });
+    expect(p.create[0]!.metadata.ownerReferences).toEqual([{ apiVersion: 'v1', kind: 'Node', name: 'n1', uid: 'uid-n1', controller: true }]);
+    // After a kubelet deleted them all: above the generation the agent last wrote, never back to 1.
+    expect(plan(four, [], 7).generation).toBe(8);
+  });
+
+  it('as published (the API server\'s key order aside): nothing to write, the generation kept', () => {
+    const existing = resourceSlicesFor({ node: 'n1', nodeUid: 'uid-n1', atoms: four, generation: 5 }).map((s) => listed(s, '55', true));
+    expect(summary(plan(four, existing, 5))).toEqual({ generation: 5, create: [], update: [], delete: [] });
+    // Without atoms and without slices: nothing either.
+    expect(summary(plan([], []))).toEqual({ generation: 0, create: [], update: [], delete: [] });
+  });
+
+  it('an atom turned unhealthy: the slice replaced at the next generation, at the resourceVersion read', () => {
+    const p = plan([{ ...gpu(0), healthy: false }, gpu(1), gpu(2), gpu(3)], published(four, 5));
+    expect(summary(p)).toEqual({ generation: 6, create: [], update: [[slice(0), '50']], delete: [] });
+    expect(p.update[0]!.slice.spec.devices).toHaveLength(3);
+  });
+
+  it('a device whose attributes changed, or that someone added, or a new owner: written again', () => {
+    const [s0] = published(four, 2);
+    const edited = structuredClone(s0!);
+    edited.spec.devices![0]!.attributes!.class = { string: 'gpu.slot' };
+    expect(summary(plan(four, [edited]))).toMatchObject({ generation: 3, update: [[slice(0), '20']] });
+    const extra = structuredClone(s0!);
+    extra.spec.devices!.push({ name: 'not-an-atom', attributes: {} });
+    expect(summary(plan(four, [extra]))).toMatchObject({ generation: 3, update: [[slice(0), '20']] });
+    const capacity = structuredClone(s0!);
+    (capacity.spec.devices![0] as Record<string, unknown>).capacity = { memory: { value: '80Gi' } };
+    expect(summary(plan(four, [capacity]))).toMatchObject({ generation: 3, update: [[slice(0), '20']] });
+    const unowned = listed(resourceSlicesFor({ node: 'n1', atoms: four, generation: 2 })[0]!, '20');
+    expect(summary(plan(four, [unowned]))).toMatchObject({ generation: 3, update: [[slice(0), '20']] });
+  });
+
+  it('one of two slices deleted by someone: made again, and the other rewritten at the new generation', () => {
+    const many = Array.from({ length: MAX_DEVICES_PER_SLICE + 2 }, (_, i) => gpu(i));
+    const [first] = published(many, 4);
+    const p = plan(many, [first!], 4);
+    expect(summary(p)).toEqual({ generation: 5, create: [slice(1)], update: [[slice(0), '40']], delete: [] });
+    expect([...p.create, ...p.update.map((u) => u.slice)].map((s) => [s.spec.pool.generation, s.spec.pool.resourceSliceCount])).toEqual([[5, 2], [5, 2]]);
+  });
+
+  it('fewer atoms: the slices left over deleted at the resourceVersion read, the rest counting only themselves', () => {
+    const many = Array.from({ length: MAX_DEVICES_PER_SLICE + 2 }, (_, i) => gpu(i));
+    const p = plan(many.slice(0, 10), published(many, 4));
+    expect(summary(p)).toEqual({ generation: 5, create: [], update: [[slice(0), '40']], delete: [[slice(1), '41']] });
+    expect(p.update[0]!.slice.spec.pool.resourceSliceCount).toBe(1);
+  });
+
+  it('no healthy atom left: every slice deleted', () => {
+    expect(summary(plan([{ ...gpu(0), healthy: false }], published(four, 3)))).toEqual({ generation: 0, create: [], update: [], delete: [[slice(0), '30']] });
+  });
+
+  it('slices of one content at two generations (a write cut short): all rewritten at a generation above both', () => {
+    const many = Array.from({ length: MAX_DEVICES_PER_SLICE + 2 }, (_, i) => gpu(i));
+    const [a] = published(many, 4);
+    const [, b] = published(many, 3);
+    expect(summary(plan(many, [a!, b!]))).toEqual({ generation: 5, create: [], update: [[slice(0), '40'], [slice(1), '31']], delete: [] });
+  });
+
+  it('a slice of our driver in the node\'s pool by another name is deleted; another node\'s or driver\'s is never touched', () => {
+    const [ours] = published(four, 2);
+    const stray = listed({ ...resourceSlicesFor({ node: 'n1', nodeUid: 'uid-n1', atoms: [gpu(9)], generation: 2 })[0]!, metadata: { name: 'someone-elses-name' } }, '77');
+    const [otherNode] = published(four, 9, 'n2');
+    const otherDriver = listed({ ...resourceSlicesFor({ node: 'n1', atoms: [gpu(8)], generation: 9 })[0]!, metadata: { name: 'n1-gpu.example.com-0' }, spec: { ...resourceSlicesFor({ node: 'n1', atoms: [gpu(8)], generation: 9 })[0]!.spec, driver: 'gpu.example.com' } }, '88');
+    const p = plan(four, [ours!, stray, otherNode!, otherDriver]);
+    // Its generation is above the pool's (2): another node's or driver's (9) counts for nothing.
+    expect(summary(p)).toEqual({ generation: 3, create: [], update: [[slice(0), '20']], delete: [['someone-elses-name', '77']] });
+  });
+
+  it('the atoms of the GPU classes only', () => {
+    const atoms = [gpu(0), { ...gpu(1), class: 'nic.vf' }, { ...gpu(2), id: 'GPU-002/s0', class: 'gpu.slot' }];
+    expect(sliceAtomsOf(atoms).map((a) => a.id)).toEqual(['GPU-000', 'GPU-002/s0']);
   });
 });

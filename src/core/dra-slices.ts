@@ -1,7 +1,9 @@
 // The node's atoms as ResourceSlices of driver gpu.bettercompute.io (resource.k8s.io/v1), one pool per node named
-// after it, each atom one device named draDeviceName(atom id), as the controller's allocations name them (ADR 0043).
-// Pure, and not published yet (docs/dra-node.md): the controller allocates without slices, and our DeviceClasses
-// select nothing, so a published slice would inform and never be allocated from by kube-scheduler.
+// after it, each atom one device named draDeviceName(atom id), as the controller's allocations name them (ADR 0043),
+// and the agent's sync decisions: what to create, update and delete so that the node's slices are its healthy atoms.
+// Pure. The agent publishes them (src/agent/dra/slices.ts, docs/dra-node.md); the controller allocates without them,
+// and our DeviceClasses select nothing, so a published slice informs and is never allocated from by kube-scheduler.
+import { z } from 'zod';
 import { DRA_DRIVER } from './dra-allocate.ts';
 import { draDeviceName } from './dra-names.ts';
 
@@ -19,6 +21,13 @@ export interface SliceAtom {
   visible: string;
   healthy: boolean;
   numaNode?: number;
+}
+
+const SLICE_CLASSES: readonly string[] = ['gpu', 'gpu.mig', 'gpu.slot'] satisfies SliceAtom['class'][];
+
+/** The atoms a slice can hold: those of the GPU classes (the ledger's other classes have no DRA device). */
+export function sliceAtomsOf<A extends Omit<SliceAtom, 'class'> & { class: string }>(atoms: readonly A[]): (A & SliceAtom)[] {
+  return atoms.filter((a): a is A & SliceAtom => SLICE_CLASSES.includes(a.class));
 }
 
 type Attribute = { string: string } | { int: number } | { bool: boolean };
@@ -75,4 +84,93 @@ export function resourceSlicesFor(i: { node: string; nodeUid?: string; atoms: re
       devices: devices.slice(k * MAX_DEVICES_PER_SLICE, (k + 1) * MAX_DEVICES_PER_SLICE),
     },
   }));
+}
+
+// ---- the agent's sync: the node's slices as the API server has them → what to write
+
+/**
+ * A ResourceSlice as the API server sends it, what the sync reads of it. A device's other fields (capacity, counters,
+ * taints) are kept so that a slice with any of them differs from ours and is written again.
+ */
+export const ResourceSliceSchema = z.looseObject({
+  metadata: z.looseObject({
+    name: z.string().min(1).max(253),
+    resourceVersion: z.string().min(1),
+    ownerReferences: z.array(z.looseObject({ apiVersion: z.string(), kind: z.string(), name: z.string(), uid: z.string() })).optional(),
+  }),
+  spec: z.looseObject({
+    driver: z.string(),
+    nodeName: z.string().optional().nullable(),
+    pool: z.looseObject({ name: z.string(), generation: z.number().int().min(0), resourceSliceCount: z.number().int().min(1) }),
+    devices: z.array(z.looseObject({ name: z.string(), attributes: z.record(z.string(), z.record(z.string(), z.unknown())).optional() })).optional().nullable(),
+  }),
+});
+export type ExistingSlice = z.infer<typeof ResourceSliceSchema>;
+
+/** A list of ResourceSlices as the API server sends it. */
+export const ResourceSliceListSchema = z.looseObject({ items: z.array(ResourceSliceSchema) });
+
+export interface SliceSyncPlan {
+  /** The pool's generation the node's slices have after the plan (0: no slices). */
+  generation: number;
+  create: ResourceSliceObject[];
+  /** Replaced whole, each at the resourceVersion read (a concurrent change is a 409, and the next sync decides again). */
+  update: { slice: ResourceSliceObject; resourceVersion: string }[];
+  delete: { name: string; resourceVersion: string }[];
+}
+
+/** Objects compared by value, whatever the order of their keys (the API server's JSON keeps its own). */
+function canonical(x: unknown): unknown {
+  if (Array.isArray(x)) return x.map(canonical);
+  if (x && typeof x === 'object') {
+    return Object.fromEntries(
+      Object.entries(x as Record<string, unknown>)
+        .filter(([, v]) => v !== undefined)
+        .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
+        .map(([k, v]) => [k, canonical(v)]),
+    );
+  }
+  return x;
+}
+
+/** What a slice says, but its pool's generation and its metadata other than the owner: equal means nothing to write. */
+function content(s: { metadata: { ownerReferences?: unknown }; spec: { driver: string; nodeName?: string | null; pool: { name: string; resourceSliceCount: number }; devices?: unknown } }): string {
+  const owners = ((s.metadata.ownerReferences ?? []) as { uid?: string }[]).map((o) => o.uid);
+  const { driver, nodeName, pool, devices } = s.spec;
+  return JSON.stringify(canonical({ owners, driver, nodeName, pool: { name: pool.name, count: pool.resourceSliceCount }, devices: devices ?? [] }));
+}
+
+/**
+ * What the agent writes so that node `node`'s slices of our driver are exactly its healthy atoms (an unhealthy atom is
+ * no device: nothing could be given it). `existing` is what the API server listed for the node and our driver; a slice
+ * of another node or driver in it is never touched. Nothing to write when every desired slice exists with the same
+ * content and all of them share one generation; otherwise every desired slice is written at a generation above any
+ * seen (the API server's and `lastGeneration`, the agent's last), and the node's other slices of our driver are deleted.
+ */
+export function planSliceSync(i: { node: string; nodeUid?: string; atoms: readonly SliceAtom[]; existing: readonly ExistingSlice[]; lastGeneration: number }): SliceSyncPlan {
+  const existing = i.existing.filter((s) => s.spec.driver === DRA_DRIVER && s.spec.nodeName === i.node);
+  const healthy = i.atoms.filter((a) => a.healthy);
+  const draft = resourceSlicesFor({ node: i.node, ...(i.nodeUid ? { nodeUid: i.nodeUid } : {}), atoms: healthy, generation: 0 });
+  const byName = new Map(existing.map((s) => [s.metadata.name, s]));
+  const generations = new Set(existing.map((s) => s.spec.pool.generation));
+  const current =
+    existing.length === draft.length &&
+    generations.size <= 1 &&
+    draft.every((d) => {
+      const e = byName.get(d.metadata.name);
+      return e !== undefined && content(e) === content(d);
+    });
+  if (current) return { generation: existing[0]?.spec.pool.generation ?? 0, create: [], update: [], delete: [] };
+  const generation = Math.max(i.lastGeneration, ...generations, 0) + 1;
+  const desired = draft.map((d) => ({ ...d, spec: { ...d.spec, pool: { ...d.spec.pool, generation } } }));
+  const wanted = new Set(desired.map((d) => d.metadata.name));
+  return {
+    generation: desired.length ? generation : 0,
+    create: desired.filter((d) => !byName.has(d.metadata.name)),
+    update: desired.flatMap((d) => {
+      const e = byName.get(d.metadata.name);
+      return e ? [{ slice: d, resourceVersion: e.metadata.resourceVersion }] : [];
+    }),
+    delete: existing.filter((s) => !wanted.has(s.metadata.name)).map((s) => ({ name: s.metadata.name, resourceVersion: s.metadata.resourceVersion })),
+  };
 }

@@ -130,9 +130,9 @@ describe('bettercompute-no-visible-devices-env: no pod sets NVIDIA_VISIBLE_DEVIC
   });
 });
 
-describe('tools/celcheck: the policies (deploy/admission, deploy/dra) on sample requests, with the API server’s CEL (k8s.io/apiserver v0.34.12)', () => {
+describe('tools/celcheck: the policies (deploy/admission, deploy/dra, deploy/dra/agent) on sample requests, with the API server’s CEL (k8s.io/apiserver v0.34.12)', () => {
   it('every expression compiles and every sample is decided as intended; NVIDIA_VISIBLE_DEVICES: refused, allowed, exempt', async () => {
-    const verdicts = await goToolVerdicts('celcheck', ['../../deploy/admission/policies.yaml', '../../deploy/admission/webhook.yaml', '../../deploy/dra/policies.yaml']);
+    const verdicts = await goToolVerdicts('celcheck', ['../../deploy/admission/policies.yaml', '../../deploy/admission/webhook.yaml', '../../deploy/dra/policies.yaml', '../../deploy/dra/agent/policies.yaml']);
     expect(verdicts.filter((l) => l.startsWith('FAIL'))).toEqual([]);
     const ok = (prefix: string) => expect(verdicts.some((l) => l.startsWith(`ok:   ${prefix}`)), prefix).toBe(true);
     ok('controller-pod: changes the image → denied=true');
@@ -155,6 +155,18 @@ describe('tools/celcheck: the policies (deploy/admission, deploy/dra) on sample 
     ok('dra-allocation: an admin swaps the device of an allocation of ours → denied=true');
     ok('dra-allocation: a ServiceAccount of the same name in another namespace → denied=true');
     ok('dra-allocation: kube-scheduler allocates another driver\'s devices → denied=false');
+    // deploy/dra/agent/policies.yaml: the agent writes only its own node's slices of our driver (docs/security.md).
+    ok('bettercompute-dra-slices-own-node variable slices compiles');
+    ok("dra-slices: agent A creates its own node's slice → denied=false");
+    ok("dra-slices: agent A updates its own node's slice → denied=false");
+    ok("dra-slices: agent A deletes its own node's slice → denied=false");
+    ok("dra-slices: agent A creates node B's slice → denied=true \"the node agent of node node-a may write only ResourceSlices of node node-a, not of node-b");
+    ok("dra-slices: agent A takes node B's slice over → denied=true");
+    ok("dra-slices: agent A deletes node B's slice → denied=true");
+    ok("dra-slices: agent A creates another driver's slice on its node → denied=true");
+    ok("dra-slices: agent A publishes node B's pool on its node → denied=true");
+    ok('dra-slices: agent without node extra → denied=true');
+    ok("dra-slices: the kubelet of node B deletes its node's slice → denied=false");
   }, 900_000);
 });
 

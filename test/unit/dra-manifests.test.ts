@@ -49,13 +49,17 @@ describe('deploy/dra', () => {
     expect(binding).toMatchObject({ kind: 'ValidatingAdmissionPolicyBinding', spec: { policyName: policy!.metadata.name, validationActions: ['Deny'] } });
   });
 
-  it("the agent's DRA component (opt-in): claims get only, the switch on, the kubelet's plugin directories and CDI mounted", () => {
+  it("the agent's DRA component (opt-in): claims get, slices written, its Node read; the switch on, the kubelet's plugin directories and CDI mounted", () => {
     const k = docs('agent/kustomization.yaml')[0]!;
-    expect(k).toMatchObject({ kind: 'Component', resources: ['rbac.yaml'], patches: [{ path: 'daemonset-patch.yaml' }] });
+    expect(k).toMatchObject({ kind: 'Component', resources: ['rbac.yaml', 'policies.yaml'], patches: [{ path: 'daemonset-patch.yaml' }] });
     const base = YAML.parse(fs.readFileSync(path.join(DIR, '../base/kustomization.yaml'), 'utf8')) as Obj;
     expect(JSON.stringify(base)).not.toContain('dra/agent');
     const [role, binding] = docs('agent/rbac.yaml');
-    expect(role!.rules).toEqual([{ apiGroups: ['resource.k8s.io'], resources: ['resourceclaims'], verbs: ['get'] }]);
+    expect(role!.rules).toEqual([
+      { apiGroups: ['resource.k8s.io'], resources: ['resourceclaims'], verbs: ['get'] },
+      { apiGroups: ['resource.k8s.io'], resources: ['resourceslices'], verbs: ['list', 'create', 'update', 'delete'] },
+      { apiGroups: [''], resources: ['nodes'], verbs: ['get'] },
+    ]);
     expect(binding!.subjects).toEqual([{ kind: 'ServiceAccount', name: 'better-compute-agent', namespace: 'better-compute-system' }]);
     const pod = docs('agent/daemonset-patch.yaml')[0]!.spec.template.spec;
     expect(pod.containers[0].env).toEqual([{ name: 'BETTER_COMPUTE_AGENT_DRA', value: 'true' }]);
@@ -66,5 +70,15 @@ describe('deploy/dra', () => {
       const name = Object.keys(mounts).find((n) => mounts[n] === dir);
       expect(name && host[name]).toBe(dir);
     }
+  });
+
+  it("the agent's slice policy: every write of resourceslices by the agent's ServiceAccount, Deny-bound, its token's node and our driver", () => {
+    const [policy, binding] = docs('agent/policies.yaml');
+    expect(policy!.spec.matchConstraints.resourceRules).toEqual([{ apiGroups: ['resource.k8s.io'], apiVersions: ['*'], operations: ['CREATE', 'UPDATE', 'DELETE'], resources: ['resourceslices'] }]);
+    expect(policy!.spec.failurePolicy).toBe('Fail');
+    expect(policy!.spec.matchConditions).toEqual([{ name: 'the-node-agent', expression: "request.userInfo.username == 'system:serviceaccount:better-compute-system:better-compute-agent'" }]);
+    expect(policy!.spec.variables.find((x: Obj) => x.name === 'node').expression).toContain("request.userInfo.extra['authentication.kubernetes.io/node-name'][0]");
+    expect(JSON.stringify(policy!.spec.validations)).toContain(`s.spec.driver == '${DRA_DRIVER}'`);
+    expect(binding).toMatchObject({ kind: 'ValidatingAdmissionPolicyBinding', spec: { policyName: policy!.metadata.name, validationActions: ['Deny'] } });
   });
 });

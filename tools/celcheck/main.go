@@ -1,7 +1,7 @@
 // Offline check of deploy/admission/*.yaml with the API server's own CEL compiler and validator (k8s.io/apiserver
 // v0.34.12, the cluster's version): every expression compiles, and the policies decide sample requests as intended.
 // Run: cd tools/celcheck && go run . ../../deploy/admission/policies.yaml ../../deploy/admission/webhook.yaml \
-//   ../../deploy/dra/policies.yaml
+//   ../../deploy/dra/policies.yaml ../../deploy/dra/agent/policies.yaml
 package main
 
 import (
@@ -352,6 +352,58 @@ func main() {
 			d := run(v, claims, "ResourceClaim", admission.Update, claim(c.new), claim(c.old), "team-a", c.u)
 			d2 := runSub(v, claims, "status", "ResourceClaim", admission.Update, claim(c.new), claim(c.old), "team-a", c.u)
 			check(d2.denied == c.deny && d.denied == d2.denied && !d2.errored && strings.Contains(d2.msg, c.msg), "dra-allocation: %s → denied=%v %q", c.name, d2.denied, d2.msg)
+		}
+	}
+
+	// deploy/dra/agent/policies.yaml (when given): the agent writes only its own node's ResourceSlices of our driver.
+	if sp := policies["bettercompute-dra-slices-own-node"]; sp != nil {
+		v = compilePolicy(sp)
+		slices := schema.GroupVersionResource{Group: "resource.k8s.io", Version: "v1", Resource: "resourceslices"}
+		slice := func(node, driver, pool string) *unstructured.Unstructured {
+			where := `"nodeName":"` + node + `"`
+			if node == "" {
+				where = `"allNodes":true`
+			}
+			return obj(`{"apiVersion":"resource.k8s.io/v1","kind":"ResourceSlice","metadata":{"name":"` + node + `-` + driver + `-0"},"spec":{"driver":"` + driver + `",` + where + `,"pool":{"name":"` + pool + `","generation":1,"resourceSliceCount":1},"devices":[{"name":"gpu-0"}]}}`)
+		}
+		const ours = "gpu.bettercompute.io"
+		kubelet := &user.DefaultInfo{Name: "system:node:node-b", Groups: []string{"system:nodes", "system:authenticated"}}
+		admin := &user.DefaultInfo{Name: "kubernetes-admin", Groups: []string{"system:masters"}}
+		otherNs := &user.DefaultInfo{Name: "system:serviceaccount:x:better-compute-agent", Extra: map[string][]string{"authentication.kubernetes.io/node-name": {"node-a"}}}
+		for _, c := range []struct {
+			name     string
+			op       admission.Operation
+			u        user.Info
+			new, old *unstructured.Unstructured
+			deny     bool
+			msg      string
+		}{
+			{"agent A creates its own node's slice", admission.Create, agent("node-a"), slice("node-a", ours, "node-a"), nil, false, ""},
+			{"agent A updates its own node's slice", admission.Update, agent("node-a"), slice("node-a", ours, "node-a"), slice("node-a", ours, "node-a"), false, ""},
+			{"agent A deletes its own node's slice", admission.Delete, agent("node-a"), nil, slice("node-a", ours, "node-a"), false, ""},
+			{"agent A creates node B's slice", admission.Create, agent("node-a"), slice("node-b", ours, "node-b"), nil, true, "the node agent of node node-a may write only ResourceSlices of node node-a, not of node-b"},
+			{"agent A moves its slice to node B", admission.Update, agent("node-a"), slice("node-b", ours, "node-a"), slice("node-a", ours, "node-a"), true, "not of node-b"},
+			{"agent A takes node B's slice over", admission.Update, agent("node-a"), slice("node-a", ours, "node-a"), slice("node-b", ours, "node-b"), true, "not of node-b"},
+			{"agent A deletes node B's slice", admission.Delete, agent("node-a"), nil, slice("node-b", ours, "node-b"), true, "not of node-b"},
+			{"agent A creates a slice of all nodes", admission.Create, agent("node-a"), slice("", ours, "node-a"), nil, true, "not of <none>"},
+			{"agent A creates another driver's slice on its node", admission.Create, agent("node-a"), slice("node-a", "gpu.example.com", "node-a"), nil, true, "only ResourceSlices of driver gpu.bettercompute.io, not of gpu.example.com"},
+			{"agent A deletes another driver's slice on its node", admission.Delete, agent("node-a"), nil, slice("node-a", "gpu.example.com", "node-a"), true, "not of gpu.example.com"},
+			{"agent A turns another driver's slice into ours", admission.Update, agent("node-a"), slice("node-a", ours, "node-a"), slice("node-a", "gpu.example.com", "node-a"), true, "not of gpu.example.com"},
+			{"agent A publishes node B's pool on its node", admission.Create, agent("node-a"), slice("node-a", ours, "node-b"), nil, true, "publishes only the pool node-a, not node-b"},
+			{"agent without node extra", admission.Create, agent(""), slice("node-a", ours, "node-a"), nil, true, "names no node"},
+			{"the kubelet of node B deletes its node's slice", admission.Delete, kubelet, nil, slice("node-b", ours, "node-b"), false, ""},
+			{"an admin creates node B's slice", admission.Create, admin, slice("node-b", ours, "node-b"), nil, false, ""},
+			{"another namespace's ServiceAccount of that name", admission.Create, otherNs, slice("node-b", ours, "node-b"), nil, false, ""},
+		} {
+			var o, old runtime.Object
+			if c.new != nil {
+				o = c.new
+			}
+			if c.old != nil {
+				old = c.old
+			}
+			d := run(v, slices, "ResourceSlice", c.op, o, old, "", c.u)
+			check(d.denied == c.deny && !d.errored && strings.Contains(d.msg, c.msg), "dra-slices: %s → denied=%v %q", c.name, d.denied, d.msg)
 		}
 	}
 

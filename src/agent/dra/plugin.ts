@@ -19,6 +19,8 @@ export interface DraPluginOptions {
   log: Logger;
   /** How often the sockets are checked for (default 2000 ms). */
   checkEveryMs?: number;
+  /** Told when the kubelet registered the plugin (a kubelet that starts deletes its node's ResourceSlices first). */
+  onRegistered?: () => void;
 }
 
 /** The most claims one call may name: bounds the work of a call (the kubelet sends a pod's claims, a handful). */
@@ -89,6 +91,7 @@ export class DraPlugin {
 
   private async serveRegistration(): Promise<void> {
     const log = this.o.log;
+    const onRegistered = this.o.onRegistered;
     const endpoint = this.draSocket;
     const server = new grpc.Server();
     server.addService(pluginRegistrationService(), {
@@ -96,8 +99,10 @@ export class DraPlugin {
       NotifyRegistrationStatus: (call: { request: { plugin_registered?: unknown; error?: unknown } }, cb: grpc.sendUnaryData<unknown>) => {
         const registered = call.request.plugin_registered === true;
         const error = typeof call.request.error === 'string' ? call.request.error.slice(0, 1024) : '';
-        if (registered) log.info('DRA: the kubelet registered the plugin', { driver: DRA_DRIVER });
-        else log.error('DRA: the kubelet did not register the plugin', { driver: DRA_DRIVER, error });
+        if (registered) {
+          log.info('DRA: the kubelet registered the plugin', { driver: DRA_DRIVER });
+          onRegistered?.();
+        } else log.error('DRA: the kubelet did not register the plugin', { driver: DRA_DRIVER, error });
         cb(null, {});
       },
     });
