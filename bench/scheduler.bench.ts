@@ -15,12 +15,13 @@
 // and CRDs; it refuses to run while the product's allocation policy is installed (it allocates as the cluster's admin).
 // Prints pods per second (first create to last binding) and the p50/p99 of each pod's time from its create call to its
 // binding seen on a watch; the ratio is the row's pods/s ÷ the plain row's pods/s. Under the DRA rows: each pod's time
-// from its create call to its claim's allocation seen on a watch, and from that to its binding (p50/p99), and the
-// allocator's reconciles (mean, p50, p99 ms per claim key) and CPU. The extender runs in a process of its own
-// (bench/extender-process.ts), as in the controller's pod: this process's client work is not on its event loop, nor in
-// its scheduling group (startExtenderProcess). Both rows run kube-scheduler with its own API client unthrottled
-// (unthrottled() below). Under each size: the CPU time per pod of kube-scheduler, kube-apiserver, etcd and PostgreSQL
-// in each row, and of the extender process in its row.
+// from its create call to its claim seen on a watch (made by kube-controller-manager), from that to its allocation
+// seen, and from that to its binding (p50/p99); the allocator's reconciles (mean, p50, p99 ms per claim key) and CPU.
+// The extender runs in a process of its own (bench/extender-process.ts), as in the controller's pod: this process's
+// client work is not on its event loop, nor in its scheduling group (startExtenderProcess). Every row runs
+// kube-scheduler with its own API client unthrottled (unthrottled() below). Under each size: the CPU time per pod of
+// kube-scheduler, kube-apiserver, etcd, PostgreSQL and kube-controller-manager in each row, and of the extender
+// process and the allocator process in theirs.
 //   npm run bench:scheduler   (root; brings the test cluster up, or takes its turn on it, like the cluster tests)
 // Env: BENCH_NODES (default 1000,5000), BENCH_PODS (default 1000), BENCH_CREATE_CONCURRENCY (default 16), BENCH_WARMUP,
 //      BENCH_EXTENDER_CPU_PROF (a directory: the extender process writes a V8 CPU profile of each row there),
@@ -401,10 +402,11 @@ async function bookReservations(ledger: Ledger, poolId: string, n: number, pods:
 }
 
 /**
- * Watches the namespace's ResourceClaims and notes when each pod's claim (its owner) was first seen allocated
- * (performance.now()); `stop()` ends the watch.
+ * Watches the namespace's ResourceClaims and notes, per pod (the claim's owner), when its claim was first seen (made by
+ * kube-controller-manager) and first seen allocated (performance.now()); `stop()` ends the watch.
  */
-function watchAllocations(kc: k8s.KubeConfig) {
+function watchClaims(kc: k8s.KubeConfig) {
+  const madeAt = new Map<string, number>();
   const allocatedAt = new Map<string, number>();
   // Not awaited: the watch's promise settles only once its first event arrives.
   const watch = new k8s.Watch(kc).watch(
@@ -412,11 +414,14 @@ function watchAllocations(kc: k8s.KubeConfig) {
     {},
     (_type: string, claim: k8s.ResourceV1ResourceClaim) => {
       const pod = claim.metadata?.ownerReferences?.find((o) => o.kind === 'Pod')?.name;
-      if (pod && claim.status?.allocation && !allocatedAt.has(pod)) allocatedAt.set(pod, performance.now());
+      if (!pod) return;
+      const now = performance.now();
+      if (!madeAt.has(pod)) madeAt.set(pod, now);
+      if (claim.status?.allocation && !allocatedAt.has(pod)) allocatedAt.set(pod, now);
     },
     () => undefined,
   );
-  return { allocatedAt, stop: () => void watch.then((c) => c.abort()).catch(() => undefined) };
+  return { madeAt, allocatedAt, stop: () => void watch.then((c) => c.abort()).catch(() => undefined) };
 }
 
 /** Removes every finalizer from the namespace's claims (the allocator stopped: the bench's ledger goes with it). */
@@ -516,7 +521,7 @@ async function main() {
         await schedulePods(kc, `warm-${run}`, manifest(0), WARMUP);
         await new Promise((r) => setTimeout(r, 500));
         await allocator!.stats(); // counted from here
-        const claims = watchAllocations(kc);
+        const claims = watchClaims(kc);
         const cpu = await cpuSeconds();
         const stopPerf = await perfRecord(run, cpu);
         const stats = await schedulePods(kc, run, manifest(WARMUP), PODS);
@@ -526,7 +531,7 @@ async function main() {
         const allocatorStats = await allocator!.stats();
         await deletePods(kc);
         await waitClaimsGone(kc);
-        return { stats, cpuMs, allocatedAt: claims.allocatedAt, allocatorStats };
+        return { stats, cpuMs, madeAt: claims.madeAt, allocatedAt: claims.allocatedAt, allocatorStats };
       };
       const onDemand = await draRow(`dra-od${n}`, () => claimPod(TEMPLATES.onDemand[0]));
       // The row's k-th pod belongs to Reservation floor(k / its GPUs).
@@ -548,8 +553,8 @@ async function main() {
         row(n, what, r.stats, r.stats.podsPerSecond / plain.podsPerSecond);
         const a = r.allocatorStats;
         console.log(
-          `       pod create -> claim allocated ${between(r.stats.created, r.allocatedAt)}; allocated -> bound ${between(r.allocatedAt, r.stats.bound)}; ` +
-            `allocator: ${a.allocated} claims allocated, reconciles ${a.reconciles.map(([o, x]) => `${o} ${x.n} (mean ${x.meanMs.toFixed(1)}, p50 ${x.p50Ms.toFixed(1)}, p99 ${x.p99Ms.toFixed(1)} ms)`).join(', ')}` +
+          `       p50/p99: pod create call -> its claim seen ${between(r.stats.created, r.madeAt)}, -> allocated ${between(r.madeAt, r.allocatedAt)}, -> pod bound ${between(r.allocatedAt, r.stats.bound)}\n` +
+            `       allocator: ${a.allocated} claims allocated, reconciles ${a.reconciles.map(([o, x]) => `${o} ${x.n} (mean ${x.meanMs.toFixed(1)}, p50 ${x.p50Ms.toFixed(1)}, p99 ${x.p99Ms.toFixed(1)} ms)`).join(', ')}` +
             `${a.warnings.length ? `, warnings ${a.warnings.map(([m, k]) => `${m} ×${k}`).join(', ')}` : ''}; its event loop busy ${(a.eventLoopUtilization * 100).toFixed(0)}%`,
         );
         console.log(`       CPU ms per pod: ${r.cpuMs}, allocator ${((a.cpuSeconds * 1000) / PODS).toFixed(1)}`);
