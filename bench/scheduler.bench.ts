@@ -28,7 +28,8 @@
 //      BENCH_CLUSTER_HELD=1 (the calling test run holds the cluster: take no turn on it),
 //      BENCH_FILTER_NODES (the most nodes the extender's filter passes; default the product's, ADR 0022),
 //      BENCH_PERF (a directory: `perf record -g` of the processes of CPU_OF over each measured row, <row>.perf.data),
-//      BENCH_RESERVATION_NODES (default 8: the nodes of each Reservation of the Reservation row, 8 GPUs each).
+//      BENCH_RESERVATION_NODES (default 8: the nodes of each Reservation of the Reservation row, 8 GPUs each),
+//      BENCH_ALLOCATOR_CPU_PROF (a directory: the allocator process writes a V8 CPU profile of its whole life there).
 // Simulated nodes have no kubelet, so no agent completes an on-demand pod's admission: the bench does what the agent
 // does once the kubelet admitted the pod (it drops the node's admission lease when it sees the pod bound), so that the
 // next bind on that node is not held up waiting for an admission that no kubelet will ever make.
@@ -300,8 +301,12 @@ async function startExtenderProcess(databaseUrl: string, kubeconfig: string) {
  * Forks `file` (of bench/) in a session of its own (see startExtenderProcess) with an IPC channel; `next(type)` waits for
  * its next message of that type, and fails on its 'error' message or its exit.
  */
-function forkInSession<M extends { type: string }>(file: string, args: string[], what: string) {
-  const child = fork(path.join(import.meta.dirname, file), args, { detached: true, stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+function forkInSession<M extends { type: string }>(file: string, args: string[], what: string, execArgv: string[] = []) {
+  const child = fork(path.join(import.meta.dirname, file), args, {
+    detached: true,
+    stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+    ...(execArgv.length ? { execArgv: [...process.execArgv, ...execArgv] } : {}),
+  });
   const next = (type: M['type']) =>
     new Promise<M>((resolve, reject) => {
       const onMessage = (m: M) => {
@@ -327,7 +332,8 @@ async function stopChild(child: ReturnType<typeof fork>): Promise<void> {
 
 /** The product's claim allocator in a process of its own (bench/dra-allocator-process.ts), once its informers listed. */
 async function startAllocatorProcess(databaseUrl: string, kubeconfig: string) {
-  const { child, next } = forkInSession<AllocatorProcessMessage>('dra-allocator-process.ts', [databaseUrl, kubeconfig], 'the allocator process');
+  const profiles = process.env.BENCH_ALLOCATOR_CPU_PROF;
+  const { child, next } = forkInSession<AllocatorProcessMessage>('dra-allocator-process.ts', [databaseUrl, kubeconfig], 'the allocator process', profiles ? ['--cpu-prof', '--cpu-prof-dir', profiles] : []);
   await next('ready');
   return {
     async stats() {
@@ -424,6 +430,21 @@ function watchClaims(kc: k8s.KubeConfig) {
   return { madeAt, allocatedAt, stop: () => void watch.then((c) => c.abort()).catch(() => undefined) };
 }
 
+/**
+ * Makes the bench's namespace, after waiting for one that an earlier run deleted (without waiting) to be gone: an
+ * earlier run's namespace still terminating took the Reservations' create calls of the next run with it.
+ */
+async function freshNamespace(): Promise<void> {
+  const deadline = performance.now() + 120_000;
+  for (;;) {
+    const phase = (await kubectl(['get', 'namespace', NAMESPACE, '--ignore-not-found', '-o', 'jsonpath={.status.phase}'])).trim();
+    if (phase === 'Active') return;
+    if (phase === '' && (await kubectl(['create', 'namespace', NAMESPACE]).then(() => true, () => false))) return;
+    if (performance.now() > deadline) throw new Error(`namespace ${NAMESPACE} is still ${phase || 'not made'} after 2 minutes`);
+    await new Promise((r) => setTimeout(r, 500));
+  }
+}
+
 /** Removes every finalizer from the namespace's claims (the allocator stopped: the bench's ledger goes with it). */
 async function stripClaimFinalizers(): Promise<void> {
   const names = (await kubectl(['-n', NAMESPACE, 'get', 'resourceclaims', '-o', 'name'])).split('\n').filter(Boolean);
@@ -469,7 +490,7 @@ async function main() {
   let madeClasses = false;
   let nodes: string[] = [];
   try {
-    await kubectl(['create', 'namespace', NAMESPACE]).catch(() => undefined);
+    await freshNamespace();
     await kubectl(['label', 'namespace', NAMESPACE, `bettercompute.io/tenant=${TENANT}`, '--overwrite']);
     madeClasses = await prepareDra();
     // The claim allocator in its own process, as the controller's leader runs it (bench/dra-allocator-process.ts).
