@@ -29,6 +29,7 @@
 //      BENCH_FILTER_NODES (the most nodes the extender's filter passes; default the product's, ADR 0022),
 //      BENCH_PERF (a directory: `perf record -g` of the processes of CPU_OF over each measured row, <row>.perf.data),
 //      BENCH_RESERVATION_NODES (default 8: the nodes of each Reservation of the Reservation row, 8 GPUs each),
+//      BENCH_ALLOCATOR_WORKERS (the claims the allocator reconciles at once; default the product's, 4),
 //      BENCH_ALLOCATOR_CPU_PROF (a directory: the allocator process writes a V8 CPU profile of its whole life there).
 // Simulated nodes have no kubelet, so no agent completes an on-demand pod's admission: the bench does what the agent
 // does once the kubelet admitted the pod (it drops the node's admission lease when it sees the pod bound), so that the

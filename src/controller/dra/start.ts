@@ -34,6 +34,8 @@ export interface ClaimAllocatorOptions {
   watchLivenessMs: number;
   /** How often to ask whether resource.k8s.io/v1 is served, until it is (default 30 s). */
   pollMs?: number;
+  /** How many claims are reconciled at once (default 4). */
+  workers?: number;
   /** Called once per reconciled claim key with its duration and outcome (the WorkQueue's; bench:scheduler's profile). */
   onProcessed?: WorkQueueOptions['onProcessed'];
 }
@@ -75,7 +77,7 @@ function start(o: ClaimAllocatorOptions, client: ResourceClaimClient): { claims:
     watchTimeoutSeconds: o.watchTimeoutSeconds,
     livenessMs: o.watchLivenessMs,
   });
-  const queue = new WorkQueue({ name: 'resourceclaims', workers: 4, log: o.log, maxDelayMs: 30_000, ...(o.onProcessed ? { onProcessed: o.onProcessed } : {}) });
+  const queue = new WorkQueue({ name: 'resourceclaims', workers: o.workers ?? 4, log: o.log, maxDelayMs: 30_000, ...(o.onProcessed ? { onProcessed: o.onProcessed } : {}) });
   const pods = new ClientNodeExtenderKube(o.kc);
   const allocator = new ClaimAllocator({
     claims,
