@@ -4,18 +4,33 @@
 // same 1,000 pods requesting a plain extended resource (`example.com/gpu: 1`) that kube-scheduler places alone.
 // Each row first schedules BENCH_WARMUP (32) pods of its kind, not measured, so that both rows measure a running
 // system (the extender's first bind loads the pool into its ledger's cache once per process, as in the controller).
+// Two rows through Dynamic Resource Allocation (ADR 0043: the ledger allocates, the default kube-scheduler follows, no
+// extender), on the same nodes after the extender's row, their ledger Pool switched to `handoff: dra`: pods that claim
+// one GPU through a ResourceClaimTemplate of class gpu.bettercompute.io (on demand), and pods of Reservations booked in
+// the ledger before the first row (Reservation objects of 8 nodes × 8 GPUs each, BENCH_RESERVATION_NODES), labelled
+// bettercompute.io/reservation and claiming through a template of class reservation.bettercompute.io. Each pod's claim
+// is made by kube-controller-manager's resourceclaim controller, allocated by the product's claim allocator
+// (src/controller/dra/, the ledger fence taken, in a process of its own: bench/dra-allocator-process.ts), and the pod
+// bound by the default kube-scheduler. The bench applies the product's DeviceClasses (deploy/dra/deviceclasses.yaml)
+// and CRDs; it refuses to run while the product's allocation policy is installed (it allocates as the cluster's admin).
 // Prints pods per second (first create to last binding) and the p50/p99 of each pod's time from its create call to its
-// binding seen on a watch; the ratio is extender pods/s ÷ plain pods/s. The extender runs in a process of its own
-// (bench/extender-process.ts), as in the controller's pod: this process's client work is not on its event loop, nor in
-// its scheduling group (startExtenderProcess). Both rows run kube-scheduler with its own API client unthrottled
-// (unthrottled() below). Under each size: the CPU time per pod of kube-scheduler, kube-apiserver, etcd and PostgreSQL
-// in each row, and of the extender process in its row.
+// binding seen on a watch; the ratio is the row's pods/s ÷ the plain row's pods/s. Under the DRA rows: each pod's time
+// from its create call to its claim seen on a watch (made by kube-controller-manager), from that to its allocation
+// seen, and from that to its binding (p50/p99); the allocator's reconciles (mean, p50, p99 ms per claim key) and CPU.
+// The extender runs in a process of its own (bench/extender-process.ts), as in the controller's pod: this process's
+// client work is not on its event loop, nor in its scheduling group (startExtenderProcess). Every row runs
+// kube-scheduler with its own API client unthrottled (unthrottled() below). Under each size: the CPU time per pod of
+// kube-scheduler, kube-apiserver, etcd, PostgreSQL and kube-controller-manager in each row, and of the extender
+// process and the allocator process in theirs.
 //   npm run bench:scheduler   (root; brings the test cluster up, or takes its turn on it, like the cluster tests)
 // Env: BENCH_NODES (default 1000,5000), BENCH_PODS (default 1000), BENCH_CREATE_CONCURRENCY (default 16), BENCH_WARMUP,
 //      BENCH_EXTENDER_CPU_PROF (a directory: the extender process writes a V8 CPU profile of each row there),
 //      BENCH_CLUSTER_HELD=1 (the calling test run holds the cluster: take no turn on it),
 //      BENCH_FILTER_NODES (the most nodes the extender's filter passes; default the product's, ADR 0022),
-//      BENCH_PERF (a directory: `perf record -g` of the processes of CPU_OF over each measured row, <row>.perf.data).
+//      BENCH_PERF (a directory: `perf record -g` of the processes of CPU_OF over each measured row, <row>.perf.data),
+//      BENCH_RESERVATION_NODES (default 8: the nodes of each Reservation of the Reservation row, 8 GPUs each),
+//      BENCH_ALLOCATOR_WORKERS (the claims the allocator reconciles at once; default the product's, 4),
+//      BENCH_ALLOCATOR_CPU_PROF (a directory: the allocator process writes a V8 CPU profile of its whole life there).
 // Simulated nodes have no kubelet, so no agent completes an on-demand pod's admission: the bench does what the agent
 // does once the kubelet admitted the pod (it drops the node's admission lease when it sees the pod bound), so that the
 // next bind on that node is not held up waiting for an admission that no kubelet will ever make.
@@ -41,6 +56,7 @@ import {
   releaseCluster,
   restartScheduler,
 } from '../e2e/cluster/harness.ts';
+import type { AllocatorProcessMessage } from './dra-allocator-process.ts';
 import type { ExtenderProcessMessage } from './extender-process.ts';
 import { seedNodes } from './seed.ts';
 
@@ -52,11 +68,19 @@ const NAMESPACE = 'bench-scheduler';
 const TENANT = 'bench';
 const BENCH_LABEL = 'bettercompute.io/bench-scheduler';
 const PLAIN_RESOURCE = 'example.com/gpu';
+const RESERVATION_NODES = Number(process.env.BENCH_RESERVATION_NODES ?? 8);
+const GPUS_PER_NODE = 8;
+/** The DRA rows' ResourceClaimTemplates: one GPU on demand, one atom of the pod's Reservation. */
+const TEMPLATES = { onDemand: ['gpu', 'gpu.bettercompute.io'], reservation: ['rsv', 'reservation.bettercompute.io'] } as const;
+const ROOT = path.join(import.meta.dirname, '..');
 
 interface Stats {
   podsPerSecond: number;
   p50: number;
   p99: number;
+  /** Pod name → when its create call was made, and when its binding was seen (performance.now()). */
+  created: Map<string, number>;
+  bound: Map<string, number>;
 }
 
 /**
@@ -70,7 +94,7 @@ function unthrottled(config: string): string {
 }
 
 /** The processes whose CPU time the bench reports per pod, by their /proc comm (15 characters at most). */
-const CPU_OF = ['kube-scheduler', 'kube-apiserver', 'etcd', 'postgres'] as const;
+const CPU_OF = ['kube-scheduler', 'kube-apiserver', 'etcd', 'postgres', 'kube-controller'] as const;
 
 /** pid → a process of CPU_OF and the CPU seconds (user + system) it has spent so far. */
 type CpuReading = Map<string, { comm: string; seconds: number }>;
@@ -121,24 +145,42 @@ function quantile(sorted: number[], q: number): number {
   return sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))] ?? NaN;
 }
 
-function podManifest(name: string, resource: string) {
-  return {
+type Manifest = (name: string, i: number) => object;
+
+const podSpec = {
+  nodeSelector: { [BENCH_LABEL]: 'true' },
+  tolerations: [{ key: 'bettercompute.io/simulated', operator: 'Exists', effect: 'NoSchedule' }],
+};
+
+/** A pod that asks for one of an extended resource. */
+const resourcePod =
+  (resource: string): Manifest =>
+  (name) => ({
     apiVersion: 'v1',
     kind: 'Pod',
     metadata: { name, namespace: NAMESPACE },
+    spec: { ...podSpec, containers: [{ name: 'main', image: 'bettercompute.local/busybox:v1', resources: { limits: { [resource]: '1' } } }] },
+  });
+
+/** A pod of one claim made from `template`; `labels(i)` for the i-th pod of the run. */
+const claimPod =
+  (template: string, labels: (i: number) => Record<string, string> = () => ({})): Manifest =>
+  (name, i) => ({
+    apiVersion: 'v1',
+    kind: 'Pod',
+    metadata: { name, namespace: NAMESPACE, labels: labels(i) },
     spec: {
-      nodeSelector: { [BENCH_LABEL]: 'true' },
-      tolerations: [{ key: 'bettercompute.io/simulated', operator: 'Exists', effect: 'NoSchedule' }],
-      containers: [{ name: 'main', image: 'bettercompute.local/busybox:v1', resources: { limits: { [resource]: '1' } } }],
+      ...podSpec,
+      resourceClaims: [{ name: 'gpu', resourceClaimTemplateName: template }],
+      containers: [{ name: 'main', image: 'bettercompute.local/busybox:v1', resources: { claims: [{ name: 'gpu' }] } }],
     },
-  };
-}
+  });
 
 /**
  * Creates `count` pods (CREATE_CONCURRENCY calls at a time) and waits until a watch has seen every one bound.
  * `onBound` runs for each binding seen.
  */
-async function schedulePods(kc: k8s.KubeConfig, run: string, resource: string, count: number, onBound?: (pod: k8s.V1Pod) => void): Promise<Stats> {
+async function schedulePods(kc: k8s.KubeConfig, run: string, manifest: Manifest, count: number, onBound?: (pod: k8s.V1Pod) => void): Promise<Stats> {
   const core = kc.makeApiClient(k8s.CoreV1Api);
   const created = new Map<string, number>();
   const bound = new Map<string, number>();
@@ -197,9 +239,10 @@ async function schedulePods(kc: k8s.KubeConfig, run: string, resource: string, c
   await Promise.all(
     Array.from({ length: CREATE_CONCURRENCY }, async () => {
       while (next < count) {
-        const name = `${run}-${next++}`;
+        const i = next++;
+        const name = `${run}-${i}`;
         created.set(name, performance.now());
-        await core.createNamespacedPod({ namespace: NAMESPACE, body: podManifest(name, resource) as k8s.V1Pod });
+        await core.createNamespacedPod({ namespace: NAMESPACE, body: manifest(name, i) as k8s.V1Pod });
       }
     }),
   );
@@ -211,7 +254,7 @@ async function schedulePods(kc: k8s.KubeConfig, run: string, resource: string, c
   if (bound.size < count) throw new Error(`${run}: only ${bound.size} of ${count} pods bound within 10 minutes`);
   const latencies = [...bound].map(([name, t]) => t - (created.get(name) ?? t)).sort((a, b) => a - b);
   const last = Math.max(...bound.values());
-  return { podsPerSecond: count / ((last - started) / 1000), p50: quantile(latencies, 0.5), p99: quantile(latencies, 0.99) };
+  return { podsPerSecond: count / ((last - started) / 1000), p50: quantile(latencies, 0.5), p99: quantile(latencies, 0.99), created, bound };
 }
 
 /**
@@ -242,23 +285,7 @@ async function removeBenchNodes(kc: k8s.KubeConfig): Promise<void> {
  * group's share with the bench's client, and waited for a CPU 2.6 times as long as it ran.
  */
 async function startExtenderProcess(databaseUrl: string, kubeconfig: string) {
-  const child = fork(path.join(import.meta.dirname, 'extender-process.ts'), [databaseUrl, kubeconfig], {
-    detached: true,
-    stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
-  });
-  const next = (type: ExtenderProcessMessage['type']) =>
-    new Promise<ExtenderProcessMessage>((resolve, reject) => {
-      const onMessage = (m: ExtenderProcessMessage) => {
-        if (m.type !== type && m.type !== 'error') return;
-        child.off('message', onMessage);
-        child.off('exit', onExit);
-        if (m.type === 'error') reject(new Error(`the extender process failed: ${m.message}`));
-        else resolve(m);
-      };
-      const onExit = (code: number | null) => reject(new Error(`the extender process exited (${code})`));
-      child.on('message', onMessage);
-      child.once('exit', onExit);
-    });
+  const { child, next } = forkInSession<ExtenderProcessMessage>('extender-process.ts', [databaseUrl, kubeconfig], 'the extender process');
   const ready = await next('ready');
   return {
     url: (ready as Extract<ExtenderProcessMessage, { type: 'ready' }>).url,
@@ -267,13 +294,178 @@ async function startExtenderProcess(databaseUrl: string, kubeconfig: string) {
       child.send({ type: 'calls' });
       return (await answer) as Extract<ExtenderProcessMessage, { type: 'calls' }>;
     },
-    async stop() {
-      const exited = new Promise((r) => child.once('exit', r));
-      child.send({ type: 'stop' });
-      await Promise.race([exited, new Promise((r) => setTimeout(r, 10_000))]);
-      child.kill();
-    },
+    stop: () => stopChild(child),
   };
+}
+
+/**
+ * Forks `file` (of bench/) in a session of its own (see startExtenderProcess) with an IPC channel; `next(type)` waits for
+ * its next message of that type, and fails on its 'error' message or its exit.
+ */
+function forkInSession<M extends { type: string }>(file: string, args: string[], what: string, execArgv: string[] = []) {
+  const child = fork(path.join(import.meta.dirname, file), args, {
+    detached: true,
+    stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+    ...(execArgv.length ? { execArgv: [...process.execArgv, ...execArgv] } : {}),
+  });
+  const next = (type: M['type']) =>
+    new Promise<M>((resolve, reject) => {
+      const onMessage = (m: M) => {
+        if (m.type !== type && m.type !== 'error') return;
+        child.off('message', onMessage);
+        child.off('exit', onExit);
+        if (m.type === 'error') reject(new Error(`${what} failed: ${(m as { message?: string }).message}`));
+        else resolve(m);
+      };
+      const onExit = (code: number | null) => reject(new Error(`${what} exited (${code})`));
+      child.on('message', onMessage);
+      child.once('exit', onExit);
+    });
+  return { child, next };
+}
+
+async function stopChild(child: ReturnType<typeof fork>): Promise<void> {
+  const exited = new Promise((r) => child.once('exit', r));
+  child.send({ type: 'stop' });
+  await Promise.race([exited, new Promise((r) => setTimeout(r, 10_000))]);
+  child.kill();
+}
+
+/** The product's claim allocator in a process of its own (bench/dra-allocator-process.ts), once its informers listed. */
+async function startAllocatorProcess(databaseUrl: string, kubeconfig: string) {
+  const profiles = process.env.BENCH_ALLOCATOR_CPU_PROF;
+  const { child, next } = forkInSession<AllocatorProcessMessage>('dra-allocator-process.ts', [databaseUrl, kubeconfig], 'the allocator process', profiles ? ['--cpu-prof', '--cpu-prof-dir', profiles] : []);
+  await next('ready');
+  return {
+    async stats() {
+      const answer = next('stats');
+      child.send({ type: 'stats' });
+      return (await answer) as Extract<AllocatorProcessMessage, { type: 'stats' }>;
+    },
+    stop: () => stopChild(child),
+  };
+}
+
+/**
+ * What the DRA rows need on the cluster: the product's CRDs (the allocator reads Reservations) and DeviceClasses, and
+ * no allocation policy of an installed product (it refuses the admin's allocations, which are the bench's). Returns
+ * whether the DeviceClasses were made here (removed again at the end).
+ */
+async function prepareDra(): Promise<boolean> {
+  const policy = await kubectl(['get', 'validatingadmissionpolicy', 'bettercompute-dra-allocation-controller-only', '--ignore-not-found', '-o', 'name']);
+  if (policy.trim()) throw new Error('the product is installed (its policy bettercompute-dra-allocation-controller-only refuses the bench\'s allocations): uninstall it first');
+  const hadClasses = (await kubectl(['get', 'deviceclass', TEMPLATES.onDemand[1], '--ignore-not-found', '-o', 'name'])).trim() !== '';
+  await kubectl(['apply', '--server-side', '--force-conflicts', '-k', path.join(ROOT, 'crds')]);
+  await kubectl(['apply', '-f', path.join(ROOT, 'deploy', 'dra', 'deviceclasses.yaml')]);
+  for (const [name, deviceClassName] of Object.values(TEMPLATES)) {
+    await kubectl(['apply', '-f', '-'], {
+      input: JSON.stringify({
+        apiVersion: 'resource.k8s.io/v1',
+        kind: 'ResourceClaimTemplate',
+        metadata: { name, namespace: NAMESPACE },
+        spec: { spec: { devices: { requests: [{ name: 'gpu', exactly: { deviceClassName, count: 1 } }] } } },
+      }),
+    });
+  }
+  return !hadClasses;
+}
+
+/**
+ * Books Reservations of RESERVATION_NODES whole nodes each (fewer for the last) covering `pods` pods of one GPU, in the
+ * ledger on `poolId`, each behind a Reservation object of the bench's namespace (its uid the booking's key, as the
+ * controller books them): the claim allocator reads the object and finds its booking. Returns their names in order.
+ */
+async function bookReservations(ledger: Ledger, poolId: string, n: number, pods: number): Promise<string[]> {
+  const nodesNeeded = Math.ceil(pods / GPUS_PER_NODE);
+  const names: string[] = [];
+  for (let k = 0, left = nodesNeeded; left > 0; k++, left -= RESERVATION_NODES) {
+    const size = Math.min(RESERVATION_NODES, left);
+    const name = `rsv${n}-${k}`;
+    const cr = {
+      apiVersion: 'bettercompute.io/v1alpha1',
+      kind: 'Reservation',
+      metadata: { name, namespace: NAMESPACE },
+      spec: { pool: 'bench', devices: [{ class: 'gpu', count: GPUS_PER_NODE }], duration: '2h', ...(size > 1 ? { gang: { size } } : {}) },
+    };
+    const uid = (await kubectl(['create', '-f', '-', '-o', 'jsonpath={.metadata.uid}'], { input: JSON.stringify(cr) })).trim();
+    const out = await ledger.reserve(
+      {
+        tenantId: TENANT,
+        poolId,
+        devices: [{ class: 'gpu', count: GPUS_PER_NODE }],
+        duration: 7200,
+        binding: 'hold',
+        idempotencyKey: uid,
+        // One placement domain: every bench node carries the label.
+        ...(size > 1 ? { gang: { size, topologyKey: BENCH_LABEL } } : {}),
+      },
+      Date.now(),
+    );
+    if (!out.ok) throw new Error(`booking Reservation ${name} (${size} nodes): ${out.code} ${out.message}`);
+    if (out.reservation.state === 'held') await ledger.confirm(out.reservation.id);
+    names.push(name);
+  }
+  return names;
+}
+
+/**
+ * Watches the namespace's ResourceClaims and notes, per pod (the claim's owner), when its claim was first seen (made by
+ * kube-controller-manager) and first seen allocated (performance.now()); `stop()` ends the watch.
+ */
+function watchClaims(kc: k8s.KubeConfig) {
+  const madeAt = new Map<string, number>();
+  const allocatedAt = new Map<string, number>();
+  // Not awaited: the watch's promise settles only once its first event arrives.
+  const watch = new k8s.Watch(kc).watch(
+    `/apis/resource.k8s.io/v1/namespaces/${NAMESPACE}/resourceclaims`,
+    {},
+    (_type: string, claim: k8s.ResourceV1ResourceClaim) => {
+      const pod = claim.metadata?.ownerReferences?.find((o) => o.kind === 'Pod')?.name;
+      if (!pod) return;
+      const now = performance.now();
+      if (!madeAt.has(pod)) madeAt.set(pod, now);
+      if (claim.status?.allocation && !allocatedAt.has(pod)) allocatedAt.set(pod, now);
+    },
+    () => undefined,
+  );
+  return { madeAt, allocatedAt, stop: () => void watch.then((c) => c.abort()).catch(() => undefined) };
+}
+
+/**
+ * Makes the bench's namespace, after waiting for one that an earlier run deleted (without waiting) to be gone: an
+ * earlier run's namespace still terminating took the Reservations' create calls of the next run with it.
+ */
+async function freshNamespace(): Promise<void> {
+  const deadline = performance.now() + 120_000;
+  for (;;) {
+    const phase = (await kubectl(['get', 'namespace', NAMESPACE, '--ignore-not-found', '-o', 'jsonpath={.status.phase}'])).trim();
+    if (phase === 'Active') return;
+    if (phase === '' && (await kubectl(['create', 'namespace', NAMESPACE]).then(() => true, () => false))) return;
+    if (performance.now() > deadline) throw new Error(`namespace ${NAMESPACE} is still ${phase || 'not made'} after 2 minutes`);
+    await new Promise((r) => setTimeout(r, 500));
+  }
+}
+
+/** Removes every finalizer from the namespace's claims (the allocator stopped: the bench's ledger goes with it). */
+async function stripClaimFinalizers(): Promise<void> {
+  const names = (await kubectl(['-n', NAMESPACE, 'get', 'resourceclaims', '-o', 'name'])).split('\n').filter(Boolean);
+  for (const name of names) await kubectl(['-n', NAMESPACE, 'patch', name, '--type=merge', '-p', '{"metadata":{"finalizers":null}}']).catch(() => undefined);
+}
+
+/** p50/p99 ms of `to - from` over the pods that have both. */
+function between(from: Map<string, number>, to: Map<string, number>): string {
+  const d = [...to].flatMap(([pod, t]) => (from.has(pod) ? [t - from.get(pod)!] : [])).sort((a, b) => a - b);
+  return d.length ? `${quantile(d, 0.5).toFixed(0)}/${quantile(d, 0.99).toFixed(0)} ms (${d.length} pods)` : 'none seen';
+}
+
+/** Waits until the namespace holds no ResourceClaim (the allocator released each and removed its finalizer). */
+async function waitClaimsGone(kc: k8s.KubeConfig): Promise<void> {
+  const resource = kc.makeApiClient(k8s.ResourceV1Api);
+  const deadline = performance.now() + 300_000;
+  while ((await resource.listNamespacedResourceClaim({ namespace: NAMESPACE, limit: 1 })).items.length > 0) {
+    if (performance.now() > deadline) throw new Error(`claims of namespace ${NAMESPACE} are still listed 5 minutes after their pods' deletion`);
+    await new Promise((r) => setTimeout(r, 500));
+  }
 }
 
 // Inside a cluster test run (the benchmarks' smoke run, e2e/cluster/bench-smoke.test.ts) the run holds the cluster:
@@ -295,10 +487,15 @@ async function main() {
   const ledger = new Ledger(db);
   // The extender in its own process, as the controller runs it (bench/extender-process.ts).
   const extender = await startExtenderProcess(pgServer.url, c.kubeconfig);
+  let allocator: Awaited<ReturnType<typeof startAllocatorProcess>> | undefined;
+  let madeClasses = false;
   let nodes: string[] = [];
   try {
-    await kubectl(['create', 'namespace', NAMESPACE]).catch(() => undefined);
+    await freshNamespace();
     await kubectl(['label', 'namespace', NAMESPACE, `bettercompute.io/tenant=${TENANT}`, '--overwrite']);
+    madeClasses = await prepareDra();
+    // The claim allocator in its own process, as the controller's leader runs it (bench/dra-allocator-process.ts).
+    allocator = await startAllocatorProcess(pgServer.url, c.kubeconfig);
     console.log(`kube-scheduler ${path.basename(path.dirname(path.dirname(c.kubectl)))} on the test cluster, ${os.cpus().length} CPUs, node ${process.version}`);
     console.log(`${PODS} pods per run, created ${CREATE_CONCURRENCY} at a time; latency = create call made -> binding seen on a watch`);
     console.log('nodes  scheduler                                   pods/s     p50 ms     p99 ms   ratio');
@@ -309,14 +506,16 @@ async function main() {
     for (const n of SIZES) {
       const t0 = performance.now();
       nodes = await addSimulatedNodes(n, { [BENCH_LABEL]: 'true' }, { 'bettercompute.io/gpu': '8', [PLAIN_RESOURCE]: '8' }, { prefix: `bench${n}` });
-      await seedNodes(db, nodes, TENANT);
-      process.stderr.write(`[bench] ${n} simulated nodes and their ledger rows in ${((performance.now() - t0) / 1000).toFixed(0)}s\n`);
+      const poolId = await seedNodes(db, nodes, TENANT, { [BENCH_LABEL]: 'true' });
+      // The Reservation row's bookings first, while every node is whole (the other rows book single GPUs).
+      const reservations = await bookReservations(ledger, poolId, n, WARMUP + PODS);
+      process.stderr.write(`[bench] ${n} simulated nodes, their ledger rows and ${reservations.length} Reservations in ${((performance.now() - t0) / 1000).toFixed(0)}s\n`);
 
       await restartScheduler(unthrottled(defaultSchedulerConfig()));
-      await schedulePods(kc, `warm-plain${n}`, PLAIN_RESOURCE, WARMUP);
+      await schedulePods(kc, `warm-plain${n}`, resourcePod(PLAIN_RESOURCE), WARMUP);
       const plainCpu = await cpuSeconds();
       const stopPlainPerf = await perfRecord(`plain${n}`, plainCpu);
-      const plain = await schedulePods(kc, `plain${n}`, PLAIN_RESOURCE, PODS);
+      const plain = await schedulePods(kc, `plain${n}`, resourcePod(PLAIN_RESOURCE), PODS);
       await stopPlainPerf();
       const plainCpuPerPod = cpuPerPod(plainCpu, await cpuSeconds(), PODS);
       await deletePods(kc);
@@ -324,17 +523,44 @@ async function main() {
       await restartScheduler(unthrottled(schedulerConfigWithExtender(extender.url)));
       const admitted = (pod: k8s.V1Pod) =>
         void ledger.dropAdmission(pod.spec!.nodeName!, pod.metadata!.uid!).catch((e: unknown) => console.error(`dropAdmission: ${String(e)}`));
-      await schedulePods(kc, `warm-ext${n}`, 'bettercompute.io/gpu', WARMUP, admitted);
+      await schedulePods(kc, `warm-ext${n}`, resourcePod('bettercompute.io/gpu'), WARMUP, admitted);
       // A warm-up bind answers kube-scheduler just after its Binding is seen: let the last ones finish uncounted.
       await new Promise((r) => setTimeout(r, 500));
       await extender.calls(); // counted from here
       const extCpu = await cpuSeconds();
       const stopExtPerf = await perfRecord(`ext${n}`, extCpu);
-      const viaExtender = await schedulePods(kc, `ext${n}`, 'bettercompute.io/gpu', PODS, admitted);
+      const viaExtender = await schedulePods(kc, `ext${n}`, resourcePod('bettercompute.io/gpu'), PODS, admitted);
       await stopExtPerf();
       const extCpuPerPod = cpuPerPod(extCpu, await cpuSeconds(), PODS);
       const { calls, eventLoopUtilization, cpuSeconds: extenderCpu, reloads } = await extender.calls();
       await deletePods(kc);
+
+      // DRA: the same nodes, their Pool's atoms handed over through claims; the default kube-scheduler, no extender.
+      await db.query(`UPDATE pools SET handoff = 'dra' WHERE id = $1`, [poolId]);
+      await restartScheduler(unthrottled(defaultSchedulerConfig()));
+      // `manifest(offset)`: the pods of a run whose first pod is the row's offset-th (the warm-up's first, then the run's).
+      const draRow = async (run: string, manifest: (offset: number) => Manifest) => {
+        await schedulePods(kc, `warm-${run}`, manifest(0), WARMUP);
+        await new Promise((r) => setTimeout(r, 500));
+        await allocator!.stats(); // counted from here
+        const claims = watchClaims(kc);
+        const cpu = await cpuSeconds();
+        const stopPerf = await perfRecord(run, cpu);
+        const stats = await schedulePods(kc, run, manifest(WARMUP), PODS);
+        await stopPerf();
+        const cpuMs = cpuPerPod(cpu, await cpuSeconds(), PODS);
+        claims.stop();
+        const allocatorStats = await allocator!.stats();
+        await deletePods(kc);
+        await waitClaimsGone(kc);
+        return { stats, cpuMs, madeAt: claims.madeAt, allocatedAt: claims.allocatedAt, allocatorStats };
+      };
+      const onDemand = await draRow(`dra-od${n}`, () => claimPod(TEMPLATES.onDemand[0]));
+      // The row's k-th pod belongs to Reservation floor(k / its GPUs).
+      const viaReservation = await draRow(`dra-rsv${n}`, (offset) =>
+        claimPod(TEMPLATES.reservation[0], (i) => ({ 'bettercompute.io/reservation': reservations[Math.floor((offset + i) / (RESERVATION_NODES * GPUS_PER_NODE))]! })),
+      );
+      await db.query('UPDATE pools SET archived = true WHERE id = $1', [poolId]); // no later size's claims book here
 
       row(n, 'kube-scheduler alone (example.com/gpu)', plain);
       row(n, 'kube-scheduler + extender (bettercompute.io/gpu)', viaExtender, viaExtender.podsPerSecond / plain.podsPerSecond);
@@ -345,14 +571,28 @@ async function main() {
       );
       console.log(`       CPU ms per pod alone: ${plainCpuPerPod}`);
       console.log(`       CPU ms per pod + extender: ${extCpuPerPod}, extender ${((extenderCpu * 1000) / PODS).toFixed(1)}`);
+      for (const [what, r] of [['DRA on demand (gpu.bettercompute.io)', onDemand], ['DRA Reservation (reservation.bettercompute.io)', viaReservation]] as const) {
+        row(n, what, r.stats, r.stats.podsPerSecond / plain.podsPerSecond);
+        const a = r.allocatorStats;
+        console.log(
+          `       p50/p99: pod create call -> its claim seen ${between(r.stats.created, r.madeAt)}, -> allocated ${between(r.madeAt, r.allocatedAt)}, -> pod bound ${between(r.allocatedAt, r.stats.bound)}\n` +
+            `       allocator: ${a.allocated} claims allocated, reconciles ${a.reconciles.map(([o, x]) => `${o} ${x.n} (mean ${x.meanMs.toFixed(1)}, p50 ${x.p50Ms.toFixed(1)}, p99 ${x.p99Ms.toFixed(1)} ms)`).join(', ')}` +
+            `${a.warnings.length ? `, warnings ${a.warnings.map(([m, k]) => `${m} ×${k}`).join(', ')}` : ''}; its event loop busy ${(a.eventLoopUtilization * 100).toFixed(0)}%`,
+        );
+        console.log(`       CPU ms per pod: ${r.cpuMs}, allocator ${((a.cpuSeconds * 1000) / PODS).toFixed(1)}`);
+      }
       await removeBenchNodes(kc);
       nodes = [];
     }
   } finally {
     await restartScheduler(defaultSchedulerConfig()).catch((e: unknown) => console.error(`restoring the scheduler: ${String(e)}`));
     if (nodes.length) await removeBenchNodes(kc).catch(() => undefined);
-    await kubectl(['delete', 'namespace', NAMESPACE, '--ignore-not-found', '--wait=false']).catch(() => undefined);
     await extender.stop();
+    await allocator?.stop();
+    // Claims left by a row that failed keep the allocator's finalizer, and would keep the namespace terminating.
+    await stripClaimFinalizers().catch((e: unknown) => console.error(`removing the claims' finalizers: ${String(e)}`));
+    await kubectl(['delete', 'namespace', NAMESPACE, '--ignore-not-found', '--wait=false']).catch(() => undefined);
+    if (madeClasses) await kubectl(['delete', '-f', path.join(ROOT, 'deploy', 'dra', 'deviceclasses.yaml'), '--ignore-not-found']).catch(() => undefined);
     await db.end();
     await pgServer.stop();
     await fs.rm(dir, { recursive: true, force: true });

@@ -8,15 +8,18 @@ export async function seedPool(db: Db, nodes: number, prefix: string): Promise<{
   return { poolId: await seedNodes(db, nodeIds), nodeIds };
 }
 
-/** A pool of the named nodes (owned by `ownerTenant`), each with 8 H100s `GPU-${node}-${g}`. Returns the pool id. */
-export async function seedNodes(db: Db, nodeIds: string[], ownerTenant = 'bench'): Promise<string> {
+/**
+ * A pool of the named nodes (owned by `ownerTenant`), each with 8 H100s `GPU-${node}-${g}` and a zone label (and
+ * `labels`, as the Node reconciler copies a Node's labels). Returns the pool id.
+ */
+export async function seedNodes(db: Db, nodeIds: string[], ownerTenant = 'bench', labels: Record<string, string> = {}): Promise<string> {
   const poolId = newPoolId();
   await db.query(`INSERT INTO pools (id, name, owner_tenant, gpu_model) VALUES ($1, $2, $3, 'H100')`, [poolId, `bench-${poolId.toLowerCase()}`, ownerTenant]);
   await db.query(
     `INSERT INTO nodes (id, pool_id, converged, labels)
-     SELECT n, $1, true, jsonb_build_object('topology.kubernetes.io/zone', 'z' || (i % 16))
+     SELECT n, $1, true, jsonb_build_object('topology.kubernetes.io/zone', 'z' || (i % 16)) || $3::jsonb
      FROM unnest($2::text[]) WITH ORDINALITY AS t(n, i)`,
-    [poolId, nodeIds],
+    [poolId, nodeIds, JSON.stringify(labels)],
   );
   await db.query(
     `INSERT INTO devices (id, node_id, class, attributes)

@@ -19,4 +19,7 @@ it('bench:scheduler runs to its end (20 nodes, 20 pods)', async () => {
   });
   expect(stdout).toMatch(/^nodes\s+scheduler/m);
   expect(stdout).toMatch(/^\s*20\s+/m);
+  // The DRA rows (claims allocated by the product's allocator, pods bound by the default kube-scheduler) ran too.
+  expect(stdout).toMatch(/^\s*20\s+DRA on demand .*%$/m);
+  expect(stdout).toMatch(/^\s*20\s+DRA Reservation .*%$/m);
 }, 300_000);

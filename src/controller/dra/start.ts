@@ -14,7 +14,7 @@ import { keyOf, type NamespaceCR, type Reservation } from '../../kube/types.ts';
 import { ClientNodeExtenderKube } from '../../extender/kube.ts';
 import type { Logger } from '../../log.ts';
 import { fenced } from '../fence.ts';
-import { WorkQueue } from '../queue.ts';
+import { WorkQueue, type WorkQueueOptions } from '../queue.ts';
 import { startWhenServed } from '../when-served.ts';
 import { ClaimAllocator } from './allocator.ts';
 
@@ -34,6 +34,10 @@ export interface ClaimAllocatorOptions {
   watchLivenessMs: number;
   /** How often to ask whether resource.k8s.io/v1 is served, until it is (default 30 s). */
   pollMs?: number;
+  /** How many claims are reconciled at once (default 4). */
+  workers?: number;
+  /** Called once per reconciled claim key with its duration and outcome (the WorkQueue's; bench:scheduler's profile). */
+  onProcessed?: WorkQueueOptions['onProcessed'];
 }
 
 /** Starts waiting for the DRA API, then allocating; `stop()` ends either. */
@@ -73,7 +77,7 @@ function start(o: ClaimAllocatorOptions, client: ResourceClaimClient): { claims:
     watchTimeoutSeconds: o.watchTimeoutSeconds,
     livenessMs: o.watchLivenessMs,
   });
-  const queue = new WorkQueue({ name: 'resourceclaims', workers: 4, log: o.log, maxDelayMs: 30_000 });
+  const queue = new WorkQueue({ name: 'resourceclaims', workers: o.workers ?? 4, log: o.log, maxDelayMs: 30_000, ...(o.onProcessed ? { onProcessed: o.onProcessed } : {}) });
   const pods = new ClientNodeExtenderKube(o.kc);
   const allocator = new ClaimAllocator({
     claims,
