@@ -119,13 +119,18 @@ describe('the DRA agent publishes its node\'s atoms as ResourceSlices, only its 
     await refused(asAgent(node, ['create', '--dry-run=server', '-f', '-'], JSON.stringify(sliceBody(`${node}-all-nodes`, undefined, DRIVER, node))), /not of <none>/);
     await refused(asAgent(undefined, ['create', '--dry-run=server', '-f', '-'], own), /token names no node/);
 
-    // Another node's slice of our driver (made by the admin): the agent may neither take it over (a PUT: it has no
-    // patch) nor delete it.
+    // Another node's slice of our driver (made by the admin): the agent may neither take it over, nor change it (a
+    // PUT: it has no patch), nor delete it. Taking it over is refused by the API server's own validation, before any
+    // policy (a slice's node and pool are immutable); changing its devices is refused by the policy.
     const other = `${OTHER_NODE}-${DRIVER}-0`;
     await apply(sliceBody(other, OTHER_NODE));
     const theirs = await kubectlJson<Slice>(['get', 'resourceslice', other]);
     const taken = { ...theirs, spec: { ...theirs.spec, nodeName: node, pool: { ...theirs.spec.pool, name: node } } };
-    await refused(asAgent(node, ['replace', '--dry-run=server', '-f', '-'], JSON.stringify(taken)), new RegExp(`not of ${OTHER_NODE}`));
+    const takeover = await asAgent(node, ['replace', '--dry-run=server', '-f', '-'], JSON.stringify(taken));
+    expect(takeover.code).not.toBe(0);
+    expect(takeover.stderr).toMatch(/field is immutable/);
+    const changed = { ...theirs, spec: { ...theirs.spec, devices: [{ name: 'gpu-0' }, { name: 'gpu-1' }] } };
+    await refused(asAgent(node, ['replace', '--dry-run=server', '-f', '-'], JSON.stringify(changed)), new RegExp(`not of ${OTHER_NODE}`));
     await refused(asAgent(node, ['delete', 'resourceslice', other, '--dry-run=server']), new RegExp(`not of ${OTHER_NODE}`));
     // Its own node's real slice it may delete (dry run: the slice stays).
     const mine = await asAgent(node, ['delete', 'resourceslice', `${node}-${DRIVER}-0`, '--dry-run=server']);
