@@ -22,7 +22,7 @@ import { renderDomains, renderPoolRows, renderPreview, renderQuota, renderSummar
 import { formatFailure, formatOutput, OUTPUT_HELP, outputUsageMessage, parseOutput, type Shown } from './output.ts';
 import { createProgress, openingStep, type Progress } from './progress.ts';
 import { selectorTextToObject } from './selector-object.ts';
-import { parseFlags, type FlagValues } from './flags.ts';
+import { CLIENT_OPTIONS, parseFlags, type FlagValues } from './flags.ts';
 import { postJson, tokenTransportProblem, type ClientTls } from './http-post.ts';
 
 export const CAPACITY_USAGE = `usage: better-compute capacity --tenant T [what] [options]
@@ -246,14 +246,7 @@ const CAPACITY_OPTIONS = {
   from: { type: 'string' },
   to: { type: 'string' },
   step: { type: 'string' },
-  output: { type: 'string', short: 'o' },
-  server: { type: 'string' },
-  token: { type: 'string' },
-  'ca-file': { type: 'string' },
-  'tls-server-name': { type: 'string' },
-  direct: { type: 'boolean' },
-  progress: { type: 'boolean' },
-  help: { type: 'boolean', short: 'h' },
+  ...CLIENT_OPTIONS,
 } as const;
 
 type CapacityFlags = FlagValues<typeof CAPACITY_OPTIONS>;

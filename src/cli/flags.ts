@@ -34,3 +34,15 @@ export function parseFlags<const O extends ParseArgsOptionsConfig, const P exten
 
 /** The values of a command's flags (no positionals), by its options table. */
 export type FlagValues<O extends ParseArgsOptionsConfig> = Parsed<O, false>['values'];
+
+/** The flags of a command that reads through the capacity API (or the database with --direct), and prints a listing. */
+export const CLIENT_OPTIONS = {
+  output: { type: 'string', short: 'o' },
+  server: { type: 'string' },
+  token: { type: 'string' },
+  'ca-file': { type: 'string' },
+  'tls-server-name': { type: 'string' },
+  direct: { type: 'boolean' },
+  progress: { type: 'boolean' },
+  help: { type: 'boolean', short: 'h' },
+} as const;

@@ -8,7 +8,7 @@ import type { Config } from '../config.ts';
 import { openDatabase } from '../db/connect.ts';
 import { CliError, httpCall, openClient, reportFailure } from './capacity.ts';
 import type { ClientTls } from './http-post.ts';
-import { parseFlags } from './flags.ts';
+import { CLIENT_OPTIONS, parseFlags } from './flags.ts';
 import { formatOutput, OUTPUT_HELP, outputUsageMessage, parseOutput } from './output.ts';
 import { renderUsage } from './render.ts';
 
@@ -71,14 +71,7 @@ const USAGE_OPTIONS = {
   from: { type: 'string' },
   to: { type: 'string' },
   hourly: { type: 'boolean' },
-  output: { type: 'string', short: 'o' },
-  server: { type: 'string' },
-  token: { type: 'string' },
-  'ca-file': { type: 'string' },
-  'tls-server-name': { type: 'string' },
-  direct: { type: 'boolean' },
-  progress: { type: 'boolean' },
-  help: { type: 'boolean', short: 'h' },
+  ...CLIENT_OPTIONS,
 } as const;
 
 export async function usageCommand(argv: string[], config: Config, io: UsageIo): Promise<number> {
