@@ -25,7 +25,7 @@ export interface RunningServer {
   close(drainMs?: number): Promise<void>;
 }
 
-const TIMEOUTS = { keepAliveTimeout: 5_000, headersTimeout: 10_000, requestTimeout: 30_000 };
+export const TIMEOUTS = { keepAliveTimeout: 5_000, headersTimeout: 10_000, requestTimeout: 30_000 };
 
 /**
  * HTTP, or HTTPS with `tls`. With `clientCa` too (PEM), every client is asked for a certificate and the ones that CA
@@ -61,16 +61,24 @@ export async function listen(
       server.setSecureContext(context(tls));
     },
     close(drainMs = 10_000) {
-      closing ??= new Promise<void>((resolve) => {
-        const force = setTimeout(() => server.closeAllConnections(), drainMs);
-        force.unref();
-        server.close(() => {
-          clearTimeout(force);
-          resolve();
-        });
-        server.closeIdleConnections();
-      });
+      closing ??= closeServer(server, drainMs);
       return closing;
     },
   };
+}
+
+/**
+ * Stops accepting connections, lets requests in flight finish (closing idle keep-alive connections at once), and after
+ * `drainMs` closes whatever is still open.
+ */
+export function closeServer(server: http.Server, drainMs: number): Promise<void> {
+  return new Promise<void>((resolve) => {
+    const force = setTimeout(() => server.closeAllConnections(), drainMs);
+    force.unref();
+    server.close(() => {
+      clearTimeout(force);
+      resolve();
+    });
+    server.closeIdleConnections();
+  });
 }

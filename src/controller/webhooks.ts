@@ -1,7 +1,7 @@
 // What the controller serves on its HTTPS webhook listener (WEBHOOK_PORT): the node agents' API (/agent/v1, their
 // ServiceAccount token bound to their node) and the pod admission webhook (/admission; with WEBHOOK_CLIENT_CA_FILE, for
 // the API server's client certificate only: ADR 0034). docs/adr/0007.
-import { createPodAdmissionRouter, podAdmissionDeps, tlsClientVerified } from '../admission/pods.ts';
+import { CALLER_NOT_VERIFIED, createPodAdmissionRouter, podAdmissionDeps, tlsClientVerified } from '../admission/pods.ts';
 import { ReviewDecoderPool } from '../admission/review-pool.ts';
 import { createAgentApiRouter, agentUsernameFor } from '../agentapi/router.ts';
 import { AGENT_API_PREFIX } from '../agentapi/wire.ts';
@@ -30,6 +30,7 @@ export function productWebhookRouters(s: ControllerServices): WebhookMount[] {
         ...(s.config.webhookClientCaFile ? { callerVerified: tlsClientVerified } : {}),
         reviewPool,
       }),
+      ...(s.config.webhookClientCaFile ? { verifiedCallersOnly: { message: CALLER_NOT_VERIFIED } } : {}),
       stop: () => reviewPool.close(),
     },
     {
