@@ -101,7 +101,7 @@ function forward(req: IncomingMessage, res: ServerResponse, body: Buffer, retrie
   });
   up.on('timeout', () => up.destroy(new Error('the controller did not answer in time')));
   up.on('error', (e: NodeJS.ErrnoException) => {
-    if (res.headersSent) return void res.destroy();
+    if (res.headersSent || res.destroyed) return void res.destroy();
     if (!retried && up.reusedSocket && e.code === 'ECONNRESET') return forward(req, res, body, true);
     refuse(res, 503, 'UNAVAILABLE', 'the controller did not answer; try again');
   });
@@ -126,7 +126,7 @@ async function onRequest(req: IncomingMessage, res: ServerResponse): Promise<voi
   if (body) forward(req, res, body);
 }
 
-const server = await listen((req, res) => void onRequest(req, res), { host: o.host, port: o.port, tls: o.tls, ...(o.clientCa ? { clientCa: o.clientCa } : {}) });
+const server = await listen((req, res) => void onRequest(req, res).catch(() => res.destroy()), { host: o.host, port: o.port, tls: o.tls, ...(o.clientCa ? { clientCa: o.clientCa } : {}) });
 port.on('message', (m: FrontCommand) => {
   if (m.type === 'tls') server.setTls(m.tls);
   else
