@@ -9,7 +9,7 @@ import type { TLSSocket } from 'node:tls';
 import { parentPort, workerData } from 'node:worker_threads';
 import { declaresBodyOver } from './body-cap.ts';
 import { listen } from './server.ts';
-import { FRONT_HEADER_PREFIX, FRONT_HEADERS, type FrontCommand, type FrontReport, type FrontWorkerData } from './tls-front.ts';
+import { FRONT_HEADER_PREFIX, FRONT_HEADERS, type FrontCommand, type FrontReport, type FrontRoute, type FrontWorkerData } from './tls-front.ts';
 import { niceThisThread } from './worker-thread.ts';
 
 const port = parentPort;
@@ -34,7 +34,7 @@ function refuse(res: ServerResponse, status: number, code: string, message: stri
 }
 
 /** The body, read whole within the cap and the budget (released when the answer is done); undefined: answered here. */
-function readBody(req: IncomingMessage, res: ServerResponse): Promise<Buffer | undefined> {
+function readBody(req: IncomingMessage, res: ServerResponse, max: number): Promise<Buffer | undefined> {
   return new Promise((resolve) => {
     const parts: Buffer[] = [];
     let length = 0;
@@ -55,7 +55,7 @@ function readBody(req: IncomingMessage, res: ServerResponse): Promise<Buffer | u
     };
     const onData = (part: Buffer) => {
       length += part.length;
-      if (length > o.maxBodyBytes) return stop(413, 'PAYLOAD_TOO_LARGE', `the body is too large (at most ${o.maxBodyBytes} bytes)`);
+      if (length > max) return stop(413, 'PAYLOAD_TOO_LARGE', tooLarge(max));
       if (budget < part.length) return stop(503, 'UNAVAILABLE', 'the listener is reading too many large bodies at once; try again');
       budget -= part.length;
       held += part.length;
@@ -111,18 +111,21 @@ function forward(req: IncomingMessage, res: ServerResponse, body: Buffer, retrie
   up.end(body);
 }
 
-/** The refusal when the request is for a path that answers only verified callers and this one is not. */
-function unverified(req: IncomingMessage): string | undefined {
-  if (!o.verifiedOnly || (req.socket as TLSSocket).authorized === true) return undefined;
+const tooLarge = (max: number) => `the body is too large (at most ${max} bytes)`;
+
+/** The route the request's path is under, if any. */
+function routeOf(req: IncomingMessage): FrontRoute | undefined {
   const path = (req.url ?? '').split('?')[0]!;
-  return o.verifiedOnly.find((v) => path === v.path || path.startsWith(`${v.path}/`))?.message;
+  return o.routes.find((r) => path === r.path || path.startsWith(`${r.path}/`));
 }
 
 async function onRequest(req: IncomingMessage, res: ServerResponse): Promise<void> {
-  const notVerified = unverified(req);
-  if (notVerified !== undefined) return refuse(res, 403, 'FORBIDDEN', notVerified);
-  if (declaresBodyOver(req.headers, o.maxBodyBytes)) return refuse(res, 413, 'PAYLOAD_TOO_LARGE', `the body is too large (at most ${o.maxBodyBytes} bytes)`);
-  const body = await readBody(req, res);
+  const route = routeOf(req);
+  const refusal = route?.verifiedCallersOnly;
+  if (o.clientCa && refusal !== undefined && (req.socket as TLSSocket).authorized !== true) return refuse(res, 403, 'FORBIDDEN', refusal);
+  const max = route?.maxBodyBytes ?? o.maxBodyBytes;
+  if (declaresBodyOver(req.headers, max)) return refuse(res, 413, 'PAYLOAD_TOO_LARGE', tooLarge(max));
+  const body = await readBody(req, res, max);
   if (body) forward(req, res, body);
 }
 

@@ -129,6 +129,16 @@ describe('listenBehindFront', () => {
     expect(seen).toEqual([]);
   });
 
+  it("a route's own cap: its larger bodies refused by the front, the same body taken on another path", async () => {
+    const f = await start({ routes: [{ path: '/agent/v1', maxBodyBytes: 1024 }] });
+    const body = JSON.stringify({ pad: 'x'.repeat(2048) });
+    const r = await request(`${f.url}/agent/v1/nodes/a/state`, { method: 'POST', body, ca: tlsA.caCert });
+    expect(r.status).toBe(413);
+    expect(r.json).toEqual({ error: { code: 'PAYLOAD_TOO_LARGE', message: 'the body is too large (at most 1024 bytes)' } });
+    expect(seen).toEqual([]);
+    expect((await request(`${f.url}/agent/v1x`, { method: 'POST', body, ca: tlsA.caCert })).status).toBe(201);
+  });
+
   it('refuses bodies past its buffer budget with 503 (Retry-After), and takes them again once the budget is free', async () => {
     const f = await start({ bufferBytes: 32 * 1024 });
     const big = 'x'.repeat(48 * 1024);
@@ -140,7 +150,7 @@ describe('listenBehindFront', () => {
   });
 
   it('with a client CA: a path for verified callers only refuses the others before their body; other paths answer them', async () => {
-    const f = await start({ clientCa: tlsB.caCert, verifiedOnly: [{ path: '/admission', message: 'verified callers only' }] });
+    const f = await start({ clientCa: tlsB.caCert, routes: [{ path: '/admission', verifiedCallersOnly: 'verified callers only' }] });
     const r = await request(`${f.url}/admission/pods`, { method: 'POST', body: '{}', ca: tlsA.caCert });
     expect(r.status).toBe(403);
     expect(r.json).toEqual({ error: { code: 'FORBIDDEN', message: 'verified callers only' } });

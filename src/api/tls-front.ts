@@ -24,10 +24,16 @@ export const FRONT_BUFFER_BYTES = 16 * 1024 * 1024;
 export const FRONT_HEADERS = { secret: 'x-better-compute-front-secret', peer: 'x-better-compute-front-peer' } as const;
 export const FRONT_HEADER_PREFIX = 'x-better-compute-front-';
 
-/** A path (and those under it) answered only to callers with a verified client certificate; `message`: the refusal. */
-export interface VerifiedOnlyPath {
+/** What the front knows of a path (and those under it): its body cap, whether only verified callers are answered. */
+export interface FrontRoute {
   path: string;
-  message: string;
+  /** Larger bodies are refused by the front (413); default the listener's maxBodyBytes. */
+  maxBodyBytes?: number | undefined;
+  /**
+   * With clientCa: a caller without a verified certificate is refused (403 FORBIDDEN with this message) before its
+   * body is read, as the router behind would (ADR 0034).
+   */
+  verifiedCallersOnly?: string | undefined;
 }
 
 export interface FrontOptions {
@@ -36,12 +42,9 @@ export interface FrontOptions {
   tls: TlsMaterial;
   /** Ask clients for a certificate and mark those this CA bundle verifies (server.ts, ADR 0034). */
   clientCa?: string | undefined;
-  /**
-   * With clientCa: requests under these paths from a caller without a verified certificate are refused (403 FORBIDDEN
-   * with the path's message) before their body is read, as the router behind would (ADR 0034).
-   */
-  verifiedOnly?: readonly VerifiedOnlyPath[] | undefined;
-  /** The largest body any route of the listener takes: larger ones are refused by the front (413). */
+  /** The routes behind, as the front treats them. */
+  routes?: readonly FrontRoute[] | undefined;
+  /** The largest body taken on a path of no route: larger ones are refused by the front (413). */
   maxBodyBytes: number;
   /** Default FRONT_BUFFER_BYTES. */
   bufferBytes?: number;
@@ -57,7 +60,7 @@ export interface FrontWorkerData {
   port: number;
   tls: TlsMaterial;
   clientCa: string | undefined;
-  verifiedOnly: readonly VerifiedOnlyPath[] | undefined;
+  routes: readonly FrontRoute[];
   socketPath: string;
   secret: string;
   maxBodyBytes: number;
@@ -147,7 +150,7 @@ export async function listenBehindFront(handler: RequestListener, o: FrontOption
     port: o.port,
     tls: o.tls,
     clientCa: o.clientCa,
-    verifiedOnly: o.clientCa ? o.verifiedOnly : undefined,
+    routes: o.routes ?? [],
     socketPath: inner.socketPath,
     secret,
     maxBodyBytes: o.maxBodyBytes,

@@ -15,7 +15,7 @@ import type { IncomingMessage, RequestListener } from 'node:http';
 import { ApiError, toErrorResponse } from '../api/errors.ts';
 import { isProbe, limitBySource } from '../api/rate-limit.ts';
 import { listen, type RunningServer } from '../api/server.ts';
-import { listenBehindFront, type VerifiedOnlyPath } from '../api/tls-front.ts';
+import { listenBehindFront, type FrontRoute } from '../api/tls-front.ts';
 import { MAX_REVIEW_BYTES } from '../admission/pods.ts';
 import { AGENT_API_MAX_BODY_BYTES } from '../agentapi/router.ts';
 import type { DbHealth } from '../db/health.ts';
@@ -26,12 +26,19 @@ import { systemClock } from '../clock.ts';
 /** The largest body a route of the webhook listener takes (an AdmissionReview); larger ones its TLS front refuses. */
 export const WEBHOOK_MAX_BODY_BYTES = Math.max(MAX_REVIEW_BYTES, AGENT_API_MAX_BODY_BYTES);
 
+/** The mounts as the webhook listener's TLS front treats them (their paths' caps and callers). */
+export function webhookFrontRoutes(mounts: readonly WebhookMount[]): FrontRoute[] {
+  return mounts.map((m) => ({ path: m.path, maxBodyBytes: m.maxBodyBytes, verifiedCallersOnly: m.verifiedCallersOnly }));
+}
+
 /** A router mounted on the webhook listener at `path` (e.g. '/admission' or '/agent/v1'). */
 export interface WebhookMount {
   path: string;
   router: RequestHandler;
-  /** With WEBHOOK_CLIENT_CA_FILE: only callers with a verified certificate are answered (refused before the body). */
-  verifiedCallersOnly?: { message: string };
+  /** The largest body the router takes: larger ones the listener's TLS front refuses (413) before the router sees them. */
+  maxBodyBytes?: number;
+  /** With WEBHOOK_CLIENT_CA_FILE: only callers with a verified certificate are answered; the refusal's message. */
+  verifiedCallersOnly?: string;
   /** Called when the controller stops, after the listeners have drained. */
   stop?: () => Promise<void>;
 }
@@ -165,8 +172,8 @@ export async function startListeners(o: {
    * asks every client for a certificate and marks the ones it signed verified, kept across setTls (ADR 0034).
    */
   webhookClientCa?: string | undefined;
-  /** Paths of the webhook listener answered only to verified callers (its TLS front refuses the others first). */
-  webhookVerifiedOnly?: readonly VerifiedOnlyPath[] | undefined;
+  /** The webhook routers' caps and callers, for its TLS front (webhookFrontRoutes). */
+  webhookRoutes?: readonly FrontRoute[] | undefined;
   /** Told when the webhook listener's TLS thread ended unexpectedly (it is started again). */
   onWebhookFrontRestart?: (error: Error) => void;
 }): Promise<ControllerListeners> {
@@ -188,7 +195,7 @@ export async function startListeners(o: {
       port: a.webhookPort,
       tls: o.tls,
       clientCa: o.webhookClientCa,
-      verifiedOnly: o.webhookVerifiedOnly,
+      routes: o.webhookRoutes,
       maxBodyBytes: WEBHOOK_MAX_BODY_BYTES,
       ...(o.onWebhookFrontRestart ? { onRestart: o.onWebhookFrontRestart } : {}),
     });

@@ -12,7 +12,6 @@ import { createApp } from '../api/app.ts';
 import { AccessReviewer, KubernetesAuthorizer, tenantNamespaces, TokenReviewer } from '../api/authz-kubernetes.ts';
 import { StaticTokenAuthorizer, type Authorizer } from '../api/authz.ts';
 import { CapacityService } from '../api/capacity-service.ts';
-import type { VerifiedOnlyPath } from '../api/tls-front.ts';
 import type { Config } from '../config.ts';
 import { DbClock } from '../db/clock.ts';
 import { openDatabase, type Database } from '../db/connect.ts';
@@ -31,7 +30,7 @@ import { ledgerMetrics } from '../metrics/ledger.ts';
 import { createRegistry, httpMetrics } from '../metrics/registry.ts';
 import { serviceSans } from './certs.ts';
 import { FenceHolder, LEASE_NAME } from './fence.ts';
-import { createWebhookApp, healthChecks, limitListeners, startListeners, type ControllerListeners, type WebhookMount } from './listeners.ts';
+import { createWebhookApp, healthChecks, webhookFrontRoutes, limitListeners, startListeners, type ControllerListeners, type WebhookMount } from './listeners.ts';
 import { createMetricsApp } from './metrics-endpoint.ts';
 import { ClientNodeTlsKube, FileTlsSource, ProvidedSecretTlsSource, readClientCaBundle, SecretTlsSource, type TlsSource } from './tls.ts';
 import { KubeClient, kubeConfigFrom } from '../kube/client.ts';
@@ -240,11 +239,6 @@ async function createApps(config: Config, log: Logger, core: Core, started: Star
   return { api, extender, metricsApp, tokens, access };
 }
 
-/** The webhook mounts that answer only verified callers, for the listener's TLS front (ADR 0034, ADR 0048). */
-function verifiedOnly(mounts: readonly WebhookMount[]): VerifiedOnlyPath[] {
-  return mounts.flatMap((m) => (m.verifiedCallersOnly ? [{ path: m.path, message: m.verifiedCallersOnly.message }] : []));
-}
-
 /** Every replica's four listeners, the webhook routers mounted, with the TLS material (swapped in place on rotation). */
 async function serve(config: Config, log: Logger, core: Core, started: Started, opts: RunControllerOptions) {
   const { api, extender, metricsApp, tokens, access } = await createApps(config, log, core, started);
@@ -274,7 +268,7 @@ async function serve(config: Config, log: Logger, core: Core, started: Started, 
     tls: current,
     apiTls,
     webhookClientCa: clientCa?.pem,
-    webhookVerifiedOnly: verifiedOnly(started.mounts),
+    webhookRoutes: webhookFrontRoutes(started.mounts),
     onWebhookFrontRestart: (e) => log.error('the webhook listener\'s TLS thread ended; starting it again', errorFields(e)),
   });
   return { listeners: started.listeners, tls, caBundle: () => current.ca };

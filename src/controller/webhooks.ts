@@ -1,9 +1,9 @@
 // What the controller serves on its HTTPS webhook listener (WEBHOOK_PORT): the node agents' API (/agent/v1, their
 // ServiceAccount token bound to their node) and the pod admission webhook (/admission; with WEBHOOK_CLIENT_CA_FILE, for
 // the API server's client certificate only: ADR 0034). docs/adr/0007.
-import { CALLER_NOT_VERIFIED, createPodAdmissionRouter, podAdmissionDeps, tlsClientVerified } from '../admission/pods.ts';
+import { CALLER_NOT_VERIFIED, MAX_REVIEW_BYTES, createPodAdmissionRouter, podAdmissionDeps, tlsClientVerified } from '../admission/pods.ts';
 import { ReviewDecoderPool } from '../admission/review-pool.ts';
-import { createAgentApiRouter, agentUsernameFor } from '../agentapi/router.ts';
+import { AGENT_API_MAX_BODY_BYTES, createAgentApiRouter, agentUsernameFor } from '../agentapi/router.ts';
 import { AGENT_API_PREFIX } from '../agentapi/wire.ts';
 import { ResourceClaimClient } from '../kube/resource-claims.ts';
 import type { ControllerServices } from './services.ts';
@@ -30,11 +30,13 @@ export function productWebhookRouters(s: ControllerServices): WebhookMount[] {
         ...(s.config.webhookClientCaFile ? { callerVerified: tlsClientVerified } : {}),
         reviewPool,
       }),
-      ...(s.config.webhookClientCaFile ? { verifiedCallersOnly: { message: CALLER_NOT_VERIFIED } } : {}),
+      maxBodyBytes: MAX_REVIEW_BYTES,
+      ...(s.config.webhookClientCaFile ? { verifiedCallersOnly: CALLER_NOT_VERIFIED } : {}),
       stop: () => reviewPool.close(),
     },
     {
       path: AGENT_API_PREFIX,
+      maxBodyBytes: AGENT_API_MAX_BODY_BYTES,
       router: createAgentApiRouter({
         db: s.db,
         clock: s.clock,
