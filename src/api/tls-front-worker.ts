@@ -123,6 +123,7 @@ async function onRequest(req: IncomingMessage, res: ServerResponse): Promise<voi
   const route = routeOf(req);
   const refusal = route?.verifiedCallersOnly;
   if (o.clientCa && refusal !== undefined && (req.socket as TLSSocket).authorized !== true) return refuse(res, 403, 'FORBIDDEN', refusal);
+  if (route?.lengthRequired && req.headers['transfer-encoding'] !== undefined) return refuse(res, 411, 'LENGTH_REQUIRED', 'send the body with a Content-Length');
   const max = route?.maxBodyBytes ?? o.maxBodyBytes;
   if (declaresBodyOver(req.headers, max)) return refuse(res, 413, 'PAYLOAD_TOO_LARGE', tooLarge(max));
   const body = await readBody(req, res, max);

@@ -139,6 +139,13 @@ describe('listenBehindFront', () => {
     expect((await request(`${f.url}/agent/v1x`, { method: 'POST', body, ca: tlsA.caCert })).status).toBe(201);
   });
 
+  it('a route that requires a length: a chunked body refused (411) from its headers, before any of it is read', async () => {
+    const f = await start({ routes: [{ path: '/admission', lengthRequired: true }] });
+    expect(await partialBody(`${f.url}/admission/pods`, tlsA.caCert, { chunked: true })).toEqual({ status: 411, connection: 'close' });
+    expect(seen).toEqual([]);
+    expect((await request(`${f.url}/admission/pods`, { method: 'POST', body: '{}', ca: tlsA.caCert })).status).toBe(201);
+  });
+
   it('refuses bodies past its buffer budget with 503 (Retry-After), and takes them again once the budget is free', async () => {
     const f = await start({ bufferBytes: 32 * 1024 });
     const big = 'x'.repeat(48 * 1024);

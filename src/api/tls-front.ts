@@ -34,6 +34,11 @@ export interface FrontRoute {
    * body is read, as the router behind would (ADR 0034).
    */
   verifiedCallersOnly?: string | undefined;
+  /**
+   * A body must declare its length: one sent chunked is refused (411 LENGTH_REQUIRED) from its headers, before any of it
+   * is decrypted. For a route whose callers always send a Content-Length (the API server's admission calls).
+   */
+  lengthRequired?: boolean | undefined;
 }
 
 export interface FrontOptions {

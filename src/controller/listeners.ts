@@ -28,7 +28,7 @@ export const WEBHOOK_MAX_BODY_BYTES = Math.max(MAX_REVIEW_BYTES, AGENT_API_MAX_B
 
 /** The mounts as the webhook listener's TLS front treats them (their paths' caps and callers). */
 export function webhookFrontRoutes(mounts: readonly WebhookMount[]): FrontRoute[] {
-  return mounts.map((m) => ({ path: m.path, maxBodyBytes: m.maxBodyBytes, verifiedCallersOnly: m.verifiedCallersOnly }));
+  return mounts.map((m) => ({ path: m.path, maxBodyBytes: m.maxBodyBytes, verifiedCallersOnly: m.verifiedCallersOnly, lengthRequired: m.lengthRequired }));
 }
 
 /** A router mounted on the webhook listener at `path` (e.g. '/admission' or '/agent/v1'). */
@@ -39,6 +39,8 @@ export interface WebhookMount {
   maxBodyBytes?: number;
   /** With WEBHOOK_CLIENT_CA_FILE: only callers with a verified certificate are answered; the refusal's message. */
   verifiedCallersOnly?: string;
+  /** Its callers always send a Content-Length: a chunked body is refused (411) from its headers by the TLS front. */
+  lengthRequired?: boolean;
   /** Called when the controller stops, after the listeners have drained. */
   stop?: () => Promise<void>;
 }

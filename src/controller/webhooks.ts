@@ -31,6 +31,8 @@ export function productWebhookRouters(s: ControllerServices): WebhookMount[] {
         reviewPool,
       }),
       maxBodyBytes: MAX_REVIEW_BYTES,
+      // The API server sends every review with a Content-Length (client-go, a body of bytes): a chunked one is a stranger's.
+      lengthRequired: true,
       ...(s.config.webhookClientCaFile ? { verifiedCallersOnly: CALLER_NOT_VERIFIED } : {}),
       stop: () => reviewPool.close(),
     },
