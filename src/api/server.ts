@@ -16,8 +16,11 @@ export interface RunningServer {
   /** e.g. http://127.0.0.1:8080 or https://127.0.0.1:9443 */
   readonly url: string;
   readonly port: number;
-  /** HTTPS only: replaces the certificate and key for new connections (rotation); throws on a plain HTTP server. */
-  setTls(tls: TlsMaterial): void;
+  /**
+   * HTTPS only: replaces the certificate and key for new connections (rotation); resolves once new connections get them
+   * (at once here; a TLS front's thread first acknowledges); throws on a plain HTTP server.
+   */
+  setTls(tls: TlsMaterial): Promise<void>;
   /**
    * Stops accepting connections, lets requests in flight finish (closing idle keep-alive connections at once), and
    * after `drainMs` closes whatever is still open.
@@ -59,6 +62,7 @@ export async function listen(
     setTls(tls) {
       if (!(server instanceof https.Server)) throw new Error('setTls on a plain HTTP listener');
       server.setSecureContext(context(tls));
+      return Promise.resolve();
     },
     close(drainMs = 10_000) {
       closing ??= closeServer(server, drainMs);

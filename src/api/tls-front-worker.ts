@@ -130,9 +130,19 @@ async function onRequest(req: IncomingMessage, res: ServerResponse): Promise<voi
   if (body) forward(req, res, body);
 }
 
+function applyTls(tls: FrontWorkerData['tls'], seq: number): void {
+  let error: string | undefined;
+  try {
+    void server.setTls(tls);
+  } catch (e) {
+    error = e instanceof Error ? e.message : String(e);
+  }
+  port!.postMessage({ type: 'tls-applied', seq, ...(error === undefined ? {} : { error }) } satisfies FrontReport);
+}
+
 const server = await listen((req, res) => void onRequest(req, res).catch(() => res.destroy()), { host: o.host, port: o.port, tls: o.tls, ...(o.clientCa ? { clientCa: o.clientCa } : {}) });
 port.on('message', (m: FrontCommand) => {
-  if (m.type === 'tls') server.setTls(m.tls);
+  if (m.type === 'tls') applyTls(m.tls, m.seq);
   else
     void server.close(m.drainMs).then(() => {
       agent.destroy();

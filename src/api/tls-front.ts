@@ -73,8 +73,8 @@ export interface FrontWorkerData {
   nice: number;
 }
 
-export type FrontCommand = { type: 'tls'; tls: TlsMaterial } | { type: 'close'; drainMs: number };
-export type FrontReport = { type: 'listening'; port: number; url: string } | { type: 'closed' };
+export type FrontCommand = { type: 'tls'; tls: TlsMaterial; seq: number } | { type: 'close'; drainMs: number };
+export type FrontReport = { type: 'listening'; port: number; url: string } | { type: 'tls-applied'; seq: number; error?: string } | { type: 'closed' };
 
 const PeerSchema = z.object({ address: z.string().max(64).optional(), localAddress: z.string().max(64).optional(), authorized: z.boolean() });
 
@@ -173,6 +173,37 @@ export async function listenBehindFront(handler: RequestListener, o: FrontOption
   return frontServer(inner, data, front, o.onRestart);
 }
 
+/**
+ * setTls calls waiting for the front's acknowledgement, by sequence number. `data.tls` is what a thread started again
+ * serves: the newest material, or the one before it when the thread refused the newest.
+ */
+function tlsAcks(data: FrontWorkerData) {
+  let seq = 0;
+  const waiting = new Map<number, { resolve(): void; reject(e: Error): void; before: TlsMaterial }>();
+  return {
+    last: () => seq,
+    expect(tls: TlsMaterial): { seq: number; done: Promise<void> } {
+      const before = data.tls;
+      data.tls = tls;
+      const n = ++seq;
+      return { seq: n, done: new Promise<void>((resolve, reject) => waiting.set(n, { resolve, reject, before })) };
+    },
+    /** Every call up to `upTo` settled: applied, or refused with `error`. */
+    settle(upTo: number, error?: string): void {
+      for (const [n, p] of waiting) {
+        if (n > upTo) continue;
+        waiting.delete(n);
+        if (error === undefined) p.resolve();
+        else {
+          // Refused by the thread (a key that does not fit, say): it serves what it served, and so does a restart.
+          if (n === seq) data.tls = p.before;
+          p.reject(new Error(`the TLS front refused the new certificate: ${error}`));
+        }
+      }
+    },
+  };
+}
+
 function frontServer(
   inner: Awaited<ReturnType<typeof listenInner>>,
   data: FrontWorkerData,
@@ -181,29 +212,37 @@ function frontServer(
 ): RunningServer {
   let front = first;
   let closing: Promise<void> | undefined;
+  const acks = tlsAcks(data);
+  const settleTls = acks.settle;
   // The port it got (port 0: any), kept across restarts.
   data.port = front.port;
-  const watch = (w: Worker) =>
+  const watch = (w: Worker) => {
+    w.on('message', (m: FrontReport) => m.type === 'tls-applied' && settleTls(m.seq, m.error));
     w.once('exit', (code) => {
       if (closing || w !== front.worker) return;
       onRestart?.(new Error(`the TLS front exited (code ${code})`));
       const again = () => {
         if (closing) return;
         startFront(data).then(
-          (f) => void watch((front = f).worker),
+          (f) => {
+            watch((front = f).worker);
+            settleTls(acks.last());
+          },
           () => setTimeout(again, 1_000).unref(),
         );
       };
       again();
     });
+  };
   watch(front.worker);
   return {
     server: inner.server,
     port: front.port,
     url: front.url,
     setTls(tls) {
-      data.tls = tls;
-      front.worker.postMessage({ type: 'tls', tls } satisfies FrontCommand);
+      const { seq, done } = acks.expect(tls);
+      front.worker.postMessage({ type: 'tls', tls, seq } satisfies FrontCommand);
+      return done;
     },
     close(drainMs = 10_000) {
       closing ??= (async () => {
@@ -215,6 +254,7 @@ function frontServer(
         w.postMessage({ type: 'close', drainMs } satisfies FrontCommand);
         await closed;
         await w.terminate();
+        settleTls(acks.last());
         await closeServer(inner.server, Math.min(drainMs, 1_000));
         inner.remove();
       })();

@@ -186,7 +186,7 @@ describe('certificate rotation', () => {
     const before = await request(`${listeners.webhook.url}/agent/v1/nodes/a`, { ca: tlsA.caCert });
     expect(createHash('sha256').update(before.peer!.raw).digest('hex')).toBe(fp(tlsA.cert));
     const port = listeners.webhook.port;
-    listeners.setTls({ cert: tlsB.cert, key: tlsB.key, ca: tlsB.caCert });
+    await listeners.setTls({ cert: tlsB.cert, key: tlsB.key, ca: tlsB.caCert });
     for (const url of [`${listeners.webhook.url}/agent/v1/nodes/a`, `${listeners.metrics.url}/metrics`, `${listeners.api.url}/healthz`]) {
       const after = await request(url, { ca: tlsB.caCert, token: 'prometheus-token' });
       expect(after.status).toBe(200);

@@ -64,8 +64,8 @@ export interface ControllerListeners {
   extender: RunningServer;
   metrics: RunningServer;
   webhook: RunningServer;
-  /** New certificate for the HTTPS listeners (new connections get it); the capacity API's only without its own. */
-  setTls(tls: ServingTls): void;
+  /** New certificate for the HTTPS listeners (new connections get it once it resolves); the capacity API's only without its own. */
+  setTls(tls: ServingTls): Promise<void>;
   /** New certificate for the capacity API when it has its own (API_TLS_SECRET_NAME). */
   setApiTls(tls: ServingTls): void;
   close(drainMs?: number): Promise<void>;
@@ -208,13 +208,11 @@ export async function startListeners(o: {
       extender,
       metrics,
       webhook,
-      setTls(tls) {
-        if (!o.apiTls) api.setTls(tls);
-        metrics.setTls(tls);
-        webhook.setTls(tls);
+      async setTls(tls) {
+        await Promise.all([o.apiTls ? undefined : api.setTls(tls), metrics.setTls(tls), webhook.setTls(tls)]);
       },
       setApiTls(tls) {
-        if (o.apiTls) api.setTls(tls);
+        if (o.apiTls) void api.setTls(tls);
       },
       async close(drainMs) {
         await Promise.all(started.map((s) => s.close(drainMs)));

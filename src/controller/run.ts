@@ -252,7 +252,7 @@ async function serve(config: Config, log: Logger, core: Core, started: Started, 
   const tls = (started.tls = tlsSourceFor(config, kc, log, isLeader));
   let current = await tls.start((next) => {
     current = next;
-    started.listeners?.setTls(next);
+    return started.listeners?.setTls(next);
   });
   const apiTlsSource = (started.apiTls = apiTlsSourceFor(config, kc, log));
   const apiTls = await apiTlsSource?.start((next) => started.listeners?.setApiTls(next));
