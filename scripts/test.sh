@@ -5,11 +5,10 @@
 #   3. the builds both clusters need, once: the Kubernetes components of both releases (e2e/cluster/build.sh, called
 #      by scripts/image/build.sh) and the product's images (npm run image, once per release for kube-scheduler), so
 #      that the two lanes below never build the same thing at once;
-#   4. vitest's `cluster` project on the process cluster, then npm run test:kind (its lines prefixed with [kind]);
-#      with BC_TEST_PARALLEL=1 the two at once (they mostly wait on their clusters rather than compute). Not the
-#      default: in the one clean-clone run so far with them side by side, the controller installed by the Kueue suite
-#      stopped answering its readiness probe just after kind's lane ended, and restarted in a loop (not explained yet;
-#      docs/testing.md);
+#   4. vitest's `cluster` project on the process cluster and npm run test:kind (its lines prefixed with [kind]) side
+#      by side: they mostly wait on their clusters rather than compute. BC_TEST_PARALLEL=0 runs them one after the
+#      other. (The two share nothing on this host: the kind runs keep their test state beside kind's kubeconfig,
+#      e2e/cluster/harness.ts externalStateDir);
 #   5. a table of each step's time and result. Exit 0 only when every step passed.
 # A failing step 1–3 stops the run (what follows would fail for the same reason).
 set -uo pipefail
@@ -58,7 +57,7 @@ kind_lane() {
 kind_result="$(mktemp)"
 trap 'rm -f "$kind_result"' EXIT
 
-if [[ "${BC_TEST_PARALLEL:-0}" != 1 ]]; then
+if [[ "${BC_TEST_PARALLEL:-1}" == 0 ]]; then
   step cluster npx vitest run --project cluster
   say "kind: npm run test:kind"
   kind_lane
