@@ -20,7 +20,7 @@ import { createTestDatabase, type TestDatabase } from '../../test/support/db.ts'
 import { installCrds } from './controller-support.ts';
 import { agentKubeconfig, apply, clusterInfo, kubectl, kubectlJson, kubectlResult, uniqueName, waitFor, type List, type Pod } from './harness.ts';
 
-// deploy/admission/ on the real API server (v1.34):
+// deploy/admission/ on the real API server (the process cluster's release, v1.37):
 // - the ValidatingAdmissionPolicies (CEL, compiled and run by the API server): a pod requesting our resources that
 //   sets spec.nodeName or names another scheduler is refused; the node agent's identity may write only its own node's
 //   NodeDevices (impersonated: the agent ServiceAccount with user.extra authentication.kubernetes.io/node-name);

@@ -1,16 +1,30 @@
 #!/usr/bin/env bash
-# Builds kube-apiserver, kube-controller-manager, kube-scheduler, kube-proxy, kubelet, kubectl, kubeadm (for kind) and etcd at the pins in versions.env
-# with the Go toolchain, from the Go module proxy (wrapper modules in build/kubernetes and build/etcd).
+# Builds kube-apiserver, kube-controller-manager, kube-scheduler, kube-proxy, kubelet, kubectl, kubeadm (for kind) and etcd
+# with the Go toolchain, from the Go module proxy (wrapper modules build/kubernetes/<version> and build/etcd/<version>,
+# written by build/update-gomod.sh). The versions are the process cluster's pins (versions.env) unless
+# BC_K8S_VERSION and BC_ETCD_VERSION name others (kind passes its own, older pins: e2e/kind/lib.sh).
 #
-# Output: $BC_CACHE/k8s-$K8S_VERSION/bin/ (BC_CACHE defaults to ~/.cache/better-compute). A stamp file records a hash
-# of the pins, the wrapper modules and the build flags; the build runs only when a binary is missing or the stamp differs.
-# Prints the bin directory on stdout (everything else goes to stderr).
+# Output: $BC_CACHE/k8s-$K8S_VERSION/bin/ (BC_CACHE defaults to ~/.cache/better-compute), one directory per release.
+# A stamp file (pins.stamp) records a hash of the versions, the wrapper modules and the build flags; the build runs only
+# when a binary is missing or the stamp differs. (Checkouts from before the per-version modules wrote `stamp`, a hash
+# of other inputs: with its own name each kind of checkout keeps finding the shared v1.34.12 cache up to date.) Prints the bin directory on stdout (everything else goes to stderr).
 #
-# Env: BC_CACHE, BC_BUILD_JOBS (go build -p, default 2), BC_FORCE_BUILD=1 to rebuild anyway.
+# Env: BC_CACHE, BC_K8S_VERSION + BC_ETCD_VERSION, BC_BUILD_JOBS (go build -p, default 2), BC_FORCE_BUILD=1 to rebuild
+# anyway.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 # shellcheck source=versions.env
 source "$here/versions.env"
+if [[ -n "${BC_K8S_VERSION:-}" || -n "${BC_ETCD_VERSION:-}" ]]; then
+  [[ -n "${BC_K8S_VERSION:-}" && -n "${BC_ETCD_VERSION:-}" ]] ||
+    { echo "build.sh: BC_K8S_VERSION and BC_ETCD_VERSION go together" >&2; exit 2; }
+  K8S_VERSION="$BC_K8S_VERSION"; ETCD_VERSION="$BC_ETCD_VERSION"
+fi
+k8s_mod="$here/build/kubernetes/$K8S_VERSION"
+etcd_mod="$here/build/etcd/$ETCD_VERSION"
+for m in "$k8s_mod" "$etcd_mod"; do
+  [[ -f "$m/go.sum" ]] || { echo "build.sh: no wrapper module $m: run build/update-gomod.sh" >&2; exit 1; }
+done
 
 cache="${BC_CACHE:-$HOME/.cache/better-compute}"
 out="$cache/k8s-$K8S_VERSION"
@@ -34,14 +48,14 @@ if ! command -v go >/dev/null && [[ -x /usr/local/go/bin/go ]]; then export PATH
 command -v go >/dev/null || { echo "build.sh: the Go toolchain is needed (go not on PATH)" >&2; exit 1; }
 
 stamp_input() {
-  cat "$here/versions.env" "$here/build/kubernetes/go.mod" "$here/build/kubernetes/go.sum" \
-    "$here/build/etcd/go.mod" "$here/build/etcd/go.sum"
+  echo "K8S_VERSION=$K8S_VERSION ETCD_VERSION=$ETCD_VERSION"
+  cat "$k8s_mod/go.mod" "$k8s_mod/go.sum" "$etcd_mod/go.mod" "$etcd_mod/go.sum"
   echo "$k8s_ldflags|$etcd_ldflags|$(go env GOVERSION)"
 }
 want_stamp="$(stamp_input | sha256sum | cut -d' ' -f1)"
 
 up_to_date() {
-  [[ -f "$out/stamp" && "$(cat "$out/stamp")" == "$want_stamp" ]] || return 1
+  [[ -f "$out/pins.stamp" && "$(cat "$out/pins.stamp")" == "$want_stamp" ]] || return 1
   for b in "${all_bins[@]}"; do [[ -x "$bindir/$b" ]] || return 1; done
 }
 
@@ -64,15 +78,15 @@ rm -rf "$tmp"; mkdir -p "$tmp"
 start=$(date +%s)
 echo "build.sh: building Kubernetes $K8S_VERSION and etcd $ETCD_VERSION into $bindir (cold build: ~30-60 min on 2 cores)" >&2
 (
-  cd "$here/build/kubernetes"
+  cd "$k8s_mod"
   pkgs=(); for b in "${k8s_bins[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/$b"); done
   nice -n 10 go build -p "$jobs" -trimpath -ldflags="$k8s_ldflags" -o "$tmp/" "${pkgs[@]}"
 )
 (
-  cd "$here/build/etcd"
+  cd "$etcd_mod"
   nice -n 10 go build -p "$jobs" -trimpath -ldflags="$etcd_ldflags" -o "$tmp/etcd" go.etcd.io/etcd/server/v3
 )
 rm -rf "$bindir"; mv "$tmp" "$bindir"
-echo "$want_stamp" > "$out/stamp"
+echo "$want_stamp" > "$out/pins.stamp"
 echo "build.sh: built in $(( $(date +%s) - start ))s" | tee "$out/build-time.txt" >&2
 echo "$bindir"

@@ -50,7 +50,7 @@ case "$cmd" in
   acquire)
     owner="${2:?usage: ctl.sh acquire PID}"
     bc_lock
-    if ! bc_all_up; then
+    if ! bc_all_up || ! bc_at_pinned_release; then
       "$BC_HERE/up.sh" >/dev/null
       touch "$BC_CLUSTER_DIR/started-by-test"
     else

@@ -42,8 +42,10 @@ for c in kube-scheduler kube-controller-manager kube-apiserver etcd; do bc_stop 
 # Any process still running from our binaries or with our state dir on its command line (e.g. an orphan after a crash).
 for p in $(pgrep -f -- "$BC_CLUSTER_DIR" 2>/dev/null); do
   [[ "$p" == "$$" || "$p" == "$PPID" ]] && continue
-  if tr '\0' ' ' < "/proc/$p/cmdline" 2>/dev/null | grep -qE "^($BC_BIN/|containerd |containerd-shim)"; then
-    bc_log "killing leftover process $p: $(tr '\0' ' ' < "/proc/$p/cmdline" | cut -c1-120)"
+  cmd="$(tr '\0' ' ' < "/proc/$p/cmdline" 2>/dev/null)" || continue
+  if [[ "$cmd" == "$BC_BIN/"* || "$cmd" == "$BC_CONTAINERD_BIN_DIR/"* || "$cmd" == "containerd "* ||
+    "$cmd" == containerd-shim* ]]; then
+    bc_log "killing leftover process $p: $(cut -c1-120 <<<"$cmd")"
     kill -KILL "$p" 2>/dev/null || true
   fi
 done

@@ -9,9 +9,9 @@ import { applyNodePool, installProduct, removeNodePool, SYSTEM_NS, uninstallProd
 
 // DRA mode (issue 32, ADR 0043, docs/dra.md) on the installed product (deploy/overlays/trial from the image) against
 // the real API server (resource.k8s.io/v1), kube-controller-manager's resourceclaim controller and the DEFAULT
-// kube-scheduler, with no extender in the pod's path. The process cluster's containerd (Debian bookworm's 1.6) has no CDI,
-// so the agent's DRA kubelet plugin (docs/dra-node.md, off by default) is not installed and no container of these pods
-// starts: the suite reads what the hand-off is made of —
+// kube-scheduler, with no extender in the pod's path. The process cluster's containerd (2.1, ADR 0051) does CDI, but this
+// suite does not install the agent's DRA kubelet plugin (docs/dra-node.md, off by default), so no container of these
+// pods starts: the suite reads what the hand-off is made of —
 // the claim's status.allocation, the pod's spec.nodeName, and the ledger as the product shows it (the capacity API's
 // byDomain, computed from the ledger at the call; the Reservation's status for its atoms).
 const c = () => clusterInfo();

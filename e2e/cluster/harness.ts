@@ -34,6 +34,12 @@ export interface ClusterInfo {
   kubeconfig: string;
   /** The kubectl binary built at the pinned release. */
   kubectl: string;
+  /**
+   * The cluster's Kubernetes release (e.g. v1.37.2): the process cluster's pin (e2e/cluster/versions.env), or on an
+   * external cluster BC_K8S_VERSION (kind's pin, e2e/kind/lib.sh); empty when unknown. The product's kube-scheduler
+   * image is installed at this tag (install.ts), as kube-scheduler must not be newer than the API server.
+   */
+  k8sVersion: string;
   /** The KubeSchedulerConfiguration kube-scheduler runs with. */
   schedulerConfigFile: string;
   /** Name of the one real (kubelet) node, or on an external cluster the first node that runs test pods. */
@@ -93,6 +99,7 @@ export function clusterInfo(): ClusterInfo {
         dir: externalStateDir(process.env.BC_KUBECONFIG),
         kubeconfig: process.env.BC_KUBECONFIG,
         kubectl: process.env.BC_KUBECTL ?? 'kubectl',
+        k8sVersion: process.env.BC_K8S_VERSION ?? '',
         schedulerConfigFile: '',
         nodeName: process.env.BC_NODE_NAME ?? '',
         gpuNodes: (process.env.BC_GPU_NODES ?? process.env.BC_NODE_NAME ?? '').split(',').filter(Boolean),
@@ -116,6 +123,8 @@ export function clusterInfo(): ClusterInfo {
     dir: e.BC_CLUSTER_DIR!,
     kubeconfig: e.BC_KUBECONFIG!,
     kubectl: e.BC_KUBECTL!,
+    // Clusters brought up before the release was written to env ran the base's scheduler tag.
+    k8sVersion: e.BC_CLUSTER_K8S_VERSION ?? '',
     schedulerConfigFile: e.BC_SCHEDULER_CONFIG_FILE!,
     nodeName: e.BC_NODE_NAME!,
     gpuNodes: [e.BC_NODE_NAME!],

@@ -52,6 +52,9 @@ BC_KUBELET_ROOT="$BC_KUBELET_DIR/root"
 BC_CNI_DIR="$d/cni"
 BC_CNI_BRIDGE=bc-cni0
 BC_CNI_BIN_DIR="${BC_CNI_BIN_DIR:-/usr/lib/cni}"
+# containerd 2 from the pinned .deb that install-deps.sh unpacks (versions.env), not the host's: containerd, ctr and
+# containerd-shim-runc-v2 (which containerd finds on PATH; bc_start_containerd puts this directory first).
+BC_CONTAINERD_BIN_DIR="${BC_CONTAINERD_BIN_DIR:-$BC_CACHE/containerd-$CONTAINERD_DEB_VERSION/usr/bin}"
 unset d
 
 # Components in start order; stop goes the other way.
@@ -101,7 +104,8 @@ bc_spawn() {
   # Until the fork has exec'd setsid and setsid the program, /proc shows another program (bc_pid would say "not
   # running"): wait for the exec.
   for ((i = 0; i < 100; i++)); do
-    exe="$(tr '\0' '\n' < "/proc/$pid/cmdline" 2>/dev/null | head -n 1)"
+    # A program that exits at once leaves no /proc entry to read: bc_wait_for then reports it with its log.
+    exe="$({ tr '\0' '\n' < "/proc/$pid/cmdline"; } 2>/dev/null | head -n 1)" || true
     [[ "$(basename "$exe")" == "$(basename "$1")" ]] && break
     bc_alive "$pid" || break
     sleep 0.05
@@ -152,8 +156,23 @@ bc_all_up() {
   bc_https_ok "https://127.0.0.1:$BC_APISERVER_PORT/readyz" >/dev/null 2>&1
 }
 
+# bc_at_pinned_release: the cluster in BC_CLUSTER_DIR was brought up at K8S_VERSION (up.sh writes it to env). A cluster
+# brought up from another checkout at another release is not reused.
+bc_at_pinned_release() {
+  grep -qxF "export BC_CLUSTER_K8S_VERSION='$K8S_VERSION'" "$BC_CLUSTER_DIR/env" 2>/dev/null
+}
+
+# bc_live_users: prints the test runs (pids in users/, see ctl.sh acquire) that still use the cluster.
+bc_live_users() {
+  local u
+  for u in "$BC_CLUSTER_DIR"/users/*; do
+    [[ -e "$u" ]] && kill -0 "$(basename "$u")" 2>/dev/null && basename "$u"
+  done
+  return 0
+}
+
 bc_kubectl() { "$BC_BIN/kubectl" --kubeconfig "$BC_KUBECONFIG" "$@"; }
-bc_ctr() { ctr --address "$BC_CONTAINERD_SOCK" --namespace k8s.io "$@"; }
+bc_ctr() { "$BC_CONTAINERD_BIN_DIR/ctr" --address "$BC_CONTAINERD_SOCK" --namespace k8s.io "$@"; }
 
 bc_port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
@@ -212,6 +231,8 @@ bc_start_kube_apiserver() {
 # --kube-api-qps/--kube-api-burst: every new Node needs the controller manager to lift the not-ready taint that
 # admission puts on it and to annotate its TTL; at the default 20 QPS, bench/scheduler.bench.ts's 5,000 simulated nodes
 # took minutes to become schedulable (measured: 300 nodes in ~65 s).
+# --controllers '*': every controller there is. Up to 1.36 it also listed the cloud provider's controllers to turn them off
+# (cloud-node-lifecycle, service-lb, node-route); 1.37's kube-controller-manager no longer has them and refuses their names.
 bc_start_kube_controller_manager() {
   bc_spawn kube-controller-manager "$BC_BIN/kube-controller-manager" \
     --kubeconfig "$BC_CLUSTER_DIR/controller-manager.kubeconfig" \
@@ -225,7 +246,7 @@ bc_start_kube_controller_manager() {
     --root-ca-file "$BC_PKI/ca.crt" \
     --cluster-signing-cert-file "$BC_PKI/ca.crt" \
     --cluster-signing-key-file "$BC_PKI/ca.key" \
-    --controllers '*,-cloud-node-lifecycle-controller,-service-lb-controller,-node-route-controller' \
+    --controllers '*' \
     --node-monitor-grace-period "$BC_NODE_MONITOR_GRACE" \
     --kube-api-qps 100 \
     --kube-api-burst 200 \
@@ -250,8 +271,9 @@ bc_start_kube_scheduler() {
 
 bc_start_containerd() {
   mkdir -p "$BC_CONTAINERD_DIR"
-  bc_spawn containerd containerd --config "$BC_CONTAINERD_DIR/config.toml"
-  bc_wait_for "containerd socket" 60 containerd ctr --address "$BC_CONTAINERD_SOCK" version
+  PATH="$BC_CONTAINERD_BIN_DIR:$PATH" bc_spawn containerd "$BC_CONTAINERD_BIN_DIR/containerd" \
+    --config "$BC_CONTAINERD_DIR/config.toml"
+  bc_wait_for "containerd socket" 60 containerd bc_ctr version
 }
 
 bc_start_kubelet() {

@@ -21,12 +21,17 @@ print_env() {
   cat "$BC_CLUSTER_DIR/env"
 }
 
-if bc_all_up; then
+if bc_all_up && bc_at_pinned_release; then
   bc_log "cluster already up (state in $BC_CLUSTER_DIR)"
   print_env
   exit 0
 fi
-if [[ -d "$BC_CLUSTER_DIR" ]]; then
+if bc_all_up; then
+  users="$(bc_live_users | tr '\n' ' ')"
+  [[ -z "$users" ]] || bc_die "the cluster in $BC_CLUSTER_DIR runs another Kubernetes release than $K8S_VERSION and test runs use it (pids $users); try again when they end"
+  bc_log "the cluster in $BC_CLUSTER_DIR runs another Kubernetes release than $K8S_VERSION; taking it down first"
+  "$BC_HERE/down.sh"
+elif [[ -d "$BC_CLUSTER_DIR" ]]; then
   bc_log "found a partial cluster in $BC_CLUSTER_DIR; taking it down first"
   "$BC_HERE/down.sh"
 fi
@@ -131,9 +136,11 @@ EOF
 "$BC_HERE/ctl.sh" render-scheduler-config "${BC_SCHEDULER_CONFIG:-$d/scheduler/default-config.yaml}" \
   > "$BC_SCHEDULER_CONFIG_FILE"
 
+# containerd 2 (config version 3: the CRI plugin is split into io.containerd.cri.v1.images, io.containerd.cri.v1.runtime
+# and io.containerd.grpc.v1.cri).
 cat > "$BC_CONTAINERD_DIR/config.toml" <<EOF
-# containerd for the test cluster's kubelet: its own root, state and socket; cgroupfs; local images only.
-version = 2
+# containerd for the test cluster's kubelet: its own root, state and socket; cgroupfs; local images only; CDI on.
+version = 3
 root = "$BC_CONTAINERD_DIR/root"
 state = "$BC_CONTAINERD_DIR/state"
 disabled_plugins = ["io.containerd.grpc.v1.introspection-tracing", "io.containerd.tracing.processor.v1.otlp"]
@@ -150,31 +157,38 @@ disabled_plugins = ["io.containerd.grpc.v1.introspection-tracing", "io.container
 [metrics]
   address = ""
 
-[plugins."io.containerd.internal.v1.opt"]
-  path = "$BC_CONTAINERD_DIR/opt"
+[plugins."io.containerd.cri.v1.images"]
+  snapshotter = "overlayfs"
+  # Every image is imported (ctr images import); nothing is pulled, so the sandbox image must be there and stay.
+  [plugins."io.containerd.cri.v1.images".pinned_images]
+    sandbox = "$BC_PAUSE_IMAGE"
 
-[plugins."io.containerd.grpc.v1.cri"]
-  sandbox_image = "$BC_PAUSE_IMAGE"
-  stream_server_address = "127.0.0.1"
-  stream_server_port = "0"
-  enable_tls_streaming = false
+[plugins."io.containerd.cri.v1.runtime"]
   disable_apparmor = true
   # Root here lacks CAP_SYS_RESOURCE, so no process may lower its oom_score_adj (the sandbox asks for -998): cap the
   # containers' scores at containerd's own.
   restrict_oom_score_adj = true
-  [plugins."io.containerd.grpc.v1.cri".containerd]
-    snapshotter = "overlayfs"
+  # Container Device Interface: devices named by a CDI spec in these directories (the DRA kubelet plugin's
+  # cdi_device_ids, docs/dra-node.md) are injected into the container.
+  enable_cdi = true
+  cdi_spec_dirs = ["/etc/cdi", "/var/run/cdi"]
+  [plugins."io.containerd.cri.v1.runtime".containerd]
     default_runtime_name = "runc"
-    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+    [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
       runtime_type = "io.containerd.runc.v2"
-      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+      [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
         SystemdCgroup = false
         BinaryName = "$(command -v runc)"
         Root = "$BC_CONTAINERD_DIR/runc"
-  [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = "$BC_CNI_BIN_DIR"
+  [plugins."io.containerd.cri.v1.runtime".cni]
+    bin_dirs = ["$BC_CNI_BIN_DIR"]
     conf_dir = "$BC_CNI_DIR/net.d"
     max_conf_num = 1
+
+[plugins."io.containerd.grpc.v1.cri"]
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+  enable_tls_streaming = false
 EOF
 
 cat > "$d/kube-proxy.yaml" <<EOF
@@ -244,7 +258,7 @@ authorization:
   mode: Webhook
 containerRuntimeEndpoint: unix://$BC_CONTAINERD_SOCK
 cgroupDriver: cgroupfs
-# These machines run cgroup v1, which 1.34's kubelet still runs on when told to.
+# These machines run cgroup v1, which the kubelet (1.34 to 1.37 at least) still runs on when told to.
 failCgroupV1: false
 failSwapOn: false
 resolvConf: $BC_KUBELET_DIR/resolv.conf
@@ -271,6 +285,7 @@ export BC_CLUSTER_DIR='$d'
 export KUBECONFIG='$BC_KUBECONFIG'
 export BC_KUBECONFIG='$BC_KUBECONFIG'
 export BC_KUBECTL='$BC_BIN/kubectl'
+export BC_CLUSTER_K8S_VERSION='$K8S_VERSION'
 export BC_SCHEDULER_CONFIG_FILE='$BC_SCHEDULER_CONFIG_FILE'
 export BC_NODE_NAME='$BC_NODE_NAME'
 export BC_KUBELET_ROOT='$BC_KUBELET_ROOT'

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Builds the container images without pulling any image (`npm run image`):
 #   better-compute:<package.json version>        from ./Dockerfile, the same file `docker build .` uses online
-#   bettercompute.local/kube-scheduler:<K8S>     only the static kube-scheduler binary of e2e/cluster/build.sh
+#   bettercompute.local/kube-scheduler:<K8S>     only the static kube-scheduler binary of e2e/cluster/build.sh, <K8S>
+#                                                the process cluster's release (e2e/cluster/versions.env), or
+#                                                BC_K8S_VERSION's (with BC_ETCD_VERSION: kind's, e2e/kind/lib.sh)
 # and saves them (docker-archive) to $BC_CACHE/images/better-compute-<version>.tar and kube-scheduler-<K8S>.tar, which
 # scripts/image/load.sh imports into a containerd.
 #
@@ -54,6 +56,8 @@ mirror="${BC_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 version="$(node -p 'require("./package.json").version')"
 # shellcheck source=../../e2e/cluster/versions.env
 source "$root/e2e/cluster/versions.env"
+# kind passes its own release (e2e/kind/lib.sh), as to e2e/cluster/build.sh.
+K8S_VERSION="${BC_K8S_VERSION:-$K8S_VERSION}"
 app_image="better-compute:$version"
 sched_image="bettercompute.local/kube-scheduler:$K8S_VERSION"
 app_tar="$images_dir/better-compute-$version.tar"

@@ -17,6 +17,8 @@ if ((${#tars[@]} == 0)); then
   version="$(node -p "require('$root/package.json').version")"
   # shellcheck source=../../e2e/cluster/versions.env
   source "$root/e2e/cluster/versions.env"
+  # kind passes its own release (e2e/kind/lib.sh), as to e2e/cluster/build.sh.
+  K8S_VERSION="${BC_K8S_VERSION:-$K8S_VERSION}"
   app="$cache/images/better-compute-$version.tar"
   [[ -f "$app" ]] || { echo "load.sh: $app missing (npm run image)" >&2; exit 1; }
   tars=("$app")

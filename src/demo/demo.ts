@@ -21,6 +21,14 @@ export const DEMO_TENANT = 'team-a';
 const POOL_LABEL = 'bettercompute.io/demo-pool';
 const DEMO_LABEL = 'bettercompute.io/demo';
 const EXAMPLES = path.join(REPO_ROOT, 'examples');
+
+/** The process cluster's Kubernetes release, as pinned in e2e/cluster/versions.env (K8S_VERSION=v1.X.Y). */
+function clusterK8sVersion(): string {
+  const text = fs.readFileSync(path.join(REPO_ROOT, 'e2e', 'cluster', 'versions.env'), 'utf8');
+  const m = /^K8S_VERSION=(v\d+\.\d+\.\d+)$/m.exec(text);
+  if (!m) throw new Error('e2e/cluster/versions.env names no K8S_VERSION=v1.X.Y');
+  return m[1]!;
+}
 /** What earlier versions of the demo made (an in-process controller's namespace and policy): removed if left behind. */
 const OLD_NAMESPACE = 'better-compute-demo';
 const OLD_POLICY = 'bettercompute-reservation-namespace';
@@ -145,12 +153,13 @@ export class Demo {
   private async upCluster(note: (line: string) => void): Promise<boolean> {
     const h = this.h;
     const reused = await h.isClusterUp();
-    const bin = path.join(path.dirname(h.CLUSTER_DIR), 'k8s-v1.34.12', 'bin', 'kubelet');
+    const k8s = clusterK8sVersion();
+    const bin = path.join(path.dirname(h.CLUSTER_DIR), `k8s-${k8s}`, 'bin', 'kubelet');
     if (!reused) {
       this.o.out(
         fs.existsSync(bin)
           ? '        bringing the cluster up (~15 s; progress below)'
-          : '        first use on this machine: building Kubernetes v1.34.12 and etcd from Go modules, then bringing the\n' +
+          : `        first use on this machine: building Kubernetes ${k8s} and etcd from Go modules, then bringing the\n` +
               '        cluster up (~6 min on 2 free cores, up to ~13 min with empty caches; progress below)',
       );
     }
