@@ -443,6 +443,9 @@ export async function runSoak(o: SoakOptions): Promise<SoakReport> {
     const alive = listed.filter((p) => p.spec.nodeName && !p.metadata.deletionTimestamp && !['Succeeded', 'Failed'].includes(p.status?.phase ?? ''));
     for (const p of alive) {
       const h = byUid.get(p.metadata.uid);
+      // A pod of a node the soak deleted (its Node and NodeDevices gone: the evidence its atoms were released on) stays
+      // listed until kube-controller-manager's pod GC removes it; it has not lost its booking.
+      if (goneNodes.has(p.spec.nodeName ?? '')) continue;
       if (h && !h.live && !h.reservation_over) violations.push(`pod ${p.metadata.name} (${p.status?.phase} on ${p.spec.nodeName}) lost its booking`);
     }
     // What each reservation pod's Reservation has booked at this instant (its live bookings), by the pod's assignment.
