@@ -1,8 +1,9 @@
 // Starts the claim allocator on the leader (ADR 0043): an informer on ResourceClaims (resource.k8s.io/v1) and one work
 // queue of claim keys (allocator.ts). A cluster that does not serve resource.k8s.io/v1 (before 1.34, or the RBAC of
 // deploy/dra not installed) is asked again every `pollMs`, as the Kueue check waits for Kueue. A Reservation that
-// changes wakes the claims of its namespace; a window's start wakes its claims by the queue's delay. Stopped with the
-// leadership.
+// changes wakes the claims of its namespace; a window's start wakes its claims by the queue's delay. The claims are
+// also indexed by the pod that owns them, for the scheduling gate's lifting (ADR 0049: every claim of ours of the pod
+// allocated). Stopped with the leadership.
 import type { KubeConfig } from '@kubernetes/client-node';
 import { ledgerBookings } from '../../admission/bookings.ts';
 import type { Fence, Ledger } from '../../db/ledger.ts';
