@@ -3,11 +3,24 @@
 // Reservations and Namespaces it reads, and startClaimAllocator itself (its ResourceClaim informer and work queue).
 // bench/scheduler.bench.ts forks it in a session of its own (as it does the extender, bench/extender-process.ts), so
 // that the bench's client work runs neither on its event loop nor in its scheduling group.
-// IPC: sends {type: 'ready'} once the allocator's informers have listed; answers {type: 'stats'} with what happened
+// It also serves the pod admission webhook (src/admission/pods.ts, as every controller replica does) over HTTPS on
+// 127.0.0.1 with a certificate of its own (openssl, its own CA), so that the DRA rows' pods get the scheduling gate
+// (ADR 0049) from the product's code, paying its template read: the bench points deploy/admission/webhook.yaml's
+// dra-pods webhook at it.
+// IPC: sends {type: 'ready', webhookUrl, caBundle} once the allocator's informers have listed; answers {type: 'stats'} with what happened
 // since the last one: the reconciles of claim keys (per outcome: count, mean, p50 and p99 ms), the claims allocated and
 // released (from its log), the warnings it logged, the event loop's utilization and the process's CPU time; exits on
 // {type: 'stop'} or when the bench's IPC channel closes.
+import { execFileSync } from 'node:child_process';
+import fs from 'node:fs';
+import https from 'node:https';
+import type { AddressInfo } from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
 import { performance } from 'node:perf_hooks';
+import express from 'express';
+import { createPodAdmissionRouter, podAdmissionDeps } from '../src/admission/pods.ts';
+import { ResourceClaimClient } from '../src/kube/resource-claims.ts';
 import { DbClock } from '../src/db/clock.ts';
 import { Ledger } from '../src/db/ledger.ts';
 import { createPool } from '../src/db/pool.ts';
@@ -27,7 +40,7 @@ export interface Reconciles {
 }
 
 export type AllocatorProcessMessage =
-  | { type: 'ready' }
+  | { type: 'ready'; webhookUrl: string; caBundle: string }
   | {
       type: 'stats';
       reconciles: [string, Reconciles][];
@@ -131,7 +144,28 @@ async function main() {
     } else if (m.type === 'stop') stop();
   });
   process.on('disconnect', stop);
-  send({ type: 'ready' });
+  const webhook = await serveWebhook(
+    podAdmissionDeps({ reservations, namespaces, db, log, claimDeviceClasses: (ns, ref) => new ResourceClaimClient(kc).deviceClassesOf(ns, ref) }),
+  );
+  send({ type: 'ready', webhookUrl: webhook.url, caBundle: webhook.caBundle });
+}
+
+/** The pod admission webhook on 127.0.0.1 over HTTPS, with a self-signed certificate for that address (its own CA). */
+async function serveWebhook(deps: Parameters<typeof createPodAdmissionRouter>[0]): Promise<{ url: string; caBundle: string }> {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'bc-bench-webhook-'));
+  execFileSync('openssl', [
+    'req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes', '-days', '1',
+    '-subj', '/CN=127.0.0.1', '-addext', 'subjectAltName=IP:127.0.0.1',
+    '-keyout', path.join(dir, 'tls.key'), '-out', path.join(dir, 'tls.crt'),
+  ], { stdio: 'ignore' });
+  const cert = fs.readFileSync(path.join(dir, 'tls.crt'));
+  const app = express();
+  app.use('/admission', createPodAdmissionRouter(deps));
+  const server = https.createServer({ key: fs.readFileSync(path.join(dir, 'tls.key')), cert }, app);
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  server.unref();
+  fs.rmSync(dir, { recursive: true, force: true });
+  return { url: `https://127.0.0.1:${(server.address() as AddressInfo).port}/admission/pods`, caBundle: cert.toString('base64') };
 }
 
 main().catch((e: unknown) => {

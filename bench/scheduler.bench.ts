@@ -11,12 +11,17 @@
 // bettercompute.io/reservation and claiming through a template of class reservation.bettercompute.io. Each pod's claim
 // is made by kube-controller-manager's resourceclaim controller, allocated by the product's claim allocator
 // (src/controller/dra/, the ledger fence taken, in a process of its own: bench/dra-allocator-process.ts), and the pod
-// bound by the default kube-scheduler. The bench applies the product's DeviceClasses (deploy/dra/deviceclasses.yaml)
-// and CRDs; it refuses to run while the product's allocation policy is installed (it allocates as the cluster's admin).
+// bound by the default kube-scheduler. Each DRA pod passes the product's pod admission webhook (deploy/admission/
+// webhook.yaml's dra-pods webhook, served by the allocator's process as the controller serves it, for the bench's
+// namespace only), which gives it the scheduling gate bettercompute.io/allocation (ADR 0049): kube-scheduler does not
+// try it until the allocator has allocated its claim and lifted the gate. The bench applies the product's
+// DeviceClasses (deploy/dra/deviceclasses.yaml) and CRDs; it refuses to run while the product's allocation policy is
+// installed (it allocates as the cluster's admin).
 // Prints pods per second (first create to last binding) and the p50/p99 of each pod's time from its create call to its
 // binding seen on a watch; the ratio is the row's pods/s ÷ the plain row's pods/s. Under the DRA rows: each pod's time
 // from its create call to its claim seen on a watch (made by kube-controller-manager), from that to its allocation
-// seen, and from that to its binding (p50/p99); the allocator's reconciles (mean, p50, p99 ms per claim key) and CPU.
+// seen, and from that to its binding (p50/p99); how many pods the webhook gated; the allocator's reconciles (mean,
+// p50, p99 ms per claim key) and CPU (the webhook's included).
 // The extender runs in a process of its own (bench/extender-process.ts), as in the controller's pod: this process's
 // client work is not on its event loop, nor in its scheduling group (startExtenderProcess). Every row runs
 // kube-scheduler with its own API client unthrottled (unthrottled() below). Under each size: the CPU time per pod of
@@ -59,6 +64,7 @@ import {
 import type { AllocatorProcessMessage } from './dra-allocator-process.ts';
 import type { ExtenderProcessMessage } from './extender-process.ts';
 import { seedNodes } from './seed.ts';
+import { ALLOCATION_GATE } from '../src/core/dra-allocate.ts';
 
 const SIZES = (process.env.BENCH_NODES ?? '1000,5000').split(',').map(Number);
 const PODS = Number(process.env.BENCH_PODS ?? 1000);
@@ -81,6 +87,8 @@ interface Stats {
   /** Pod name → when its create call was made, and when its binding was seen (performance.now()). */
   created: Map<string, number>;
   bound: Map<string, number>;
+  /** Pods that admission gave the scheduling gate bettercompute.io/allocation (as the create call's answer shows). */
+  gated: number;
 }
 
 /**
@@ -184,6 +192,7 @@ async function schedulePods(kc: k8s.KubeConfig, run: string, manifest: Manifest,
   const core = kc.makeApiClient(k8s.CoreV1Api);
   const created = new Map<string, number>();
   const bound = new Map<string, number>();
+  let gated = 0;
   let allBound!: () => void;
   const done = new Promise<void>((r) => (allBound = r));
   const seen = (pod: k8s.V1Pod, at: number) => {
@@ -242,7 +251,8 @@ async function schedulePods(kc: k8s.KubeConfig, run: string, manifest: Manifest,
         const i = next++;
         const name = `${run}-${i}`;
         created.set(name, performance.now());
-        await core.createNamespacedPod({ namespace: NAMESPACE, body: manifest(name, i) as k8s.V1Pod });
+        const made = await core.createNamespacedPod({ namespace: NAMESPACE, body: manifest(name, i) as k8s.V1Pod });
+        if (made.spec?.schedulingGates?.some((g) => g.name === ALLOCATION_GATE)) gated++;
       }
     }),
   );
@@ -254,7 +264,7 @@ async function schedulePods(kc: k8s.KubeConfig, run: string, manifest: Manifest,
   if (bound.size < count) throw new Error(`${run}: only ${bound.size} of ${count} pods bound within 10 minutes`);
   const latencies = [...bound].map(([name, t]) => t - (created.get(name) ?? t)).sort((a, b) => a - b);
   const last = Math.max(...bound.values());
-  return { podsPerSecond: count / ((last - started) / 1000), p50: quantile(latencies, 0.5), p99: quantile(latencies, 0.99), created, bound };
+  return { podsPerSecond: count / ((last - started) / 1000), p50: quantile(latencies, 0.5), p99: quantile(latencies, 0.99), created, bound, gated };
 }
 
 /**
@@ -335,8 +345,10 @@ async function stopChild(child: ReturnType<typeof fork>): Promise<void> {
 async function startAllocatorProcess(databaseUrl: string, kubeconfig: string) {
   const profiles = process.env.BENCH_ALLOCATOR_CPU_PROF;
   const { child, next } = forkInSession<AllocatorProcessMessage>('dra-allocator-process.ts', [databaseUrl, kubeconfig], 'the allocator process', profiles ? ['--cpu-prof', '--cpu-prof-dir', profiles] : []);
-  await next('ready');
+  const ready = (await next('ready')) as Extract<AllocatorProcessMessage, { type: 'ready' }>;
   return {
+    webhookUrl: ready.webhookUrl,
+    caBundle: ready.caBundle,
     async stats() {
       const answer = next('stats');
       child.send({ type: 'stats' });
@@ -368,6 +380,26 @@ async function prepareDra(): Promise<boolean> {
     });
   }
   return !hadClasses;
+}
+
+const BENCH_WEBHOOK = 'better-compute-bench-scheduler';
+
+/**
+ * The product's dra-pods webhook (deploy/admission/webhook.yaml, ADR 0049) as a configuration of the bench's own,
+ * pointed at the allocator process's listener and bound to the bench's namespace only.
+ */
+async function applyBenchWebhook(url: string, caBundle: string): Promise<void> {
+  const docs = YAML.parseAllDocuments(await fs.readFile(path.join(ROOT, 'deploy', 'admission', 'webhook.yaml'), 'utf8')).map((d) => d.toJS() as { webhooks: Record<string, unknown>[] });
+  const dra = docs[0]!.webhooks.find((w) => w.name === 'dra-pods.admission.bettercompute.io');
+  if (!dra) throw new Error('deploy/admission/webhook.yaml has no dra-pods webhook');
+  await kubectl(['apply', '-f', '-'], {
+    input: JSON.stringify({
+      apiVersion: 'admissionregistration.k8s.io/v1',
+      kind: 'MutatingWebhookConfiguration',
+      metadata: { name: BENCH_WEBHOOK },
+      webhooks: [{ ...dra, clientConfig: { url, caBundle }, namespaceSelector: { matchLabels: { 'kubernetes.io/metadata.name': NAMESPACE } } }],
+    }),
+  });
 }
 
 /**
@@ -496,6 +528,7 @@ async function main() {
     madeClasses = await prepareDra();
     // The claim allocator in its own process, as the controller's leader runs it (bench/dra-allocator-process.ts).
     allocator = await startAllocatorProcess(pgServer.url, c.kubeconfig);
+    await applyBenchWebhook(allocator.webhookUrl, allocator.caBundle);
     console.log(`kube-scheduler ${path.basename(path.dirname(path.dirname(c.kubectl)))} on the test cluster, ${os.cpus().length} CPUs, node ${process.version}`);
     console.log(`${PODS} pods per run, created ${CREATE_CONCURRENCY} at a time; latency = create call made -> binding seen on a watch`);
     console.log('nodes  scheduler                                   pods/s     p50 ms     p99 ms   ratio');
@@ -579,7 +612,7 @@ async function main() {
             `       allocator: ${a.allocated} claims allocated, reconciles ${a.reconciles.map(([o, x]) => `${o} ${x.n} (mean ${x.meanMs.toFixed(1)}, p50 ${x.p50Ms.toFixed(1)}, p99 ${x.p99Ms.toFixed(1)} ms)`).join(', ')}` +
             `${a.warnings.length ? `, warnings ${a.warnings.map(([m, k]) => `${m} ×${k}`).join(', ')}` : ''}; its event loop busy ${(a.eventLoopUtilization * 100).toFixed(0)}%`,
         );
-        console.log(`       CPU ms per pod: ${r.cpuMs}, allocator ${((a.cpuSeconds * 1000) / PODS).toFixed(1)}`);
+        console.log(`       CPU ms per pod: ${r.cpuMs}, allocator and webhook ${((a.cpuSeconds * 1000) / PODS).toFixed(1)}; pods gated at create ${r.stats.gated} of ${PODS}`);
       }
       await removeBenchNodes(kc);
       nodes = [];
@@ -587,6 +620,7 @@ async function main() {
   } finally {
     await restartScheduler(defaultSchedulerConfig()).catch((e: unknown) => console.error(`restoring the scheduler: ${String(e)}`));
     if (nodes.length) await removeBenchNodes(kc).catch(() => undefined);
+    await kubectl(['delete', 'mutatingwebhookconfiguration', BENCH_WEBHOOK, '--ignore-not-found']).catch(() => undefined);
     await extender.stop();
     await allocator?.stop();
     // Claims left by a row that failed keep the allocator's finalizer, and would keep the namespace terminating.

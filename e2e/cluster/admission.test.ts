@@ -209,8 +209,11 @@ describe.skipIf(external)('the mutating webhook: a Job that names a reservation 
 
     const [w] = manifests('webhook.yaml');
     w!.metadata.name = WEBHOOK;
-    w!.webhooks[0].clientConfig = { url: `https://127.0.0.1:${port}/admission/pods`, caBundle: cert.toString('base64') };
-    w!.webhooks[0].namespaceSelector = { matchLabels: { [TEST_LABEL]: id } };
+    // Both webhooks (pods, and dra-pods of ADR 0049) to this process, for the test's namespaces only.
+    for (const h of w!.webhooks) {
+      h.clientConfig = { url: `https://127.0.0.1:${port}/admission/pods`, caBundle: cert.toString('base64') };
+      h.namespaceSelector = { matchLabels: { [TEST_LABEL]: id } };
+    }
     await apply(w!);
     created.push({ kind: 'mutatingwebhookconfiguration', name: WEBHOOK });
     await waitFor('the webhook to answer', async () => {

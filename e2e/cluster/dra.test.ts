@@ -38,9 +38,19 @@ interface Claim {
 
 interface DraPod {
   metadata: { name: string; uid: string };
-  spec: { nodeName?: string; schedulerName?: string };
-  status?: { phase?: string; resourceClaimStatuses?: { name: string; resourceClaimName?: string }[] };
+  spec: { nodeName?: string; schedulerName?: string; schedulingGates?: { name: string }[] };
+  status?: {
+    phase?: string;
+    resourceClaimStatuses?: { name: string; resourceClaimName?: string }[];
+    conditions?: { type: string; status: string; reason?: string }[];
+  };
 }
+
+const GATE = 'bettercompute.io/allocation';
+const gatesOf = (p: DraPod) => (p.spec.schedulingGates ?? []).map((g) => g.name);
+
+/** Creates the object and returns it as the API server stored it: after admission (the webhook's gate). */
+const create = async <T>(obj: object): Promise<T> => JSON.parse(await kubectl(['create', '-f', '-', '-o', 'json'], { input: JSON.stringify(obj) })) as T;
 
 function claimTemplate(name: string, deviceClassName: string) {
   return {
@@ -168,8 +178,9 @@ describe('DRA hand-off, on the installed product with the default kube-scheduler
   }, 300_000);
 
   it('on demand: the controller allocates the claim (our driver, its node pinned) after booking; kube-scheduler binds the pod there; deleting the pod releases the atom', async () => {
-    await apply(claimPod('od', { template: 'gpu' }));
     const t0 = performance.now();
+    // Admission gated it (ADR 0049): kube-scheduler leaves it alone until the allocator has allocated its claim.
+    expect(gatesOf(await create<DraPod>(claimPod('od', { template: 'gpu' })))).toEqual([GATE]);
     const { claim, pod } = await allocatedAndBound('od');
     process.stderr.write(`[dra] on demand: allocated and bound in ${((performance.now() - t0) / 1000).toFixed(1)}s\n`);
     expectOurAllocation(claim, pod);
@@ -179,6 +190,9 @@ describe('DRA hand-off, on the installed product with the default kube-scheduler
     // The default scheduler placed it, and nothing of ours was asked to: no extender event, no second scheduler.
     const scheduled = (await events('od')).find((e) => e.reason === 'Scheduled');
     expect(scheduled?.reportingComponent ?? scheduled?.source?.component).toBe('default-scheduler');
+    // Let through only once allocated: the gate is gone, and kube-scheduler never tried it before (no failed attempt).
+    expect(gatesOf(pod)).toEqual([]);
+    expect((await events('od')).filter((e) => e.reason === 'FailedScheduling')).toEqual([]);
 
     await deletePodsAndClaims(['od'], [claim.metadata.name]);
     await waitBooked(0);
@@ -203,6 +217,9 @@ describe('DRA hand-off, on the installed product with the default kube-scheduler
     await waitEvent(waiting.name, 'NoCapacity');
     const third = await getPod(waiting.name);
     expect(third.spec.nodeName).toBeUndefined();
+    // Still gated while it waits (kube-scheduler says SchedulingGated; the Event above says why).
+    expect(gatesOf(third)).toEqual([GATE]);
+    expect(third.status?.conditions?.find((x) => x.type === 'PodScheduled')?.reason).toBe('SchedulingGated');
     expect((await claimOf(waiting.name)).status?.allocation ?? undefined).toBeUndefined();
 
     // The first gives its atom back; the third gets exactly that one, never the second's.
@@ -285,6 +302,7 @@ describe('DRA hand-off, on the installed product with the default kube-scheduler
     const before = await getPod('rp');
     expect(before.status?.phase).toBe('Pending');
     expect(before.spec.nodeName).toBeUndefined();
+    expect(gatesOf(before)).toEqual([GATE]);
     expect((await claimOf('rp')).status?.allocation ?? undefined).toBeUndefined();
 
     const { claim, pod } = await allocatedAndBound('rp', Math.max(0, start - Date.now()) + 30_000);
@@ -294,7 +312,39 @@ describe('DRA hand-off, on the installed product with the default kube-scheduler
     expectOurAllocation(claim, pod);
     expect(devicesOf(claim)).toEqual(atoms.map(draDeviceName).sort());
 
+    expect(gatesOf(pod)).toEqual([]);
+
     await deletePodsAndClaims(['rp'], [claim.metadata.name]);
     await kubectl(['-n', NS, 'delete', 'reservation', 'soon', '--wait=true', '--timeout=60s'], { timeoutMs: 70_000 });
   }, 180_000);
+
+  it("the gate (ADR 0049): not put on another driver's pods nor on a claim of ours named directly; the controller may remove it, and no other gate", async () => {
+    await apply(claimTemplate('theirs', 'gpu.example.com'));
+    expect(gatesOf(await create<DraPod>(claimPod('theirs', { template: 'theirs' })))).toEqual([]);
+    await apply({
+      apiVersion: 'resource.k8s.io/v1',
+      kind: 'ResourceClaim',
+      metadata: { name: 'named', namespace: NS },
+      spec: { devices: { requests: [{ name: 'gpu', exactly: { deviceClassName: 'gpu.bettercompute.io', count: 1 } }] } },
+    });
+    expect(gatesOf(await create<DraPod>(claimPod('named', { claim: 'named' })))).toEqual([]);
+    await deletePodsNow(NS, ['theirs', 'named']);
+    await kubectl(['-n', NS, 'delete', 'resourceclaim', 'named', '--wait=true', '--timeout=60s']);
+
+    // The controller's identity on a pod gated by us and by someone else (the policy bettercompute-controller-pod-annotation-only).
+    await apply({
+      apiVersion: 'v1',
+      kind: 'Pod',
+      metadata: { name: 'two-gates', namespace: NS },
+      spec: { schedulingGates: [{ name: 'example.com/hold' }, { name: GATE }], containers: [{ name: 'main', image: c().busyboxImage }] },
+    });
+    const asController = ['--as', `system:serviceaccount:${SYSTEM_NS}:better-compute-controller`, '-n', NS, 'patch', 'pod', 'two-gates', '--type=json'];
+    const theirs = await kubectlResult([...asController, '-p', JSON.stringify([{ op: 'remove', path: '/spec/schedulingGates/0' }])]);
+    expect(theirs.code).not.toBe(0);
+    expect(theirs.stderr).toMatch(/bettercompute-controller-pod-annotation-only.*only by removing its scheduling gate/s);
+    const ours = await kubectlResult([...asController, '-p', JSON.stringify([{ op: 'remove', path: '/spec/schedulingGates/1' }])]);
+    expect(ours.code, ours.stderr).toBe(0);
+    expect(gatesOf(await getPod('two-gates'))).toEqual(['example.com/hold']);
+    await deletePodsNow(NS, ['two-gates']);
+  }, 120_000);
 });

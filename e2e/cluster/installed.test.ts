@@ -217,7 +217,7 @@ describe('installed from the image with helm install of the chart (deploy/, rend
     const asController = ['--as', `system:serviceaccount:${SYSTEM_NS}:better-compute-controller`];
     const image = await kubectlResult([...asController, '-n', NS, 'patch', 'pod', 'patch-target', '--type=strategic', '-p', JSON.stringify({ spec: { containers: [{ name: 'main', image: 'evil:1' }] } })]);
     expect(image.code).not.toBe(0);
-    expect(image.stderr).toMatch(/bettercompute-controller-pod-annotation-only.*not its spec/s);
+    expect(image.stderr).toMatch(/bettercompute-controller-pod-annotation-only.*nothing else of the spec/s);
     const note = await kubectlResult([...asController, '-n', NS, 'patch', 'pod', 'patch-target', '--type=merge', '-p', JSON.stringify({ metadata: { annotations: { 'bettercompute.io/preempt-at': '2030-01-01T00:00:00Z' } } })]);
     expect(note.code, note.stderr).toBe(0);
     const label = await kubectlResult([...asController, '-n', NS, 'label', 'pod', 'patch-target', 'stolen=yes']);

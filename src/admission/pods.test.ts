@@ -7,6 +7,7 @@ import { silentLogger } from '../log.ts';
 import type { Booking } from './bookings.ts';
 import { admitPod, createPodAdmissionRouter, podAdmissionDeps, MAX_REVIEW_BYTES, type AdmissionLookups, type JsonPatchOp, type PodLike, type ReservationRef } from './pods.ts';
 import type { NamespaceCR, Reservation } from '../kube/types.ts';
+import { decodeReviewJson } from './review.ts';
 
 const id = (c: string) => `rsv_01k2${c.repeat(22)}`;
 const res = (c: string) => `reservations.bettercompute.io/rsv-01k2${c.repeat(22)}`;
@@ -72,6 +73,8 @@ function applyPatch(p: PodLike, ops: JsonPatchOp[]): PodLike {
 }
 
 const SCHED = { op: 'add', path: '/spec/schedulerName', value: 'better-compute-scheduler' };
+/** The scheduling gate of a DRA pod of ours that had no gates (ADR 0049). */
+const GATE_ALL = { op: 'add', path: '/spec/schedulingGates', value: [{ name: 'bettercompute.io/allocation' }] };
 const gpu = (n: string) => ({ 'bettercompute.io/gpu': n });
 
 describe('admitPod', () => {
@@ -167,12 +170,81 @@ describe('admitPod', () => {
       const p = pod({ containers });
       return { ...p, spec: { ...p.spec, resourceClaims: [{ name: 'gpu', resourceClaimTemplateName: template }] } } as PodLike;
     };
-    // DRA only: nothing of ours is requested, so nothing is rewritten (the webhook is not even called for it).
-    expect(await admitPod(claimed('ours', [{ requests: { cpu: '1' } }]), withClaims)).toEqual({ allowed: true });
+    // DRA only: nothing of ours is requested, so nothing is rewritten; it is gated (below).
+    expect(await admitPod(claimed('ours', [{ requests: { cpu: '1' } }]), withClaims)).toEqual({ allowed: true, patch: [GATE_ALL] });
     const mixed = await admitPod(claimed('ours', [{ limits: gpu('1') }]), withClaims);
     expect(mixed).toMatchObject({ allowed: false, code: 403, message: expect.stringMatching(/claims gpu \(gpu\.bettercompute\.io\) through DRA: .* not both/) });
     // Another driver's claim beside our device-plugin resource is not ours to judge.
     expect(await admitPod(claimed('nvidia', [{ limits: gpu('1') }]), withClaims)).toEqual({ allowed: true, patch: [SCHED] });
+  });
+
+  describe('the scheduling gate of DRA pods (ADR 0049)', () => {
+    const classes: Record<string, string[]> = {
+      'team-a/ours': ['gpu.bettercompute.io'],
+      'team-a/mig': ['mig.gpu.bettercompute.io'],
+      'team-a/slot': ['slot.gpu.bettercompute.io'],
+      'team-a/rsv': ['reservation.bettercompute.io'],
+      'team-a/nvidia': ['gpu.nvidia.com'],
+      'team-a/claim-ours': ['gpu.bettercompute.io'],
+      'team-a/claim-nvidia': ['gpu.nvidia.com'],
+    };
+    const asked: string[] = [];
+    const ctx: AdmissionLookups = {
+      ...lookups,
+      claimDeviceClasses: async (ns, ref) => {
+        const name = ref.resourceClaimTemplateName ?? `claim-${ref.resourceClaimName}`;
+        asked.push(name);
+        if (name === 'broken') throw new Error('the API server did not answer');
+        return classes[`${ns}/${name}`] ?? [];
+      },
+    };
+    const claiming = (refs: { name: string; resourceClaimTemplateName?: string; resourceClaimName?: string }[], over: { gates?: string[]; nodeName?: string; label?: string } = {}) => {
+      const p = pod({ containers: [{ requests: { cpu: '1' } }], ...(over.label ? { label: over.label } : {}), ...(over.nodeName ? { nodeName: over.nodeName } : {}) });
+      return { ...p, spec: { ...p.spec, resourceClaims: refs, ...(over.gates ? { schedulingGates: over.gates.map((name) => ({ name })) } : {}) } } as PodLike;
+    };
+    const tmpl = (t: string, name = 'gpu') => ({ name, resourceClaimTemplateName: t });
+
+    it('each of our DeviceClasses, on demand or of a Reservation, gets the gate; the pod is otherwise untouched', async () => {
+      for (const t of ['ours', 'mig', 'slot', 'rsv']) {
+        const a = await admitPod(claiming([tmpl(t)], t === 'rsv' ? { label: 'train' } : {}), ctx);
+        expect(a, t).toEqual({ allowed: true, patch: [GATE_ALL] });
+      }
+    });
+
+    it('another driver’s pods are not gated; a pod mixing theirs and ours is', async () => {
+      expect(await admitPod(claiming([tmpl('nvidia')]), ctx)).toEqual({ allowed: true });
+      expect(await admitPod(claiming([tmpl('nvidia', 'a'), tmpl('ours', 'b')]), ctx)).toEqual({ allowed: true, patch: [GATE_ALL] });
+      expect(await admitPod(claiming([{ name: 'x', resourceClaimName: 'nvidia' }, tmpl('ours', 'b')]), ctx)).toEqual({ allowed: true, patch: [GATE_ALL] });
+    });
+
+    it('the gate is added after the pod’s own gates, and not twice', async () => {
+      expect(await admitPod(claiming([tmpl('ours')], { gates: ['example.com/quota'] }), ctx)).toEqual({
+        allowed: true,
+        patch: [{ op: 'add', path: '/spec/schedulingGates/-', value: { name: 'bettercompute.io/allocation' } }],
+      });
+      // As the transport decodes it: the pod's gates survive the review's slimming (else the patch would replace them).
+      const decoded = decodeReviewJson({
+        apiVersion: 'admission.k8s.io/v1',
+        kind: 'AdmissionReview',
+        request: { uid: 'u', kind: { group: '', version: 'v1', kind: 'Pod' }, operation: 'CREATE', namespace: 'team-a', object: claiming([tmpl('ours')], { gates: ['example.com/quota'] }) },
+      });
+      if (decoded.kind !== 'pod') throw new Error(decoded.kind);
+      expect(await admitPod(decoded.pod, ctx)).toMatchObject({ patch: [{ op: 'add', path: '/spec/schedulingGates/-' }] });
+      expect(await admitPod(claiming([tmpl('ours')], { gates: ['bettercompute.io/allocation'] }), ctx)).toEqual({ allowed: true });
+    });
+
+    it('not gated: a claim of ours named directly (never allocated: kube-scheduler says why), nodeName, a template not found or not read', async () => {
+      expect(await admitPod(claiming([{ name: 'gpu', resourceClaimName: 'ours' }]), ctx)).toEqual({ allowed: true });
+      expect(await admitPod(claiming([{ name: 'a', resourceClaimName: 'ours' }, tmpl('ours', 'b')]), ctx)).toEqual({ allowed: true });
+      expect(await admitPod(claiming([tmpl('ours')], { nodeName: 'n1' }), ctx)).toEqual({ allowed: true });
+      expect(await admitPod(claiming([tmpl('missing')]), ctx)).toEqual({ allowed: true });
+      // A lookup that fails admits the pod as it is (the webhook's failurePolicy is Ignore for these: no refusal).
+      expect(await admitPod(claiming([tmpl('broken')]), ctx)).toEqual({ allowed: true });
+      // Without the lookup (no DRA in the controller's wiring), nothing is read and nothing gated.
+      asked.length = 0;
+      expect(await admitPod(claiming([tmpl('ours')]), lookups)).toEqual({ allowed: true });
+      expect(asked).toEqual([]);
+    });
   });
 
   const denials: { name: string; pod: PodLike; message: RegExp }[] = [

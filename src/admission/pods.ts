@@ -13,13 +13,17 @@
 //   (the ValidatingAdmissionPolicy of deploy/admission/ refuses any other scheduler and spec.nodeName).
 // - The ADR-0003 marker `bettercompute.io/reservation` is dropped where a pod still requests it: no node advertises it,
 //   and our scheduler calls the extender for all its pods.
+// - A pod that requests none of our resources but claims one of our DeviceClasses through a ResourceClaimTemplate
+//   (DRA mode) gets the scheduling gate `bettercompute.io/allocation` (ADR 0049): kube-scheduler leaves it alone until
+//   the claim allocator has allocated its claims of ours and lifts the gate. Never refused for it: a template that
+//   cannot be read leaves the pod ungated (kube-scheduler then tries it early and again later, as without the gate).
 //
 // admitPod() decides from a pod and lookups (no I/O of its own); createPodAdmissionRouter() is the AdmissionReview v1
 // transport the controller mounts at /admission (so the webhook path is /admission/pods). It decodes a review with
 // review.ts, a large one in a worker thread off the event loop the extender shares (review-pool.ts, ADR 0047).
 import express, { type Router } from 'express';
 import type { IncomingMessage } from 'node:http';
-import { isOurDeviceClass } from '../core/dra-allocate.ts';
+import { ALLOCATION_GATE, isOurDeviceClass } from '../core/dra-allocate.ts';
 import { GENERIC_RESOURCES, RESERVATION_GROUP, RESERVATION_LABEL, RESERVATION_MARKER, reservationIdOfResource, reservationResourceName } from '../extender/resources.ts';
 import type { Informer } from '../kube/informer.ts';
 import type { NamespaceCR, Reservation } from '../kube/types.ts';
@@ -180,6 +184,34 @@ async function usesOurDeviceClasses(pod: PodLike, namespace: string, ctx: Admiss
 }
 
 /**
+ * A pod that requests none of our resources: gated (ALLOCATION_GATE) when one of its ResourceClaimTemplates asks for
+ * one of our DeviceClasses and no ResourceClaim it names directly does (the allocator allocates only claims made from
+ * a pod's templates: a pod naming one of ours directly waits with UnsupportedClaim, and kube-scheduler's own message
+ * says more than a gate would). Not gated: pods of other drivers only, pods with spec.nodeName (the API server refuses
+ * gates on them), pods already carrying the gate. Always admitted: the gate only saves kube-scheduler's early tries.
+ */
+async function gateDraPod(pod: PodLike, namespace: string, ctx: AdmissionLookups): Promise<Admission> {
+  const refs = pod.spec.resourceClaims ?? [];
+  const lookup = ctx.claimDeviceClasses;
+  if (!lookup || refs.length === 0 || pod.spec.nodeName) return { allowed: true };
+  const gates = pod.spec.schedulingGates ?? [];
+  if (gates.some((g) => g.name === ALLOCATION_GATE)) return { allowed: true };
+  let templateOfOurs = false;
+  try {
+    for (const ref of refs) {
+      const ours = (await lookup(namespace, ref)).some(isOurDeviceClass);
+      if (ours && ref.resourceClaimName) return { allowed: true };
+      if (ours && ref.resourceClaimTemplateName) templateOfOurs = true;
+    }
+  } catch {
+    return { allowed: true };
+  }
+  if (!templateOfOurs) return { allowed: true };
+  const gate = { name: ALLOCATION_GATE };
+  return { allowed: true, patch: [pod.spec.schedulingGates ? { op: 'add', path: '/spec/schedulingGates/-', value: gate } : { op: 'add', path: '/spec/schedulingGates', value: [gate] }] };
+}
+
+/**
  * The decision for a pod at CREATE. `pod.metadata.namespace` must be set (the transport fills it in from the request).
  * Pods that request none of our resources are admitted untouched.
  */
@@ -187,7 +219,7 @@ export async function admitPod(pod: PodLike, ctx: AdmissionLookups): Promise<Adm
   const namespace = pod.metadata?.namespace;
   if (!namespace) return deny('pod has no namespace', 400);
   const ours = ourResources(pod);
-  if (ours.size === 0) return { allowed: true };
+  if (ours.size === 0) return gateDraPod(pod, namespace, ctx);
   const who = podName(pod, namespace);
   const label = pod.metadata?.labels?.[RESERVATION_LABEL];
   const mixed = await usesOurDeviceClasses(pod, namespace, ctx);

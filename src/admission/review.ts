@@ -29,6 +29,7 @@ export const PodSchema = z.looseObject({
     resourceClaims: z
       .array(z.looseObject({ name: z.string(), resourceClaimName: z.string().nullish(), resourceClaimTemplateName: z.string().nullish() }))
       .nullish(),
+    schedulingGates: z.array(z.looseObject({ name: z.string() })).nullish(),
   }),
 });
 export type PodLike = z.infer<typeof PodSchema>;
@@ -82,7 +83,7 @@ function slimContainer(c: ContainerLike): ContainerLike {
   return out;
 }
 
-/** The pod cut down to what admission reads: names, the reservation label, the containers' resources, the scheduler, the claims. */
+/** The pod cut down to what admission reads: names, the reservation label, the containers' resources, the scheduler, the claims, the scheduling gates. */
 export function slimPod(p: PodLike): PodLike {
   const m = p.metadata;
   const label = m?.labels?.[RESERVATION_LABEL];
@@ -112,6 +113,7 @@ export function slimPod(p: PodLike): PodLike {
             })),
           }
         : {}),
+      ...(s.schedulingGates ? { schedulingGates: s.schedulingGates.map((g) => ({ name: g.name })) } : {}),
     },
   };
 }

@@ -1,11 +1,13 @@
 import { describe, expect, it } from 'vitest';
 import { DRA_DRIVER as WIRE_DRIVER } from '../agentapi/wire.ts';
 import {
+  ALLOCATION_GATE,
   allocationFor,
   classifyClaim,
   decideAllocated,
   decideClaim,
   DRA_DRIVER,
+  gateVerdict,
   ResourceClaimSchema,
   type PodView,
   type ReservationWindow,
@@ -143,5 +145,38 @@ describe('decideAllocated', () => {
     expect(decideAllocated({ claim: allocated(), holds: true })).toBe('keep');
     const c = allocated();
     expect(decideAllocated({ claim: ResourceClaimSchema.parse({ ...c, metadata: { ...c.metadata, deletionTimestamp: 'x' } }), holds: true })).toBe('release-and-let-go');
+  });
+});
+
+describe('gateVerdict (ADR 0049: the gate lifted only when every claim of ours is allocated)', () => {
+  const ours = (podClaim: string, uid: string, allocated: boolean, cls = 'gpu.bettercompute.io') =>
+    ResourceClaimSchema.parse({
+      metadata: {
+        name: `p-${podClaim}`,
+        namespace: 'team',
+        uid,
+        ownerReferences: [{ apiVersion: 'v1', kind: 'Pod', name: 'p', uid: 'pod-1', controller: true }],
+        annotations: { 'resource.kubernetes.io/pod-claim-name': podClaim },
+      },
+      spec: { devices: { requests: [exactly('gpu', cls)] } },
+      ...(allocated ? { status: { allocation: { devices: { results: [{ request: 'gpu', driver: cls.endsWith('bettercompute.io') ? DRA_DRIVER : 'gpu.nvidia.com', pool: 'n', device: 'd' }] } } } } : {}),
+    });
+  const gated = (refs: { name: string; resourceClaimTemplateName?: string; resourceClaimName?: string }[], gates = [ALLOCATION_GATE]) => ({ uid: 'pod-1', schedulingGates: gates, resourceClaims: refs });
+  const t = (name: string) => ({ name, resourceClaimTemplateName: `t-${name}` });
+
+  it('lifts once every claim of ours is allocated; not before; not when the pod is not gated', () => {
+    expect(gateVerdict(gated([t('a')]), [ours('a', 'c1', true)]).lift).toBe(true);
+    expect(gateVerdict(gated([t('a')]), [ours('a', 'c1', false)])).toEqual({ lift: false, why: 'claim p-a is not allocated yet' });
+    expect(gateVerdict(gated([t('a')]), [ours('a', 'c1', false)], new Set(['c1'])).lift).toBe(true);
+    expect(gateVerdict(gated([t('a'), t('b')]), [ours('a', 'c1', true)])).toEqual({ lift: false, why: 'the claim of b is not made yet' });
+    expect(gateVerdict(gated([t('a'), t('b')]), [ours('a', 'c1', true), ours('b', 'c2', false, 'reservation.bettercompute.io')]).lift).toBe(false);
+    expect(gateVerdict(gated([t('a'), t('b')]), [ours('a', 'c1', true), ours('b', 'c2', true, 'mig.gpu.bettercompute.io')]).lift).toBe(true);
+    expect(gateVerdict(gated([t('a')], ['other.example.com/x']), [ours('a', 'c1', true)])).toEqual({ lift: false, why: 'not gated' });
+  });
+
+  it('claims of other drivers do not hold it; a claim owned by another pod is not the pod’s', () => {
+    expect(gateVerdict(gated([t('a'), t('n')]), [ours('a', 'c1', true), ours('n', 'c2', false, 'gpu.nvidia.com')]).lift).toBe(true);
+    const stranger = ResourceClaimSchema.parse({ ...ours('a', 'c9', true), metadata: { ...ours('a', 'c9', true).metadata, ownerReferences: [{ apiVersion: 'v1', kind: 'Pod', name: 'q', uid: 'pod-2', controller: true }] } });
+    expect(gateVerdict(gated([t('a')]), [stranger]).lift).toBe(false);
   });
 });

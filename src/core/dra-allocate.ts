@@ -24,6 +24,11 @@ export const CLAIM_FINALIZER = 'bettercompute.io/claim';
 export const POD_CLAIM_NAME_ANNOTATION = 'resource.kubernetes.io/pod-claim-name';
 /** The pod label naming its Reservation (as in device-plugin mode). */
 export const POD_RESERVATION_LABEL = 'bettercompute.io/reservation';
+/**
+ * The scheduling gate admission puts on a pod that claims our DeviceClasses through a ResourceClaimTemplate (ADR 0049):
+ * kube-scheduler does not try the pod until the allocator lifts it, once every claim of ours of the pod is allocated.
+ */
+export const ALLOCATION_GATE = 'bettercompute.io/allocation';
 
 // ---- what is read of a ResourceClaim (resource.k8s.io/v1) and of its Pod
 
@@ -190,6 +195,37 @@ export function allocationFor(claim: ResourceClaim, holding: HoldingView, nowMs:
 export function isOurAllocation(claim: ResourceClaim): boolean {
   const results = claim.status?.allocation?.devices?.results ?? [];
   return results.length > 0 && results.every((r) => r.driver === DRA_DRIVER);
+}
+
+/** A pod as the gate's lifting reads it: its gates and its claim references (spec.resourceClaims). */
+export interface GatedPodView {
+  uid: string;
+  schedulingGates: readonly string[];
+  resourceClaims: readonly { name: string; resourceClaimName?: string | null; resourceClaimTemplateName?: string | null }[];
+}
+
+/**
+ * Whether the allocator lifts ALLOCATION_GATE from a pod (ADR 0049): only when every claim of ours the pod uses is
+ * allocated by us. `claims` are the claims seen of the pod's namespace that it may use: those it owns (made from its
+ * templates, named by the annotation resource.kubernetes.io/pod-claim-name) and those its references name. A template's
+ * claim not seen yet keeps the gate (its DeviceClass is not known yet; its arrival wakes the allocator again); claims of
+ * other drivers never do (kube-scheduler allocates them once the pod is let through). `allocatedNow`: claim uids whose
+ * allocation this leader has just written (the informer may not show it yet).
+ */
+export function gateVerdict(pod: GatedPodView, claims: readonly ResourceClaim[], allocatedNow: ReadonlySet<string> = new Set()): { lift: boolean; why: string } {
+  if (!pod.schedulingGates.includes(ALLOCATION_GATE)) return { lift: false, why: 'not gated' };
+  for (const ref of pod.resourceClaims) {
+    const c = ref.resourceClaimName
+      ? claims.find((x) => x.metadata.name === ref.resourceClaimName)
+      : claims.find((x) => claimPodRef(x)?.uid === pod.uid && x.metadata.annotations?.[POD_CLAIM_NAME_ANNOTATION] === ref.name);
+    if (!c) {
+      if (ref.resourceClaimName) continue; // a claim made by someone else, not there: kube-scheduler says so once let through
+      return { lift: false, why: `the claim of ${ref.name} is not made yet` };
+    }
+    if (classifyClaim(c).kind === 'foreign') continue;
+    if (!allocatedNow.has(c.metadata.uid) && !isOurAllocation(c)) return { lift: false, why: `claim ${c.metadata.name} is not allocated yet` };
+  }
+  return { lift: true, why: 'every claim of ours is allocated' };
 }
 
 /** What to do with an allocated claim of ours: keep it, release and clear its allocation (no pod uses it and the window

@@ -40,7 +40,7 @@ describe('deploy/admission', () => {
     const [w, ...rest] = docs('webhook.yaml');
     expect(rest).toEqual([]);
     expect(w).toMatchObject({ apiVersion: 'admissionregistration.k8s.io/v1', kind: 'MutatingWebhookConfiguration', metadata: { name: 'better-compute' } });
-    expect(w!.webhooks).toHaveLength(1);
+    expect(w!.webhooks.map((x: Obj) => x.name)).toEqual(['pods.admission.bettercompute.io', 'dra-pods.admission.bettercompute.io']);
     const h = w!.webhooks[0];
     expect(h).toMatchObject({
       admissionReviewVersions: ['v1'],
@@ -56,6 +56,23 @@ describe('deploy/admission', () => {
     expect(h.matchConditions).toHaveLength(1);
     expect(h.matchConditions[0].expression).toContain("startsWith('bettercompute.io/')");
     expect(h.matchConditions[0].expression).toContain("startsWith('reservations.bettercompute.io/')");
+  });
+
+  it('the DRA webhook (ADR 0049): the same endpoint, pods claiming from a template, Ignore (the gate is no guard)', () => {
+    const d = docs('webhook.yaml')[0]!.webhooks[1];
+    expect(d).toMatchObject({
+      admissionReviewVersions: ['v1'],
+      sideEffects: 'None',
+      failurePolicy: 'Ignore',
+      reinvocationPolicy: 'Never',
+      clientConfig: { service: { name: 'better-compute-controller', namespace: 'better-compute-system', port: 9443, path: '/admission/pods' } },
+      rules: [{ apiGroups: [''], apiVersions: ['v1'], operations: ['CREATE'], resources: ['pods'] }],
+    });
+    expect(d.timeoutSeconds).toBeLessThanOrEqual(5);
+    expect(d.clientConfig.caBundle).toBeUndefined();
+    expect(d.namespaceSelector.matchExpressions).toContainEqual({ key: 'kubernetes.io/metadata.name', operator: 'NotIn', values: ['better-compute-system'] });
+    expect(d.matchConditions).toHaveLength(1);
+    expect(d.matchConditions[0].expression).toContain('resourceClaimTemplateName');
   });
 
   it('each ValidatingAdmissionPolicy has a Deny binding, and every validation a reason and a message', () => {

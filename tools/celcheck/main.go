@@ -300,7 +300,7 @@ func main() {
 		msg   string
 	}{
 		{"sets preempt-at", meta(`"a":"1","bettercompute.io/preempt-at":"2026-12-02T10:00:00Z"`, `"app":"x"`, "train:1"), controller, false, ""},
-		{"changes the image", meta(`"a":"1"`, `"app":"x"`, "evil:1"), controller, true, "not its spec"},
+		{"changes the image", meta(`"a":"1"`, `"app":"x"`, "evil:1"), controller, true, "nothing else of the spec"},
 		{"changes a label", meta(`"a":"1"`, `"app":"y"`, "train:1"), controller, true, "not its labels"},
 		{"changes another annotation", meta(`"a":"2"`, `"app":"x"`, "train:1"), controller, true, "not its other annotations"},
 		{"removes another annotation", meta(``, `"app":"x"`, "train:1"), controller, true, "not its other annotations"},
@@ -308,6 +308,32 @@ func main() {
 	} {
 		d := run(v, pods, "Pod", admission.Update, c.after, base, "team-a", c.u)
 		check(d.denied == c.deny && !d.errored && strings.Contains(d.msg, c.msg), "controller-pod: %s → denied=%v %q", c.name, d.denied, d.msg)
+	}
+	// The scheduling gate bettercompute.io/allocation (ADR 0049): the controller may remove it, and nothing else.
+	gated := func(gates, image, extra string) *unstructured.Unstructured {
+		g := ""
+		if gates != "" {
+			g = `,"schedulingGates":[` + gates + `]`
+		}
+		return obj(`{"apiVersion":"v1","kind":"Pod","metadata":{"name":"p","namespace":"team-a","annotations":{"a":"1"}},"spec":{"containers":[{"name":"c","image":"` + image + `"}]` + g + extra + `}}`)
+	}
+	const ourGate, otherGate = `{"name":"bettercompute.io/allocation"}`, `{"name":"example.com/quota"}`
+	for _, c := range []struct {
+		name          string
+		before, after *unstructured.Unstructured
+		deny          bool
+	}{
+		{"lifts our only gate", gated(ourGate, "train:1", ""), gated("", "train:1", ""), false},
+		{"lifts our gate, keeps another", gated(otherGate+","+ourGate, "train:1", ""), gated(otherGate, "train:1", ""), false},
+		{"lifts another's gate", gated(otherGate+","+ourGate, "train:1", ""), gated(ourGate, "train:1", ""), true},
+		{"lifts every gate", gated(otherGate+","+ourGate, "train:1", ""), gated("", "train:1", ""), true},
+		{"lifts our gate and changes the image", gated(ourGate, "train:1", ""), gated("", "evil:1", ""), true},
+		{"lifts our gate and adds a nodeSelector", gated(ourGate, "train:1", ""), gated("", "train:1", `,"nodeSelector":{"n":"1"}`), true},
+		{"adds a nodeSelector while gated", gated(ourGate, "train:1", ""), gated(ourGate, "train:1", `,"nodeSelector":{"n":"1"}`), true},
+		{"drops a field while lifting", gated(ourGate, "train:1", `,"activeDeadlineSeconds":60`), gated("", "train:1", ""), true},
+	} {
+		d := run(v, pods, "Pod", admission.Update, c.after, c.before, "team-a", controller)
+		check(d.denied == c.deny && !d.errored, "controller-pod gate: %s → denied=%v %q", c.name, d.denied, d.msg)
 	}
 
 	// deploy/dra/policies.yaml (when given): only the controller writes an allocation of our driver's devices; the
@@ -407,9 +433,14 @@ func main() {
 		}
 	}
 
-	check(webhook != nil && len(webhook.Webhooks) == 1, "one mutating webhook")
-	if webhook != nil {
-		w := webhook.Webhooks[0]
+	check(webhook != nil && len(webhook.Webhooks) == 2, "two mutating webhooks (pods, dra-pods)")
+	claimsOf := func(refs string) string {
+		return `"containers":[{"name":"c","image":"i","resources":{"claims":[{"name":"gpu"}]}}],"resourceClaims":[` + refs + `]`
+	}
+	tmpl := `{"name":"gpu","resourceClaimTemplateName":"t"}`
+	named := `{"name":"gpu","resourceClaimName":"c"}`
+	for i := 0; webhook != nil && i < len(webhook.Webhooks); i++ {
+		w := webhook.Webhooks[i]
 		acc := make([]cel.ExpressionAccessor, len(w.MatchConditions))
 		for i := range w.MatchConditions {
 			acc[i] = (*matchconditions.MatchCondition)(&w.MatchConditions[i])
@@ -419,11 +450,20 @@ func main() {
 		for _, x := range []struct {
 			name, spec string
 			match      bool
-		}{{"gpu", gpu, true}, {"reservation", rsv, true}, {"init gpu", initGpu, true}, {"plain", `"containers":[{"name":"c","image":"i","resources":{"limits":{"cpu":"1","nvidia.com/gpu":"1"}}}]`, false}, {"no resources", `"containers":[{"name":"c","image":"i"}]`, false}} {
+		}{
+			{"gpu", gpu, i == 0}, {"reservation", rsv, i == 0}, {"init gpu", initGpu, i == 0},
+			{"plain", `"containers":[{"name":"c","image":"i","resources":{"limits":{"cpu":"1","nvidia.com/gpu":"1"}}}]`, false},
+			{"no resources", `"containers":[{"name":"c","image":"i"}]`, false},
+			{"a claim from a template", claimsOf(tmpl), i == 1},
+			{"a named claim only", claimsOf(named), false},
+			{"a template and a named claim", claimsOf(named + "," + tmpl), i == 1},
+			{"a template with nodeName", claimsOf(tmpl) + `,"nodeName":"n1"`, false},
+			{"a template and bettercompute.io/gpu", gpu + `,"resourceClaims":[` + tmpl + `]`, i == 0},
+		} {
 			p := pod(x.spec)
 			attr := admission.NewAttributesRecord(p, nil, schema.GroupVersionKind{Version: "v1", Kind: "Pod"}, "team-a", "p", pods, "", admission.Create, nil, false, tenant)
 			r := m.Match(context.Background(), &admission.VersionedAttributes{Attributes: attr, VersionedKind: attr.GetKind(), VersionedObject: p}, nil, nil)
-			check(r.Error == nil && r.Matches == x.match, "webhook matchConditions: %s → matches=%v err=%v", x.name, r.Matches, r.Error)
+			check(r.Error == nil && r.Matches == x.match, "webhook %s matchConditions: %s → matches=%v err=%v", w.Name, x.name, r.Matches, r.Error)
 		}
 	}
 	if failures > 0 {

@@ -5,19 +5,25 @@
 // write that fails leaves the ledger's rows, which the next reconcile hands over again (claimHolding), and a claim
 // deleted meanwhile is released before our finalizer lets it go. An allocated claim that no pod reserves any more and
 // whose booking is over (the Reservation's end, its pod released) is released and its allocation cleared.
+// The scheduling gate (ADR 0049): a pod that admission gated (ALLOCATION_GATE) is let through to kube-scheduler only once
+// every claim of ours it uses is allocated: after this claim's allocation is written, or when an allocated claim's
+// event finds its pod still gated (a sibling claim allocated meanwhile, a lift that failed, a new leader).
 import { z } from 'zod';
 import type { BookingLookup } from '../../admission/bookings.ts';
 import {
+  ALLOCATION_GATE,
   allocationFor,
   CLAIM_FINALIZER,
   claimPodRef,
   classifyClaim,
   decideAllocated,
   decideClaim,
+  gateVerdict,
   isOurAllocation,
   POD_RESERVATION_LABEL,
   ResourceClaimSchema,
   type ClaimDecision,
+  type GatedPodView,
   type PodView,
   type ReservationWindow,
   type ResourceClaim,
@@ -33,11 +39,18 @@ import type { ReconcileResult } from '../queue.ts';
 
 export interface ClaimAllocatorDeps {
   claims: Pick<Informer<ResourceClaimObject>, 'get'>;
+  /** The claims seen in `namespace` that the pod `podUid` owns (made from its templates); start.ts indexes them. */
+  claimsOwnedBy: (namespace: string, podUid: string) => readonly ResourceClaimObject[];
   reservations: Pick<Informer<Reservation>, 'get'>;
   namespaces: Pick<Informer<NamespaceCR>, 'get'>;
   kube: {
     getPod(namespace: string, name: string): Promise<unknown>;
     replaceStatus(claim: ResourceClaimObject): Promise<ResourceClaimObject>;
+    /**
+     * Removes the scheduling gate at `index` of the pod's spec.schedulingGates, only if it is still `gate` there and the
+     * pod is still `uid` (a JSON patch with tests: anything else changed is a 422 and a retry). 404: the pod is gone.
+     */
+    removeSchedulingGate(namespace: string, name: string, uid: string, index: number, gate: string): Promise<void>;
     setFinalizers(namespace: string, name: string, finalizers: string[], resourceVersion: string): Promise<ResourceClaimObject>;
     event(obj: KubeObject, kind: string, e: EventInput): Promise<void>;
   };
@@ -52,7 +65,14 @@ export interface ClaimAllocatorDeps {
 
 const PodSchema = z.looseObject({
   metadata: z.looseObject({ name: z.string(), uid: z.string(), labels: z.record(z.string(), z.string()).optional(), deletionTimestamp: z.unknown().optional() }),
-  spec: z.looseObject({ nodeSelector: z.record(z.string(), z.string()).nullish(), activeDeadlineSeconds: z.number().nullish() }).optional(),
+  spec: z
+    .looseObject({
+      nodeSelector: z.record(z.string(), z.string()).nullish(),
+      activeDeadlineSeconds: z.number().nullish(),
+      schedulingGates: z.array(z.looseObject({ name: z.string() })).nullish(),
+      resourceClaims: z.array(z.looseObject({ name: z.string(), resourceClaimName: z.string().nullish(), resourceClaimTemplateName: z.string().nullish() })).nullish(),
+    })
+    .optional(),
   status: z.looseObject({ phase: z.string().optional() }).optional(),
 });
 
@@ -62,6 +82,8 @@ const WAIT_AGAIN_MS = 15_000;
 export class ClaimAllocator {
   /** `${claim uid} ${reason}`: each wait is told once (on the pod, else the claim) per leader. */
   private readonly told = new Set<string>();
+  /** Uids of allocated claims whose pod is not (or no longer) gated by us: their events need no read of the pod. */
+  private readonly gateDone = new Set<string>();
 
   constructor(private readonly d: ClaimAllocatorDeps) {}
 
@@ -82,6 +104,7 @@ export class ClaimAllocator {
     const finalizers = claim.metadata.finalizers ?? [];
     if (!finalizers.includes(CLAIM_FINALIZER)) return;
     const released = await this.d.ledger.releaseClaim(claim.metadata.uid);
+    this.gateDone.delete(claim.metadata.uid);
     await this.d.fenced(() =>
       this.d.kube.setFinalizers(claim.metadata.namespace, claim.metadata.name, finalizers.filter((f) => f !== CLAIM_FINALIZER), claim.metadata.resourceVersion ?? ''),
     );
@@ -93,7 +116,15 @@ export class ClaimAllocator {
     if (!isOurAllocation(claim)) return;
     const holding = await this.d.ledger.claimHolding(claim.metadata.uid);
     const verdict = decideAllocated({ claim, holds: holding?.now === true });
-    if (verdict === 'keep') return holding?.end != null ? { requeueAfterMs: Math.max(1000, holding.end - this.d.nowMs() + 1000) } : undefined;
+    if (verdict === 'keep') {
+      if (!this.gateDone.has(claim.metadata.uid) && holding?.now === true) {
+        const ref = claimPodRef(claim);
+        const pod = ref && (await this.readPod(claim.metadata.namespace, ref.name));
+        if (!(await this.liftGate(claim, pod && pod.gated.uid === ref.uid ? pod : undefined))) return { backoff: true };
+      }
+      return holding?.end != null ? { requeueAfterMs: Math.max(1000, holding.end - this.d.nowMs() + 1000) } : undefined;
+    }
+    this.gateDone.delete(claim.metadata.uid);
     await this.d.ledger.releaseClaim(claim.metadata.uid);
     const { allocation: _gone, ...status } = claim.status ?? {};
     await this.d.fenced(() => this.d.kube.replaceStatus({ ...(claim as ResourceClaimObject), status: { ...status, allocation: null } }));
@@ -102,7 +133,8 @@ export class ClaimAllocator {
 
   private async unallocated(claim: ResourceClaim): Promise<ReconcileResult> {
     const ref = claimPodRef(claim);
-    const pod = ref && (await this.podView(claim.metadata.namespace, ref.name));
+    const read = ref && (await this.readPod(claim.metadata.namespace, ref.name));
+    const pod = read?.view;
     const reservation = pod && (await this.reservationOf(claim.metadata.namespace, pod));
     const decision = decideClaim({ claim, pod, reservation, now: this.d.nowMs() });
     if (decision.do === 'ignore') return;
@@ -116,7 +148,7 @@ export class ClaimAllocator {
     }
     const booked = await this.book(claim, pod!, decision);
     if (!booked.ok) return this.wait(claim, { do: 'wait', reason: booked.reason, message: booked.message });
-    return this.handOver(claim, booked.holding);
+    return this.handOver(claim, booked.holding, read!);
   }
 
   /** The ledger's side: book on demand, or assign the Reservation's atoms. */
@@ -133,7 +165,7 @@ export class ClaimAllocator {
   }
 
   /** Writes status.allocation from what the ledger holds; a claim gone meanwhile is released. */
-  private async handOver(claim: ResourceClaim, holding: ClaimHolding): Promise<ReconcileResult> {
+  private async handOver(claim: ResourceClaim, holding: ClaimHolding, pod: ReadPod): Promise<ReconcileResult> {
     const a = allocationFor(claim, holding, this.d.nowMs());
     if (!a.ok) return this.wait(claim, { do: 'wait', reason: 'LedgerMismatch', message: a.message });
     try {
@@ -148,6 +180,47 @@ export class ClaimAllocator {
       return { backoff: true };
     }
     this.d.log.info('dra: claim allocated', { claim: nameOf(claim), node: holding.nodeId, atoms: holding.devices.map((x) => x.atomId), owner: holding.owner });
+    // Written first; only now may kube-scheduler have the pod. A lift that fails is tried again on the claim's next
+    // reconcile (the allocated path).
+    if (!(await this.liftGate(claim, pod, true))) return { backoff: true };
+  }
+
+  /**
+   * Lifts ALLOCATION_GATE from the claim's pod once every claim of ours it uses is allocated (gateVerdict); `justAllocated`:
+   * this claim's allocation was just written (the informer may not show it yet). False when the write failed (retried).
+   */
+  private async liftGate(claim: ResourceClaim, pod: ReadPod | undefined, justAllocated = false): Promise<boolean> {
+    const uid = claim.metadata.uid;
+    if (!pod) {
+      this.gateDone.add(uid); // no pod of this claim: nothing to let through
+      return true;
+    }
+    const siblings = this.d
+      .claimsOwnedBy(claim.metadata.namespace, pod.gated.uid)
+      .map((c) => ResourceClaimSchema.safeParse(c))
+      .flatMap((p) => (p.success ? [p.data] : []));
+    const named = pod.gated.resourceClaims.flatMap((r) => {
+      const c = r.resourceClaimName ? ResourceClaimSchema.safeParse(this.d.claims.get(`${claim.metadata.namespace}/${r.resourceClaimName}`)) : undefined;
+      return c?.success ? [c.data] : [];
+    });
+    const verdict = gateVerdict(pod.gated, [claim, ...siblings.filter((c) => c.metadata.uid !== uid), ...named], justAllocated ? new Set([uid]) : new Set());
+    if (!pod.gated.schedulingGates.includes(ALLOCATION_GATE)) {
+      this.gateDone.add(uid);
+      return true;
+    }
+    if (!verdict.lift) return true; // a claim of ours is still to come: its own allocation lifts the gate
+    try {
+      const index = pod.gated.schedulingGates.indexOf(ALLOCATION_GATE);
+      await this.d.fenced(() => this.d.kube.removeSchedulingGate(claim.metadata.namespace, pod.view.name, pod.gated.uid, index, ALLOCATION_GATE));
+    } catch (e) {
+      if (statusOf(e) !== 404) {
+        this.d.log.warn('dra: lifting the scheduling gate failed; retried', { claim: nameOf(claim), pod: pod.view.name, ...errorFields(e) });
+        return false;
+      }
+    }
+    this.gateDone.add(uid);
+    this.d.log.info('dra: scheduling gate lifted', { claim: nameOf(claim), pod: pod.view.name });
+    return true;
   }
 
   private async wait(claim: ResourceClaim, w: Extract<ClaimDecision, { do: 'wait' }>): Promise<ReconcileResult> {
@@ -167,17 +240,20 @@ export class ClaimAllocator {
     return { requeueAfterMs: w.reason === 'PodNotFound' ? 2000 : WAIT_AGAIN_MS };
   }
 
-  private async podView(namespace: string, name: string): Promise<PodView | undefined> {
+  private async readPod(namespace: string, name: string): Promise<ReadPod | undefined> {
     const p = PodSchema.safeParse(await this.d.kube.getPod(namespace, name));
     if (!p.success) return undefined;
     const { metadata, spec, status } = p.data;
     return {
-      name: metadata.name,
-      uid: metadata.uid,
-      labels: metadata.labels ?? {},
-      nodeSelector: spec?.nodeSelector ?? {},
-      activeDeadlineSeconds: spec?.activeDeadlineSeconds ?? null,
-      done: Boolean(metadata.deletionTimestamp) || status?.phase === 'Succeeded' || status?.phase === 'Failed',
+      view: {
+        name: metadata.name,
+        uid: metadata.uid,
+        labels: metadata.labels ?? {},
+        nodeSelector: spec?.nodeSelector ?? {},
+        activeDeadlineSeconds: spec?.activeDeadlineSeconds ?? null,
+        done: Boolean(metadata.deletionTimestamp) || status?.phase === 'Succeeded' || status?.phase === 'Failed',
+      },
+      gated: { uid: metadata.uid, schedulingGates: (spec?.schedulingGates ?? []).map((g) => g.name), resourceClaims: spec?.resourceClaims ?? [] },
     };
   }
 
@@ -197,6 +273,12 @@ export class ClaimAllocator {
     const view = await this.d.ledger.get(b.id);
     return { name: label, bookingId: b.id, ended: b.ended, deleting, ...(view ? { start: view.start, end: view.end } : {}) };
   }
+}
+
+/** The claim's pod as read once per reconcile: what the decisions read, and what the gate's lifting reads. */
+interface ReadPod {
+  view: PodView;
+  gated: GatedPodView;
 }
 
 const nameOf = (c: ResourceClaim) => `${c.metadata.namespace}/${c.metadata.name}`;

@@ -1,8 +1,9 @@
 // Starts the claim allocator on the leader (ADR 0043): an informer on ResourceClaims (resource.k8s.io/v1) and one work
 // queue of claim keys (allocator.ts). A cluster that does not serve resource.k8s.io/v1 (before 1.34, or the RBAC of
 // deploy/dra not installed) is asked again every `pollMs`, as the Kueue check waits for Kueue. A Reservation that
-// changes wakes the claims of its namespace; a window's start wakes its claims by the queue's delay. Stopped with the
-// leadership.
+// changes wakes the claims of its namespace; a window's start wakes its claims by the queue's delay. The claims are
+// also indexed by the pod that owns them, for the scheduling gate's lifting (ADR 0049: every claim of ours of the pod
+// allocated). Stopped with the leadership.
 import type { KubeConfig } from '@kubernetes/client-node';
 import { ledgerBookings } from '../../admission/bookings.ts';
 import type { Fence, Ledger } from '../../db/ledger.ts';
@@ -10,7 +11,9 @@ import type { Db } from '../../db/pool.ts';
 import type { KubeClient } from '../../kube/client.ts';
 import { Informer } from '../../kube/informer.ts';
 import { RESOURCE_CLAIMS_PATH, ResourceClaimClient, type ResourceClaimObject } from '../../kube/resource-claims.ts';
+import { schedulingGateRemover } from '../../kube/scheduling-gates.ts';
 import { keyOf, type NamespaceCR, type Reservation } from '../../kube/types.ts';
+import { claimPodRef, ResourceClaimSchema } from '../../core/dra-allocate.ts';
 import { ClientNodeExtenderKube } from '../../extender/kube.ts';
 import type { Logger } from '../../log.ts';
 import { fenced } from '../fence.ts';
@@ -79,13 +82,19 @@ function start(o: ClaimAllocatorOptions, client: ResourceClaimClient): { claims:
   });
   const queue = new WorkQueue({ name: 'resourceclaims', workers: o.workers ?? 4, log: o.log, maxDelayMs: 30_000, ...(o.onProcessed ? { onProcessed: o.onProcessed } : {}) });
   const pods = new ClientNodeExtenderKube(o.kc);
+  const owned = new ClaimsByPod();
   const allocator = new ClaimAllocator({
     claims,
+    claimsOwnedBy: (ns, podUid) => owned.keysOf(podUid).flatMap((k) => {
+      const c = claims.get(k);
+      return c && c.metadata.namespace === ns ? [c] : [];
+    }),
     reservations: o.reservations,
     namespaces: o.namespaces,
     kube: {
       getPod: (ns, name) => pods.getPod(ns, name),
       replaceStatus: (c) => client.replaceStatus(c),
+      removeSchedulingGate: schedulingGateRemover(o.kc),
       setFinalizers: (ns, name, f, rv) => client.setFinalizers(ns, name, f, rv),
       event: (obj, kind, e) => o.kube.event(obj, kind, e),
     },
@@ -96,9 +105,52 @@ function start(o: ClaimAllocatorOptions, client: ResourceClaimClient): { claims:
     tenancyByName: o.tenancyByName,
     log: o.log,
   });
-  claims.on({ add: (c) => queue.add(keyOf(c)), update: (_a, b) => queue.add(keyOf(b)) });
+  claims.on({
+    add: (c) => {
+      owned.set(c);
+      queue.add(keyOf(c));
+    },
+    update: (_a, b) => {
+      owned.set(b);
+      queue.add(keyOf(b));
+    },
+    delete: (c) => owned.drop(c),
+  });
   claims.start();
   void claims.synced.then(() => queue.start((k) => allocator.reconcile(k)));
   o.log.info('dra: claim allocator started');
   return { claims, queue };
+}
+
+/** The claims' keys by the uid of the pod that owns them (their controlling owner reference): a gated pod's claims. */
+class ClaimsByPod {
+  private readonly byPod = new Map<string, Set<string>>();
+  private readonly podOf = new Map<string, string>();
+
+  set(c: ResourceClaimObject): void {
+    const key = keyOf(c);
+    const parsed = ResourceClaimSchema.safeParse(c);
+    const pod = parsed.success ? claimPodRef(parsed.data)?.uid : undefined;
+    if (this.podOf.get(key) === pod) return;
+    this.drop(c);
+    if (!pod) return;
+    this.podOf.set(key, pod);
+    const keys = this.byPod.get(pod) ?? new Set<string>();
+    keys.add(key);
+    this.byPod.set(pod, keys);
+  }
+
+  drop(c: ResourceClaimObject): void {
+    const key = keyOf(c);
+    const pod = this.podOf.get(key);
+    if (pod === undefined) return;
+    this.podOf.delete(key);
+    const keys = this.byPod.get(pod);
+    keys?.delete(key);
+    if (keys?.size === 0) this.byPod.delete(pod);
+  }
+
+  keysOf(podUid: string): string[] {
+    return [...(this.byPod.get(podUid) ?? [])];
+  }
 }
