@@ -120,15 +120,17 @@ describe('allocationFor', () => {
     expect(DRA_DRIVER).toBe(WIRE_DRIVER);
     const claim = claimOf([exactly('gpu', 'gpu.bettercompute.io', 2)]);
     const atoms = ['GPU-aaaa', 'GPU-bbbb/gi1/ci0'];
-    const r = allocationFor(claim, { nodeId: 'node-1', devices: atoms.map((atomId) => ({ request: 'gpu', atomId })) });
+    const r = allocationFor(claim, { nodeId: 'node-1', devices: atoms.map((atomId) => ({ request: 'gpu', atomId })) }, Date.parse('2026-12-05T02:12:18.734Z'));
     expect(r).toEqual({
       ok: true,
       allocation: {
         devices: { results: atoms.map((a) => ({ request: 'gpu', driver: WIRE_DRIVER, pool: 'node-1', device: draDeviceName(a) })) },
         nodeSelector: { nodeSelectorTerms: [{ matchFields: [{ key: 'metadata.name', operator: 'In', values: ['node-1'] }] }] },
+        // Set by us: kube-scheduler 1.36+ would otherwise set it while reserving, a change of an immutable allocation.
+        allocationTimestamp: '2026-12-05T02:12:18Z',
       },
     });
-    expect(allocationFor(claim, { nodeId: 'n', devices: [{ request: 'other', atomId: 'x' }] }).ok).toBe(false);
+    expect(allocationFor(claim, { nodeId: 'n', devices: [{ request: 'other', atomId: 'x' }] }, 0).ok).toBe(false);
   });
 });
 

@@ -165,8 +165,14 @@ function decideReservationClaim(requests: ClaimRequestPlan[], pod: PodView, labe
   return { do: 'assign', reservationId: r.bookingId, requests };
 }
 
-/** The status.allocation of a claim the ledger holds atoms for: one result per atom, the node pinned. */
-export function allocationFor(claim: ResourceClaim, holding: HoldingView): { ok: true; allocation: Record<string, unknown> } | { ok: false; message: string } {
+/**
+ * The status.allocation of a claim the ledger holds atoms for: one result per atom, the node pinned, and the time of
+ * the allocation (whole seconds, as the API stores it). kube-scheduler from 1.36 on (binding conditions, beta) sets
+ * `allocationTimestamp` on an allocation that lacks one when it adds the pod to reservedFor; the allocation is
+ * immutable once written, so without it that write is refused and the pod is never bound. A 1.34 API server, where
+ * the field's feature is off, drops it.
+ */
+export function allocationFor(claim: ResourceClaim, holding: HoldingView, nowMs: number): { ok: true; allocation: Record<string, unknown> } | { ok: false; message: string } {
   const names = new Set((claim.spec.devices?.requests ?? []).map((r) => r.name));
   const stray = holding.devices.find((d) => !names.has(d.request));
   if (stray) return { ok: false, message: `the ledger holds atom ${stray.atomId} for request ${stray.request}, which the claim does not make` };
@@ -175,6 +181,7 @@ export function allocationFor(claim: ResourceClaim, holding: HoldingView): { ok:
     allocation: {
       devices: { results: holding.devices.map((d) => ({ request: d.request, driver: DRA_DRIVER, pool: holding.nodeId, device: draDeviceName(d.atomId) })) },
       nodeSelector: { nodeSelectorTerms: [{ matchFields: [{ key: 'metadata.name', operator: 'In', values: [holding.nodeId] }] }] },
+      allocationTimestamp: new Date(Math.floor(nowMs / 1000) * 1000).toISOString().replace('.000Z', 'Z'),
     },
   };
 }

@@ -8,7 +8,7 @@ export function allocatedClaim(h: ClaimHolding) {
     metadata: { name: h.claimName, namespace: h.namespace, uid: h.claimUid },
     spec: { devices: { requests: [...new Set(h.devices.map((d) => d.request))].map((n) => ({ name: n, exactly: { deviceClassName: 'gpu.bettercompute.io' } })) } },
   });
-  const a = allocationFor(base, h);
+  const a = allocationFor(base, h, Date.parse('2026-01-01T00:00:00Z'));
   if (!a.ok) throw new Error(a.message);
   return { ...base, status: { allocation: a.allocation } };
 }

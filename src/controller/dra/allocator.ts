@@ -134,7 +134,7 @@ export class ClaimAllocator {
 
   /** Writes status.allocation from what the ledger holds; a claim gone meanwhile is released. */
   private async handOver(claim: ResourceClaim, holding: ClaimHolding): Promise<ReconcileResult> {
-    const a = allocationFor(claim, holding);
+    const a = allocationFor(claim, holding, this.d.nowMs());
     if (!a.ok) return this.wait(claim, { do: 'wait', reason: 'LedgerMismatch', message: a.message });
     try {
       await this.d.fenced(() => this.d.kube.replaceStatus({ ...(claim as ResourceClaimObject), status: { ...(claim.status ?? {}), allocation: a.allocation } }));
