@@ -237,6 +237,11 @@ describe.skipIf(external)('DRA mode on the node: the real kubelet, the agent\'s 
     const had = new Map(await Promise.all(names.map(async (n) => [n, (await got(n)).atoms] as const)));
     await restartKubelet();
     await waitFor('the kubelet registered the plugin again', async () => registrations(await agentLog()) > before, { timeoutMs: 60_000, intervalMs: 1000 });
+    // A kubelet that starts deletes its node's ResourceSlices; the agent publishes them again once registered.
+    await waitFor('the node\'s ResourceSlice published again', async () => {
+      const l = await kubectlJson<List<{ spec: { devices?: unknown[] } }>>(['get', 'resourceslices', '--field-selector', `spec.nodeName=${c().nodeName},spec.driver=gpu.bettercompute.io`]);
+      return l.items.some((x) => (x.spec.devices ?? []).length > 0);
+    }, { timeoutMs: 60_000, intervalMs: 1000 });
     await apply(pod('after', { template: 'gpu' }));
     const after = await got('after');
     expectHandedOver(after);
