@@ -186,9 +186,6 @@ describe.skipIf(external)('DRA mode on the node: the real kubelet, the agent\'s 
     const g = await got('od');
     expectHandedOver(g);
     expect(reserved).not.toContain(g.atoms[0]);
-    // Booked for this pod: the Reservation's pods hold the others, and the ledger shows the pod's allocation.
-    const p = await kubectlJson<{ metadata: { annotations?: Record<string, string> } }>(['-n', NS, 'get', 'pod', 'od']);
-    process.stderr.write(`[dra-node] od got ${g.atoms.join(',')}; annotations ${JSON.stringify(p.metadata.annotations ?? {})}\n`);
   }, 120_000);
 
   it('a claim whose allocation names a device the ledger booked to another claim is refused at NodePrepareResources: the pod never starts, the kubelet says why', async () => {
@@ -200,6 +197,10 @@ describe.skipIf(external)('DRA mode on the node: the real kubelet, the agent\'s 
       metadata: { name: 'forged', namespace: NS },
       spec: { devices: { requests: [{ name: 'gpu', exactly: { deviceClassName: 'gpu.bettercompute.io', count: 1 } }] } },
     });
+    // The pod first: the allocation is written reserved for it, so that the controller, which clears an allocation of
+    // ours that nobody reserves and the ledger does not hold, leaves it to the kubelet.
+    await apply(pod('forged', { claim: 'forged' }));
+    const forgedPod = await kubectlJson<DraPod>(['-n', NS, 'get', 'pod', 'forged']);
     const claim = await kubectlJson<Claim & { metadata: Record<string, unknown> }>(['-n', NS, 'get', 'resourceclaim', 'forged']);
     // Written as the controller would (the policy admits only its ServiceAccount): od's device, which the ledger booked to od's claim.
     const forged = {
@@ -208,12 +209,13 @@ describe.skipIf(external)('DRA mode on the node: the real kubelet, the agent\'s 
         allocation: {
           devices: { results: [{ request: 'gpu', driver: 'gpu.bettercompute.io', pool: node, device: devicesOf(od.claim)[0] }] },
           nodeSelector: { nodeSelectorTerms: [{ matchFields: [{ key: 'metadata.name', operator: 'In', values: [node] }] }] },
+          allocationTimestamp: new Date().toISOString(),
         },
+        reservedFor: [{ resource: 'pods', name: 'forged', uid: forgedPod.metadata.uid }],
       },
     };
     const w = await kubectlResult(['replace', '--subresource=status', '--as', `system:serviceaccount:${SYSTEM_NS}:better-compute-controller`, '--as-group', 'system:serviceaccounts', '-f', '-'], { input: JSON.stringify(forged) });
     expect(w.code, w.stderr).toBe(0);
-    await apply(pod('forged', { claim: 'forged' }));
     const refused = await waitFor('the kubelet\'s FailedPrepareDynamicResources on forged', async () => (await eventsOf('forged')).find((e) => e.reason === 'FailedPrepareDynamicResources'), { timeoutMs: 90_000, intervalMs: 500 });
     process.stderr.write(`[dra-node] forged: ${refused.message}\n`);
     expect(refused.message).toMatch(/not prepared on/);
