@@ -116,18 +116,18 @@ async function eventsOf(name: string): Promise<KubeEvent[]> {
   return (await kubectlJson<List<KubeEvent>>(['-n', NS, 'get', 'events', '--field-selector', `involvedObject.kind=Pod,involvedObject.name=${name}`])).items;
 }
 
-/** Deletes the pods and waits until they and their claims are gone (the claims' atoms released). */
-async function deleteAndWait(names: string[]): Promise<void> {
-  const claims = (await Promise.all(names.map(async (n) => (await kubectlJson<DraPod>(['-n', NS, 'get', 'pod', n])).status?.resourceClaimStatuses ?? []))).flat();
-  await deletePodsNow(NS, names);
-  await waitFor(`pods ${names.join(',')} gone`, async () => {
-    const left = await kubectlJson<List<{ metadata: { name: string } }>>(['-n', NS, 'get', 'pods']);
-    return !left.items.some((p) => names.includes(p.metadata.name));
+/** Deletes the pods (those named, or all of the namespace) and waits until they and their claims are gone (released). */
+async function deleteAndWait(names?: string[]): Promise<void> {
+  const pods = (await kubectlJson<List<DraPod>>(['-n', NS, 'get', 'pods'])).items.filter((p) => !names || names.includes(p.metadata.name));
+  const claims = pods.flatMap((p) => (p.status?.resourceClaimStatuses ?? []).map((x) => x.resourceClaimName)).filter((x): x is string => !!x);
+  await deletePodsNow(NS, pods.map((p) => p.metadata.name));
+  await waitFor('pods gone', async () => {
+    const left = await kubectlJson<List<DraPod>>(['-n', NS, 'get', 'pods']);
+    return !left.items.some((p) => pods.some((x) => x.metadata.uid === p.metadata.uid));
   }, { timeoutMs: 60_000, intervalMs: 250 });
-  for (const x of claims) {
-    if (!x.resourceClaimName) continue;
-    await waitFor(`claim ${x.resourceClaimName} gone`, async () => {
-      const r = await kubectlResult(['-n', NS, 'get', 'resourceclaim', x.resourceClaimName!]);
+  for (const name of claims) {
+    await waitFor(`claim ${name} gone`, async () => {
+      const r = await kubectlResult(['-n', NS, 'get', 'resourceclaim', name]);
       return r.code !== 0 && /NotFound/.test(r.stderr);
     }, { timeoutMs: 60_000, intervalMs: 250 });
   }
@@ -269,9 +269,8 @@ describe.skipIf(external)('DRA mode on the node: the real kubelet, the agent\'s 
   }, 120_000);
 
   it(`${ROUNDS} rounds: two pods of the Reservation and two on-demand pods at once each see only their own atoms`, async () => {
-    const jobPods = (await kubectlJson<List<DraPod>>(['-n', NS, 'get', 'pods', '-l', 'job-name=job'])).items.map((p) => p.metadata.name);
-    await kubectl(['-n', NS, 'delete', 'job', 'job', '--cascade=foreground', '--wait=true', '--timeout=60s']);
-    await deleteAndWait([...jobPods, 'od']);
+    await kubectl(['-n', NS, 'delete', 'job', 'job', '--cascade=orphan']);
+    await deleteAndWait();
     const started = performance.now();
     for (let round = 0; round < ROUNDS; round++) {
       const names = [`ra-${round}`, `rb-${round}`, `oa-${round}`, `ob-${round}`];
@@ -289,10 +288,17 @@ describe.skipIf(external)('DRA mode on the node: the real kubelet, the agent\'s 
   }, 600_000);
 
   it('a slot is handed out through slot.gpu.bettercompute.io, once the Pool shares its GPUs by time slices', async () => {
+    // Nothing booked on the node: a GPU's layout changes only once its bookings are gone.
+    await kubectlResult(['-n', NS, 'delete', 'job', 'job', '--cascade=orphan', '--ignore-not-found']);
+    await deleteAndWait();
     await kubectl(['-n', NS, 'delete', 'reservation', RESERVATION, '--wait=true', '--timeout=60s'], { timeoutMs: 70_000 });
     await kubectl(['patch', 'pool', POOL, '--type=merge', '-p', JSON.stringify({ spec: { sharing: 'timeslice', slotsPerGpu: 2 } })]);
     await apply(pod('slot', { template: 'slot' }));
-    const g = await got('slot', 120_000);
+    const g = await got('slot', 120_000).catch(async (e: unknown) => {
+      const events = (await eventsOf('slot')).map((x) => `${x.reason}: ${x.message}`).join('\n');
+      const pool = await kubectl(['get', 'pool', POOL, '-o', 'jsonpath={.spec.sharing} {.status}']);
+      throw new Error(`${(e as Error).message}\nevents of slot:\n${events}\npool: ${pool}`);
+    });
     expectHandedOver(g);
     expect(g.atoms[0]).toMatch(/\/s[01]$/);
     await deleteAndWait(['slot']);
