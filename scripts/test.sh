@@ -2,13 +2,13 @@
 # `npm test`: every check, in the order that gets CI done soonest on two cores (docs/testing.md):
 #   1. the typecheck and the lint;
 #   2. vitest's `unit` and `db` projects (CPU-bound: they have the machine to themselves);
-#   3. the builds both clusters need, once: the Kubernetes components (e2e/cluster/build.sh) and the product's images
-#      (npm run image), so that the two lanes below never build the same thing at once;
-#   4. vitest's `cluster` project on the process cluster, then npm run test:kind (its lines prefixed with [kind]);
-#      with BC_TEST_PARALLEL=1 the two at once (they mostly wait on their clusters rather than compute). Not the
-#      default: in the one clean-clone run so far with them side by side, the controller installed by the Kueue suite
-#      stopped answering its readiness probe just after kind's lane ended, and restarted in a loop (not explained yet;
-#      docs/testing.md);
+#   3. the builds both clusters need, once: the Kubernetes components of both releases (e2e/cluster/build.sh, called
+#      by scripts/image/build.sh) and the product's images (npm run image, once per release for kube-scheduler), so
+#      that the two lanes below never build the same thing at once;
+#   4. vitest's `cluster` project on the process cluster and npm run test:kind (its lines prefixed with [kind]) side
+#      by side: they mostly wait on their clusters rather than compute. BC_TEST_PARALLEL=0 runs them one after the
+#      other. (The two share nothing on this host: the kind runs keep their test state beside kind's kubeconfig,
+#      e2e/cluster/harness.ts externalStateDir);
 #   5. a table of each step's time and result. Exit 0 only when every step passed.
 # A failing step 1–3 stops the run (what follows would fail for the same reason).
 set -uo pipefail
@@ -44,7 +44,10 @@ stop_early() {
 step typecheck npm run -s typecheck || stop_early
 step lint npm run -s lint || stop_early
 step unit+db npx vitest run --project unit --project db || stop_early
-step builds bash -c 'bash e2e/cluster/build.sh >/dev/null && npm run -s image' || stop_early
+# Both releases: the process cluster's (e2e/cluster/versions.env) and kind's (e2e/kind/versions.env, ADR 0051), each
+# with its kube-scheduler image (scripts/image/build.sh builds the Kubernetes components it needs through build.sh).
+kind_release='source e2e/kind/versions.env && export BC_K8S_VERSION="$KIND_K8S_VERSION" BC_ETCD_VERSION="$KIND_ETCD_VERSION"'
+step builds bash -c "npm run -s image && ($kind_release && bash scripts/image/build.sh)" || stop_early
 
 kind_lane() {
   local s=$SECONDS rc=0
@@ -54,7 +57,7 @@ kind_lane() {
 kind_result="$(mktemp)"
 trap 'rm -f "$kind_result"' EXIT
 
-if [[ "${BC_TEST_PARALLEL:-0}" != 1 ]]; then
+if [[ "${BC_TEST_PARALLEL:-1}" == 0 ]]; then
   step cluster npx vitest run --project cluster
   say "kind: npm run test:kind"
   kind_lane

@@ -79,13 +79,24 @@ function readEnvFile(file: string): Record<string, string> {
   return out;
 }
 
+/**
+ * The test state of an external cluster (kind): beside its kubeconfig, never the process cluster's CLUSTER_DIR. The
+ * two run side by side in `npm test`; when an external run's uninstall removed `CLUSTER_DIR/volumes/...`, it deleted
+ * the embedded PostgreSQL of the product installed on the process cluster at that moment.
+ */
+export function externalStateDir(kubeconfig: string): string {
+  const dir = path.join(path.dirname(path.resolve(kubeconfig)), 'test-state');
+  fs.mkdirSync(dir, { recursive: true });
+  return dir;
+}
+
 /** Where everything of the running cluster is. Throws when no cluster is up (and none is named by BC_KUBECONFIG). */
 export function clusterInfo(): ClusterInfo {
   const envFile = path.join(CLUSTER_DIR, 'env');
   if (process.env.BC_EXTERNAL_CLUSTER === '1') {
     if (process.env.BC_KUBECONFIG) {
       return {
-        dir: CLUSTER_DIR,
+        dir: externalStateDir(process.env.BC_KUBECONFIG),
         kubeconfig: process.env.BC_KUBECONFIG,
         kubectl: process.env.BC_KUBECTL ?? 'kubectl',
         k8sVersion: process.env.BC_K8S_VERSION ?? '',

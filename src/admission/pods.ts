@@ -19,7 +19,6 @@
 // review.ts, a large one in a worker thread off the event loop the extender shares (review-pool.ts, ADR 0047).
 import express, { type Router } from 'express';
 import type { IncomingMessage } from 'node:http';
-import type { TLSSocket } from 'node:tls';
 import { isOurDeviceClass } from '../core/dra-allocate.ts';
 import { GENERIC_RESOURCES, RESERVATION_GROUP, RESERVATION_LABEL, RESERVATION_MARKER, reservationIdOfResource, reservationResourceName } from '../extender/resources.ts';
 import type { Informer } from '../kube/informer.ts';
@@ -27,6 +26,7 @@ import type { NamespaceCR, Reservation } from '../kube/types.ts';
 import { namespaceTenant } from '../kube/types.ts';
 import type { Db } from '../db/pool.ts';
 import { capDeclaredBody, readCappedBody } from '../api/body-cap.ts';
+import { peerOf } from '../api/peer.ts';
 import { errorFields, type Logger } from '../log.ts';
 import { ledgerBookings, type BookingLookup } from './bookings.ts';
 import { decodeReview, decodeReviewJson, type ContainerLike, type DecodedReview, type PodLike, type Quantities } from './review.ts';
@@ -40,6 +40,9 @@ export const DEFAULT_SCHEDULER = 'default-scheduler';
  * are refused (413) from their Content-Length before a byte is read, or cut off at the cap while read (chunked).
  */
 export const MAX_REVIEW_BYTES = 2 * 1024 * 1024;
+
+/** The refusal of a caller without a verified client certificate (ADR 0034). */
+export const CALLER_NOT_VERIFIED = 'the admission endpoint answers only the API server (a verified client certificate)';
 
 const OUR_PREFIXES = ['bettercompute.io/', `${RESERVATION_GROUP}/`];
 const isOurs = (resource: string) => OUR_PREFIXES.some((p) => resource.startsWith(p));
@@ -265,7 +268,7 @@ export interface PodAdmissionDeps extends AdmissionLookups {
 
 /** The request came over TLS with a client certificate that the listener's client CA verified. */
 export function tlsClientVerified(req: IncomingMessage): boolean {
-  return (req.socket as TLSSocket).authorized === true;
+  return peerOf(req).authorized;
 }
 
 function response(uid: string, a: Admission) {
@@ -328,7 +331,7 @@ export function createPodAdmissionRouter(deps: PodAdmissionDeps): Router {
     router.use((req, res, next) => {
       if (verified(req)) return next();
       res.set('Connection', 'close');
-      res.status(403).json({ error: { code: 'FORBIDDEN', message: 'the admission endpoint answers only the API server (a verified client certificate)' } });
+      res.status(403).json({ error: { code: 'FORBIDDEN', message: CALLER_NOT_VERIFIED } });
     });
   }
   router.use(capDeclaredBody(MAX_REVIEW_BYTES));

@@ -3,7 +3,8 @@
 // extender) only the reading of their bytes, never their parse and check. A full queue is refused at once (the
 // transport answers 503) rather than piled up; a review not answered by its deadline is refused, and a worker still on
 // it is terminated and replaced (a JSON.parse cannot be interrupted otherwise).
-import { Worker } from 'node:worker_threads';
+import type { Worker } from 'node:worker_threads';
+import { siblingScript, startWorker } from '../api/worker-thread.ts';
 import type { DecodedReview } from './review.ts';
 import type { ReviewJob } from './review-worker.ts';
 
@@ -52,19 +53,7 @@ interface Slot {
   job: Job | undefined;
 }
 
-/**
- * The worker of a script: a compiled one (dist/, .js) as it is; a TypeScript one (the tests, `tsx src/cli/main.ts`)
- * through tsx, registered in the worker before the script is imported (Node 20 does not hand `--import` loaders to
- * workers).
- */
-function startWorker(script: URL): Worker {
-  const workerData = { nice: REVIEW_WORKER_NICE };
-  if (!script.pathname.endsWith('.ts')) return new Worker(script, { workerData });
-  const tsx = import.meta.resolve('tsx/esm/api');
-  return new Worker(`import(${JSON.stringify(tsx)}).then((m) => { m.register(); return import(${JSON.stringify(script.href)}); });`, { eval: true, workerData });
-}
-
-const defaultScript = () => new URL(`./review-worker${import.meta.url.endsWith('.ts') ? '.ts' : '.js'}`, import.meta.url);
+const defaultScript = () => siblingScript(import.meta.url, 'review-worker');
 
 /** The bytes as an ArrayBuffer of their own, to transfer: the buffer itself when the bytes are all of it, else a copy. */
 function ownBuffer(bytes: Uint8Array): ArrayBuffer {
@@ -146,7 +135,7 @@ export class ReviewDecoderPool {
   }
 
   private spawn(): Slot {
-    const worker = startWorker(this.script);
+    const worker = startWorker(this.script, { nice: REVIEW_WORKER_NICE });
     // Idle workers keep no process alive; close() ends them.
     worker.unref();
     const slot: Slot = { worker, job: undefined };

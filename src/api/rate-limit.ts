@@ -5,6 +5,7 @@
 import type { IncomingMessage, RequestListener, ServerResponse } from 'node:http';
 import { systemClock } from '../clock.ts';
 import { TokenBuckets, type TokenBucketOptions } from '../core/token-bucket.ts';
+import { peerOf } from './peer.ts';
 
 export interface SourceLimit extends TokenBucketOptions {
   /** Requests that are never limited (the kubelet's probes, the API server's admission calls). */
@@ -25,7 +26,7 @@ export function limitBySource(handler: RequestListener, limit: SourceLimit): Req
   const now = limit.now ?? (() => systemClock.now());
   return (req: IncomingMessage, res: ServerResponse) => {
     if (limit.exempt?.(req)) return handler(req, res);
-    const source = sourceKey(req.socket.remoteAddress);
+    const source = sourceKey(peerOf(req).address);
     const verdict = buckets.take(source, now());
     if (verdict.allowed) return handler(req, res);
     limit.onLimited?.(source);

@@ -16,8 +16,11 @@ export interface RunningServer {
   /** e.g. http://127.0.0.1:8080 or https://127.0.0.1:9443 */
   readonly url: string;
   readonly port: number;
-  /** HTTPS only: replaces the certificate and key for new connections (rotation); throws on a plain HTTP server. */
-  setTls(tls: TlsMaterial): void;
+  /**
+   * HTTPS only: replaces the certificate and key for new connections (rotation); resolves once new connections get them
+   * (at once here; a TLS front's thread first acknowledges); throws on a plain HTTP server.
+   */
+  setTls(tls: TlsMaterial): Promise<void>;
   /**
    * Stops accepting connections, lets requests in flight finish (closing idle keep-alive connections at once), and
    * after `drainMs` closes whatever is still open.
@@ -25,7 +28,7 @@ export interface RunningServer {
   close(drainMs?: number): Promise<void>;
 }
 
-const TIMEOUTS = { keepAliveTimeout: 5_000, headersTimeout: 10_000, requestTimeout: 30_000 };
+export const TIMEOUTS = { keepAliveTimeout: 5_000, headersTimeout: 10_000, requestTimeout: 30_000 };
 
 /**
  * HTTP, or HTTPS with `tls`. With `clientCa` too (PEM), every client is asked for a certificate and the ones that CA
@@ -59,18 +62,27 @@ export async function listen(
     setTls(tls) {
       if (!(server instanceof https.Server)) throw new Error('setTls on a plain HTTP listener');
       server.setSecureContext(context(tls));
+      return Promise.resolve();
     },
     close(drainMs = 10_000) {
-      closing ??= new Promise<void>((resolve) => {
-        const force = setTimeout(() => server.closeAllConnections(), drainMs);
-        force.unref();
-        server.close(() => {
-          clearTimeout(force);
-          resolve();
-        });
-        server.closeIdleConnections();
-      });
+      closing ??= closeServer(server, drainMs);
       return closing;
     },
   };
+}
+
+/**
+ * Stops accepting connections, lets requests in flight finish (closing idle keep-alive connections at once), and after
+ * `drainMs` closes whatever is still open.
+ */
+export function closeServer(server: http.Server, drainMs: number): Promise<void> {
+  return new Promise<void>((resolve) => {
+    const force = setTimeout(() => server.closeAllConnections(), drainMs);
+    force.unref();
+    server.close(() => {
+      clearTimeout(force);
+      resolve();
+    });
+    server.closeIdleConnections();
+  });
 }

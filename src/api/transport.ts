@@ -4,8 +4,8 @@
 // on what the listener was asked to bind: a plain listener on 0.0.0.0 still takes tokens from 127.0.0.1 and refuses
 // them from the pod network.
 import net from 'node:net';
-import type { TLSSocket } from 'node:tls';
 import type { RequestHandler } from 'express';
+import { peerOf } from './peer.ts';
 
 /** Whether `address` (as a socket reports it, IPv4-mapped IPv6 included) is a loopback address. */
 export function isLoopbackAddress(address: string | undefined): boolean {
@@ -26,7 +26,7 @@ export function tokenTransportAllowed(socket: { encrypted?: boolean; localAddres
  */
 export function requireTokenTransport(): RequestHandler {
   return (req, res, next) => {
-    if (req.get('authorization') === undefined || tokenTransportAllowed(req.socket as Partial<TLSSocket>)) return next();
+    if (req.get('authorization') === undefined || tokenTransportAllowed(peerOf(req))) return next();
     res.set('Connection', 'close');
     res.status(403).json({
       error: {

@@ -15,7 +15,9 @@ import { createExtenderListener } from '../extender/listener.ts';
 import type { ExtenderService } from '../extender/service.ts';
 import { silentLogger } from '../log.ts';
 import { issueBundle, type TlsBundle } from './certs.ts';
-import { createWebhookApp, limitListeners, startListeners, type ControllerListeners } from './listeners.ts';
+import { createWebhookApp, limitListeners, startListeners, WEBHOOK_MAX_BODY_BYTES, type ControllerListeners } from './listeners.ts';
+import { peerOf } from '../api/peer.ts';
+import { TLSSocket } from 'node:tls';
 import { listen } from '../api/server.ts';
 import type { RequestListener } from 'node:http';
 import { createMetricsApp } from './metrics-endpoint.ts';
@@ -54,6 +56,7 @@ beforeAll(async () => {
   } as unknown as ExtenderService;
   const agentRouter = express.Router();
   agentRouter.get('/nodes/:node', (req, res) => void res.json({ node: req.params.node }));
+  agentRouter.get('/peer', (req, res) => void res.json({ tlsOnLoop: req.socket instanceof TLSSocket, peer: peerOf(req) }));
   listeners = await startListeners({
     addresses: {
       httpHost: '127.0.0.1',
@@ -178,6 +181,17 @@ describe('the webhook listener (HTTPS)', () => {
     expect(none.status).toBe(404);
     expect(none.json).toMatchObject({ error: { code: 'NOT_FOUND' } });
   });
+
+  it('its TLS is not on the event loop (ADR 0048): the routers see the client through peerOf, over TLS, never a TLS socket', async () => {
+    const r = await request(`${listeners.webhook.url}/agent/v1/peer`, { ca: tlsA.caCert });
+    expect(r.json).toEqual({ tlsOnLoop: false, peer: { address: '127.0.0.1', localAddress: '127.0.0.1', encrypted: true, authorized: false } });
+  });
+
+  it('a body over the largest a route takes is refused by the front, from its headers (413)', async () => {
+    const r = await request(`${listeners.webhook.url}/agent/v1/nodes/a`, { method: 'POST', ca: tlsA.caCert, body: 'x'.repeat(WEBHOOK_MAX_BODY_BYTES + 1) });
+    expect(r.status).toBe(413);
+    expect(r.json).toMatchObject({ error: { code: 'PAYLOAD_TOO_LARGE' } });
+  });
 });
 
 describe('certificate rotation', () => {
@@ -186,7 +200,7 @@ describe('certificate rotation', () => {
     const before = await request(`${listeners.webhook.url}/agent/v1/nodes/a`, { ca: tlsA.caCert });
     expect(createHash('sha256').update(before.peer!.raw).digest('hex')).toBe(fp(tlsA.cert));
     const port = listeners.webhook.port;
-    listeners.setTls({ cert: tlsB.cert, key: tlsB.key, ca: tlsB.caCert });
+    await listeners.setTls({ cert: tlsB.cert, key: tlsB.key, ca: tlsB.caCert });
     for (const url of [`${listeners.webhook.url}/agent/v1/nodes/a`, `${listeners.metrics.url}/metrics`, `${listeners.api.url}/healthz`]) {
       const after = await request(url, { ca: tlsB.caCert, token: 'prometheus-token' });
       expect(after.status).toBe(200);

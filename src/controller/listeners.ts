@@ -6,7 +6,8 @@
 //                                           the scheduler container of the same pod reaches it
 //   METRICS_HOST:METRICS_PORT        HTTPS  /metrics only, TokenReview + SubjectAccessReview (metrics-endpoint.ts)
 //   WEBHOOK_HOST:WEBHOOK_PORT        HTTPS  the routers mounted by the caller (admission webhook, node agents' API);
-//                                           with WEBHOOK_CLIENT_CA_FILE it asks for client certificates (ADR 0034)
+//                                           with WEBHOOK_CLIENT_CA_FILE it asks for client certificates (ADR 0034);
+//                                           its TLS and body reading in a thread of its own (api/tls-front.ts, ADR 0048)
 // The HTTPS listeners share one certificate (tls.ts), swapped in place on rotation; the capacity API may serve a
 // user-provided one instead (API_TLS_SECRET_NAME).
 import express, { type NextFunction, type Request, type RequestHandler, type Response } from 'express';
@@ -14,15 +15,32 @@ import type { IncomingMessage, RequestListener } from 'node:http';
 import { ApiError, toErrorResponse } from '../api/errors.ts';
 import { isProbe, limitBySource } from '../api/rate-limit.ts';
 import { listen, type RunningServer } from '../api/server.ts';
+import { listenBehindFront, type FrontRoute } from '../api/tls-front.ts';
+import { MAX_REVIEW_BYTES } from '../admission/pods.ts';
+import { AGENT_API_MAX_BODY_BYTES } from '../agentapi/router.ts';
 import type { DbHealth } from '../db/health.ts';
 import { errorFields, type Logger } from '../log.ts';
 import type { ServingTls } from './tls.ts';
 import { systemClock } from '../clock.ts';
 
+/** The largest body a route of the webhook listener takes (an AdmissionReview); larger ones its TLS front refuses. */
+export const WEBHOOK_MAX_BODY_BYTES = Math.max(MAX_REVIEW_BYTES, AGENT_API_MAX_BODY_BYTES);
+
+/** The mounts as the webhook listener's TLS front treats them (their paths' caps and callers). */
+export function webhookFrontRoutes(mounts: readonly WebhookMount[]): FrontRoute[] {
+  return mounts.map((m) => ({ path: m.path, maxBodyBytes: m.maxBodyBytes, verifiedCallersOnly: m.verifiedCallersOnly, lengthRequired: m.lengthRequired }));
+}
+
 /** A router mounted on the webhook listener at `path` (e.g. '/admission' or '/agent/v1'). */
 export interface WebhookMount {
   path: string;
   router: RequestHandler;
+  /** The largest body the router takes: larger ones the listener's TLS front refuses (413) before the router sees them. */
+  maxBodyBytes?: number;
+  /** With WEBHOOK_CLIENT_CA_FILE: only callers with a verified certificate are answered; the refusal's message. */
+  verifiedCallersOnly?: string;
+  /** Its callers always send a Content-Length: a chunked body is refused (411) from its headers by the TLS front. */
+  lengthRequired?: boolean;
   /** Called when the controller stops, after the listeners have drained. */
   stop?: () => Promise<void>;
 }
@@ -46,8 +64,8 @@ export interface ControllerListeners {
   extender: RunningServer;
   metrics: RunningServer;
   webhook: RunningServer;
-  /** New certificate for the HTTPS listeners (new connections get it); the capacity API's only without its own. */
-  setTls(tls: ServingTls): void;
+  /** New certificate for the HTTPS listeners (new connections get it once it resolves); the capacity API's only without its own. */
+  setTls(tls: ServingTls): Promise<void>;
   /** New certificate for the capacity API when it has its own (API_TLS_SECRET_NAME). */
   setApiTls(tls: ServingTls): void;
   close(drainMs?: number): Promise<void>;
@@ -156,6 +174,10 @@ export async function startListeners(o: {
    * asks every client for a certificate and marks the ones it signed verified, kept across setTls (ADR 0034).
    */
   webhookClientCa?: string | undefined;
+  /** The webhook routers' caps and callers, for its TLS front (webhookFrontRoutes). */
+  webhookRoutes?: readonly FrontRoute[] | undefined;
+  /** Told when the webhook listener's TLS thread ended unexpectedly (it is started again). */
+  onWebhookFrontRestart?: (error: Error) => void;
 }): Promise<ControllerListeners> {
   const a = o.addresses;
   const started: RunningServer[] = [];
@@ -169,20 +191,28 @@ export async function startListeners(o: {
     const apiLoopback = a.apiLoopbackPort === undefined ? undefined : await start(o.api, '127.0.0.1', a.apiLoopbackPort);
     const extender = await start(o.extender, a.extenderHost, a.extenderPort);
     const metrics = await start(o.metrics, a.metricsHost, a.metricsPort, o.tls);
-    const webhook = await start(o.webhook, a.webhookHost, a.webhookPort, o.tls, o.webhookClientCa);
+    // Its TLS in a thread of its own, off the loop that serves the extender (ADR 0048).
+    const webhook = await listenBehindFront(o.webhook, {
+      host: a.webhookHost,
+      port: a.webhookPort,
+      tls: o.tls,
+      clientCa: o.webhookClientCa,
+      routes: o.webhookRoutes,
+      maxBodyBytes: WEBHOOK_MAX_BODY_BYTES,
+      ...(o.onWebhookFrontRestart ? { onRestart: o.onWebhookFrontRestart } : {}),
+    });
+    started.push(webhook);
     return {
       api,
       apiLoopback,
       extender,
       metrics,
       webhook,
-      setTls(tls) {
-        if (!o.apiTls) api.setTls(tls);
-        metrics.setTls(tls);
-        webhook.setTls(tls);
+      async setTls(tls) {
+        await Promise.all([o.apiTls ? undefined : api.setTls(tls), metrics.setTls(tls), webhook.setTls(tls)]);
       },
       setApiTls(tls) {
-        if (o.apiTls) api.setTls(tls);
+        if (o.apiTls) void api.setTls(tls);
       },
       async close(drainMs) {
         await Promise.all(started.map((s) => s.close(drainMs)));

@@ -30,7 +30,7 @@ import { ledgerMetrics } from '../metrics/ledger.ts';
 import { createRegistry, httpMetrics } from '../metrics/registry.ts';
 import { serviceSans } from './certs.ts';
 import { FenceHolder, LEASE_NAME } from './fence.ts';
-import { createWebhookApp, healthChecks, limitListeners, startListeners, type ControllerListeners, type WebhookMount } from './listeners.ts';
+import { createWebhookApp, healthChecks, webhookFrontRoutes, limitListeners, startListeners, type ControllerListeners, type WebhookMount } from './listeners.ts';
 import { createMetricsApp } from './metrics-endpoint.ts';
 import { ClientNodeTlsKube, FileTlsSource, ProvidedSecretTlsSource, readClientCaBundle, SecretTlsSource, type TlsSource } from './tls.ts';
 import { KubeClient, kubeConfigFrom } from '../kube/client.ts';
@@ -252,7 +252,7 @@ async function serve(config: Config, log: Logger, core: Core, started: Started, 
   const tls = (started.tls = tlsSourceFor(config, kc, log, isLeader));
   let current = await tls.start((next) => {
     current = next;
-    started.listeners?.setTls(next);
+    return started.listeners?.setTls(next);
   });
   const apiTlsSource = (started.apiTls = apiTlsSourceFor(config, kc, log));
   const apiTls = await apiTlsSource?.start((next) => started.listeners?.setApiTls(next));
@@ -261,7 +261,16 @@ async function serve(config: Config, log: Logger, core: Core, started: Started, 
     { api, metrics: metricsApp, webhook: createWebhookApp(started.mounts, log) },
     config.rateLimitPerSecond > 0 ? { perSecond: config.rateLimitPerSecond, burst: config.rateLimitBurst, onLimited: limits.limited } : undefined,
   );
-  started.listeners = await startListeners({ addresses: config, ...apps, extender, tls: current, apiTls, webhookClientCa: clientCa?.pem });
+  started.listeners = await startListeners({
+    addresses: config,
+    ...apps,
+    extender,
+    tls: current,
+    apiTls,
+    webhookClientCa: clientCa?.pem,
+    webhookRoutes: webhookFrontRoutes(started.mounts),
+    onWebhookFrontRestart: (e) => log.error('the webhook listener\'s TLS thread ended; starting it again', errorFields(e)),
+  });
   return { listeners: started.listeners, tls, caBundle: () => current.ca };
 }
 

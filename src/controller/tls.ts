@@ -170,8 +170,11 @@ export class ClientNodeTlsKube implements TlsKube {
 // ---- Sources -----------------------------------------------------------------------------------------------------
 
 export interface TlsSource {
-  /** Reads (and, from the Secret, creates or repairs) the material; resolves with what to serve first. */
-  start(onChange: (tls: ServingTls) => void): Promise<ServingTls>;
+  /**
+   * Reads (and, from the Secret, creates or repairs) the material; resolves with what to serve first. onChange is told of
+   * each new material; a promise it returns is awaited (a reload is done once the listeners serve it).
+   */
+  start(onChange: (tls: ServingTls) => unknown): Promise<ServingTls>;
   /** One reload now (the timer does this every `reloadEveryMs`). */
   poll(): Promise<void>;
   stop(): void;
@@ -183,7 +186,7 @@ function same(a: ServingTls | undefined, b: ServingTls): boolean {
 
 abstract class PollingSource implements TlsSource {
   protected current: ServingTls | undefined;
-  private onChange: (tls: ServingTls) => void = () => undefined;
+  private onChange: (tls: ServingTls) => unknown = () => undefined;
   private timer: NodeJS.Timeout | undefined;
   private running = false;
 
@@ -194,7 +197,7 @@ abstract class PollingSource implements TlsSource {
 
   protected abstract load(first: boolean): Promise<ServingTls>;
 
-  async start(onChange: (tls: ServingTls) => void): Promise<ServingTls> {
+  async start(onChange: (tls: ServingTls) => unknown): Promise<ServingTls> {
     this.current = await this.load(true);
     this.onChange = onChange;
     this.timer = setInterval(() => void this.poll(), this.reloadEveryMs);
@@ -210,7 +213,8 @@ abstract class PollingSource implements TlsSource {
       if (!same(this.current, next)) {
         this.current = next;
         this.log.info('serving certificate reloaded');
-        this.onChange(next);
+        // Awaited: a reload resolves once the listeners serve the new certificate.
+        await this.onChange(next);
       }
     } catch (e) {
       this.log.warn('TLS reload failed; serving the certificate loaded before', errorFields(e));

@@ -145,7 +145,7 @@ describe('WEBHOOK_CLIENT_CA_FILE set', () => {
   });
 
   it('after setTls, the new serving certificate and the same verification', async () => {
-    verifying.setTls({ cert: tlsB.cert, key: tlsB.key, ca: tlsB.caCert });
+    await verifying.setTls({ cert: tlsB.cert, key: tlsB.key, ca: tlsB.caCert });
     try {
       const ok = await admit(verifying, { ca: tlsB.caCert, clientCert: apiServer });
       expect(fingerprint(ok.peer!.raw)).toBe(fingerprint(new X509Certificate(tlsB.cert).raw));
@@ -154,7 +154,7 @@ describe('WEBHOOK_CLIENT_CA_FILE set', () => {
       expect((await admit(verifying, { ca: tlsB.caCert, clientCert: stranger })).status).toBe(403);
       expect((await agentCall(verifying, tlsB.caCert, 'agent-token')).status).toBe(200);
     } finally {
-      verifying.setTls({ cert: tlsA.cert, key: tlsA.key, ca: tlsA.caCert });
+      await verifying.setTls({ cert: tlsA.cert, key: tlsA.key, ca: tlsA.caCert });
     }
   });
 });

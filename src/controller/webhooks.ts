@@ -1,9 +1,9 @@
 // What the controller serves on its HTTPS webhook listener (WEBHOOK_PORT): the node agents' API (/agent/v1, their
 // ServiceAccount token bound to their node) and the pod admission webhook (/admission; with WEBHOOK_CLIENT_CA_FILE, for
 // the API server's client certificate only: ADR 0034). docs/adr/0007.
-import { createPodAdmissionRouter, podAdmissionDeps, tlsClientVerified } from '../admission/pods.ts';
+import { CALLER_NOT_VERIFIED, MAX_REVIEW_BYTES, createPodAdmissionRouter, podAdmissionDeps, tlsClientVerified } from '../admission/pods.ts';
 import { ReviewDecoderPool } from '../admission/review-pool.ts';
-import { createAgentApiRouter, agentUsernameFor } from '../agentapi/router.ts';
+import { AGENT_API_MAX_BODY_BYTES, createAgentApiRouter, agentUsernameFor } from '../agentapi/router.ts';
 import { AGENT_API_PREFIX } from '../agentapi/wire.ts';
 import { ResourceClaimClient } from '../kube/resource-claims.ts';
 import type { ControllerServices } from './services.ts';
@@ -30,10 +30,15 @@ export function productWebhookRouters(s: ControllerServices): WebhookMount[] {
         ...(s.config.webhookClientCaFile ? { callerVerified: tlsClientVerified } : {}),
         reviewPool,
       }),
+      maxBodyBytes: MAX_REVIEW_BYTES,
+      // The API server sends every review with a Content-Length (client-go, a body of bytes): a chunked one is a stranger's.
+      lengthRequired: true,
+      ...(s.config.webhookClientCaFile ? { verifiedCallersOnly: CALLER_NOT_VERIFIED } : {}),
       stop: () => reviewPool.close(),
     },
     {
       path: AGENT_API_PREFIX,
+      maxBodyBytes: AGENT_API_MAX_BODY_BYTES,
       router: createAgentApiRouter({
         db: s.db,
         clock: s.clock,

@@ -86,8 +86,11 @@ function admit(ca: string, clientCert?: KeyPairPem) {
   return request(admissionUrl(), { method: 'POST', body: REVIEW, ca, ...(clientCert ? { clientCert } : {}) });
 }
 
-/** A POST that declares a 1 MiB body and sends none: answered only by a server that does not wait for the body. */
-function withheldBody(ca: string, clientCert?: KeyPairPem): Promise<number> {
+/**
+ * A POST that declares a 1 MiB body and sends none (or, chunked, sends 64 KiB of one): answered only by a server that
+ * does not wait for the body.
+ */
+function withheldBody(ca: string, clientCert?: KeyPairPem, chunked = false): Promise<number> {
   return new Promise((resolve, reject) => {
     const req = https.request(
       admissionUrl(),
@@ -97,7 +100,7 @@ function withheldBody(ca: string, clientCert?: KeyPairPem): Promise<number> {
         ca,
         servername: 'localhost',
         ...(clientCert ? { cert: clientCert.cert, key: clientCert.key } : {}),
-        headers: { 'content-type': 'application/json', 'content-length': String(1024 * 1024) },
+        headers: { 'content-type': 'application/json', ...(chunked ? {} : { 'content-length': String(1024 * 1024) }) },
       },
       (res) => {
         res.resume();
@@ -107,7 +110,8 @@ function withheldBody(ca: string, clientCert?: KeyPairPem): Promise<number> {
     );
     req.on('error', reject);
     req.setTimeout(5_000, () => req.destroy(new Error('no answer while the body was withheld')));
-    req.flushHeaders();
+    if (chunked) req.write(Buffer.alloc(64 * 1024, ' '));
+    else req.flushHeaders();
   });
 }
 
@@ -120,6 +124,8 @@ async function expectVerification(serving: TlsBundle): Promise<void> {
   expect(createHash('sha256').update(ok.peer!.raw).digest('hex')).toBe(fingerprint(serving.cert));
   // Caches not synced (the fake API server lists no Reservations): the webhook's answer, not the listener's refusal.
   expect(ok.json).toMatchObject({ apiVersion: 'admission.k8s.io/v1', kind: 'AdmissionReview', response: { uid: 'review-1', allowed: false } });
+  // The API server sends a Content-Length: a chunked body, even from its certificate, is refused from its headers (ADR 0048).
+  expect(await withheldBody(ca, apiServer, true)).toBe(411);
   for (const clientCert of [undefined, stranger]) {
     const refused = await admit(ca, clientCert);
     expect(refused.status).toBe(403);
