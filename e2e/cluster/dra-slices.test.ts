@@ -11,9 +11,9 @@ import { installProduct, uninstallProduct } from './install.ts';
 // The real agent publishes with its own projected token, so its slices appearing shows that the API server puts the
 // node's name in the token's user.extra (the policy refuses a token without it). The policy's refusals are checked as
 // the agent's ServiceAccount impersonated with that extra (kubectl cannot send another ServiceAccount's token bound to
-// a pod of the agent's node; impersonation sends the same username and extra the policy reads). The process cluster's
-// kubelet runs with its own root directory, so it never finds the plugin's registration socket here: nothing calls
-// the plugin, and no kubelet deletes the slices; the agent alone keeps them.
+// a pod of the agent's node; impersonation sends the same username and extra the policy reads). The install points the
+// plugin's directories at the process cluster's kubelet root (install.ts), so the kubelet registers the plugin here;
+// no pod of this suite claims a device, so nothing calls it (dra-node.test.ts does).
 const c = () => clusterInfo();
 const GPUS = 2;
 const DRIVER = 'gpu.bettercompute.io';
@@ -62,7 +62,7 @@ describe('the DRA agent publishes its node\'s atoms as ResourceSlices, only its 
     await kubectlResult(['delete', 'resourceslice', `${OTHER_NODE}-${DRIVER}-0`, '--ignore-not-found']);
     if (process.env.BC_KEEP_INSTALLED !== '1') {
       await uninstallProduct({ draAgent: true });
-      // No kubelet here deletes them (see above): the slices left by the agent, as the kubelet would when it started.
+      // The slices left by the agent, without waiting for the kubelet to delete them (30 s after the plugin is gone).
       await kubectlResult(['delete', 'resourceslices', '--field-selector', `spec.nodeName=${c().nodeName},spec.driver=${DRIVER}`]);
     }
     fs.rmSync(dir, { recursive: true, force: true });

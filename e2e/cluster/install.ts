@@ -81,6 +81,57 @@ export interface InstallOptions {
   draAgent?: boolean;
   /** Extra environment of the agent container. */
   agentEnv?: Record<string, string>;
+  /** The last `mig.length` simulated GPUs in MIG mode, the i-th with the instances mig[i] (advertised as no whole GPU). */
+  mig?: { gi: number; ci: number; profile: string; memoryGiB: number }[][];
+}
+
+/** A node's simulated GPUs: `gpus` of them, the last ones in MIG mode with the instances given. */
+function simulatedDevices(node: string, o: InstallOptions) {
+  const spec = simulatedSpec(node, o.gpus ?? 8);
+  const mig = o.mig ?? [];
+  mig.forEach((instances, i) => {
+    const g = spec.gpus[spec.gpus.length - mig.length + i]!;
+    spec.gpus[spec.gpus.length - mig.length + i] = { ...g, migEnabled: true, mig: instances.map((m) => ({ ...m, healthy: true })) };
+  });
+  return spec;
+}
+
+/**
+ * The Component deploy/dra/agent names the kubelet's directories at their usual place; the process cluster's kubelet
+ * runs with its own --root-dir, so its plugin watcher looks in <root>/plugins_registry and the plugin's socket must be
+ * under <root>/plugins. The plugin directory is mounted at its host path too: the registration names the socket as
+ * the agent sees it, and the kubelet dials that path.
+ */
+function kubeletDirsPatches(kubeletRoot: string): object[] {
+  if (kubeletRoot === '/var/lib/kubelet') return [];
+  const pluginDir = path.join(kubeletRoot, 'plugins', 'gpu.bettercompute.io');
+  return [
+    {
+      target: { kind: 'DaemonSet', name: 'better-compute-agent' },
+      patch: JSON.stringify({
+        apiVersion: 'apps/v1',
+        kind: 'DaemonSet',
+        metadata: { name: 'better-compute-agent' },
+        spec: {
+          template: {
+            spec: {
+              volumes: [
+                { name: 'dra-plugin', hostPath: { path: pluginDir, type: 'DirectoryOrCreate' } },
+                { name: 'plugins-registry', hostPath: { path: path.join(kubeletRoot, 'plugins_registry'), type: 'DirectoryOrCreate' } },
+              ],
+            },
+          },
+        },
+      }),
+    },
+    {
+      target: { kind: 'DaemonSet', name: 'better-compute-agent' },
+      patch: JSON.stringify([
+        { op: 'add', path: '/spec/template/spec/containers/0/volumeMounts/-', value: { name: 'dra-plugin', mountPath: pluginDir } },
+        { op: 'add', path: '/spec/template/spec/containers/0/env/-', value: { name: 'BETTER_COMPUTE_DRA_PLUGIN_DIR', value: pluginDir } },
+      ]),
+    },
+  ];
 }
 
 /** The overlay the tests install: deploy/overlays/trial (or external) plus simulated GPUs. Returns its directory. */
@@ -89,7 +140,7 @@ export function writeTestOverlay(o: InstallOptions = {}): string {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'bc-install-'));
   // One NodeDevices spec per GPU node, <node>.json; each agent reads its own node's (NODE_NAME, set before it).
   const deviceFiles = c.gpuNodes.map((node) => {
-    fs.writeFileSync(path.join(dir, `${node}.json`), JSON.stringify(simulatedSpec(node, o.gpus ?? 8)));
+    fs.writeFileSync(path.join(dir, `${node}.json`), JSON.stringify(simulatedDevices(node, o)));
     return `${node}.json`;
   });
   const podResourcesDir = path.dirname(c.podResourcesSocket);
@@ -137,6 +188,7 @@ export function writeTestOverlay(o: InstallOptions = {}): string {
           spec: { template: { spec: { volumes: [{ name: 'pod-resources', hostPath: { path: podResourcesDir } }] } } },
         }),
       },
+      ...(o.draAgent ? kubeletDirsPatches(c.kubeletRoot) : []),
     ],
   };
   fs.writeFileSync(path.join(dir, 'kustomization.yaml'), JSON.stringify(kustomization, null, 2));
@@ -181,7 +233,7 @@ export async function installProduct(opts: InstallOptions = {}): Promise<Install
   const r = await kubectlResult(['apply', '--server-side', '--force-conflicts', '-k', overlay], { timeoutMs: 120_000 });
   if (r.code !== 0) throw new Error(`kubectl apply -k failed:\n${r.stderr}`);
   fs.rmSync(overlay, { recursive: true, force: true });
-  return waitInstalled(t0, gpus);
+  return waitInstalled(t0, gpus - (opts.mig?.length ?? 0));
 }
 
 /** Waits until an install is Ready: the controller and agent rolled out, the scheduler leading, the GPUs advertised. */

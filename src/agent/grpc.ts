@@ -13,12 +13,17 @@ function load(file: string): grpc.GrpcObject {
   return grpc.loadPackageDefinition(def);
 }
 
+/** The package `name` (dotted) of a loaded definition. */
+function nested(root: grpc.GrpcObject, name: string): grpc.GrpcObject {
+  return name.split('.').reduce((o, k) => o[k] as grpc.GrpcObject, root);
+}
+
 let cached: { v1beta1: grpc.GrpcObject; podresources: grpc.GrpcObject; dra: grpc.GrpcObject; pluginregistration: grpc.GrpcObject } | undefined;
 function packages() {
   cached ??= {
     v1beta1: load('deviceplugin/v1beta1/api.proto').v1beta1 as grpc.GrpcObject,
     podresources: load('podresources/v1/api.proto').v1 as grpc.GrpcObject,
-    dra: load('dra/v1/api.proto').v1 as grpc.GrpcObject,
+    dra: nested(load('dra/v1/api.proto'), 'k8s.io.kubelet.pkg.apis.dra.v1'),
     pluginregistration: load('pluginregistration/v1/api.proto').pluginregistration as grpc.GrpcObject,
   };
   return cached;
