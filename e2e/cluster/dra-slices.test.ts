@@ -15,7 +15,9 @@ import { installProduct, uninstallProduct } from './install.ts';
 // plugin's directories at the process cluster's kubelet root (install.ts), so the kubelet registers the plugin here;
 // no pod of this suite claims a device, so nothing calls it (dra-node.test.ts does).
 const c = () => clusterInfo();
+/** Whole simulated GPUs, and one more in MIG mode with two instances (memory not a whole GiB: 39.5 and 9.75). */
 const GPUS = 2;
+const MIG = [[{ gi: 1, ci: 0, profile: '3g.40gb', memoryGiB: 39.5 }, { gi: 2, ci: 0, profile: '1g.10gb', memoryGiB: 9.75 }]];
 const DRIVER = 'gpu.bettercompute.io';
 const NS = uniqueName('dra-slices');
 const OTHER_NODE = uniqueName('no-such-node');
@@ -27,7 +29,7 @@ interface Slice {
     driver: string;
     nodeName?: string;
     pool: { name: string; generation: number; resourceSliceCount: number };
-    devices?: { name: string; attributes?: Record<string, { string?: string; bool?: boolean; int?: number }> }[];
+    devices?: { name: string; attributes?: Record<string, { string?: string; bool?: boolean; int?: number }>; capacity?: Record<string, { value: string }> }[];
   };
 }
 
@@ -51,7 +53,7 @@ describe('the DRA agent publishes its node\'s atoms as ResourceSlices, only its 
   beforeAll(async () => {
     dir = fs.mkdtempSync(path.join(os.tmpdir(), 'bc-dra-slices-'));
     // The slices checked every 5 s here (60 s by default), so that a deleted slice comes back within the test.
-    const installed = await installProduct({ gpus: GPUS, draAgent: true, agentEnv: { BETTER_COMPUTE_DRA_SLICE_RESYNC: '5s' } });
+    const installed = await installProduct({ gpus: GPUS + MIG.length, mig: MIG, draAgent: true, agentEnv: { BETTER_COMPUTE_DRA_SLICE_RESYNC: '5s' } });
     process.stderr.write(`[dra-slices] deploy/overlays/trial + deploy/dra/agent to Ready in ${installed.readySeconds.toFixed(1)}s\n`);
     await apply({ apiVersion: 'v1', kind: 'Namespace', metadata: { name: NS, labels: { 'bettercompute.io/tenant': NS } } });
   }, 1_800_000);
@@ -68,13 +70,17 @@ describe('the DRA agent publishes its node\'s atoms as ResourceSlices, only its 
     fs.rmSync(dir, { recursive: true, force: true });
   }, 400_000);
 
-  it('one slice of our driver for the node: its pool, one device per healthy atom named as allocations name it, typed attributes, owned by the Node; left alone while nothing changes', async () => {
+  it('one slice of our driver for the node: its pool, one device per healthy atom named as allocations name it, typed attributes and memory, owned by the Node; left alone while nothing changes', async () => {
     const node = c().nodeName;
-    const gpus = (await kubectlJson<{ spec: { gpus: { uuid: string }[] } }>(['get', 'nodedevices', node])).spec.gpus.map((g) => g.uuid);
+    type SpecGpu = { uuid: string; numaNode: number; migEnabled?: boolean; mig?: { gi: number; ci: number }[] };
+    const specGpus = (await kubectlJson<{ spec: { gpus: SpecGpu[] } }>(['get', 'nodedevices', node])).spec.gpus;
+    const gpus = specGpus.filter((g) => !g.migEnabled).map((g) => g.uuid);
+    const migGpu = specGpus.find((g) => g.migEnabled)!;
+    const migs = MIG[0]!.map((m) => `${migGpu.uuid}/gi${m.gi}/ci${m.ci}`);
     expect(gpus).toHaveLength(GPUS);
     const [slice, ...rest] = await waitFor('the agent\'s slice', async () => {
       const s = await slicesOfNode();
-      return s.length && s[0]!.spec.devices?.length === GPUS ? s : undefined;
+      return s.length && s[0]!.spec.devices?.length === GPUS + migs.length ? s : undefined;
     }, { timeoutMs: 60_000, intervalMs: 500 });
     expect(rest).toEqual([]);
     const nodeUid = (await kubectlJson<{ metadata: { uid: string } }>(['get', 'node', node])).metadata.uid;
@@ -82,11 +88,32 @@ describe('the DRA agent publishes its node\'s atoms as ResourceSlices, only its 
     expect(slice!.metadata.ownerReferences).toEqual([expect.objectContaining({ kind: 'Node', name: node, uid: nodeUid })]);
     expect(slice!.spec).toMatchObject({ driver: DRIVER, nodeName: node, pool: { name: node, resourceSliceCount: 1 } });
     expect(slice!.spec.pool.generation).toBeGreaterThanOrEqual(1);
-    expect(slice!.spec.devices!.map((d) => d.name).sort()).toEqual(gpus.map(draDeviceName).sort());
+    expect(slice!.spec.devices!.map((d) => d.name).sort()).toEqual([...gpus, ...migs].map(draDeviceName).sort());
+    // As the API server keeps them (docs/dra.md, "What the slices say"): the simulated GPUs' product, 80 GiB, NUMA
+    // node and NVLink domain; a MIG instance's own memory and profile, and no NVLink domain.
     for (const uuid of gpus) {
       const d = slice!.spec.devices!.find((x) => x.name === draDeviceName(uuid))!;
-      expect(d.attributes).toMatchObject({ class: { string: 'gpu' }, atomId: { string: uuid }, gpu: { string: uuid }, uuid: { string: uuid }, healthy: { bool: true } });
+      const numaNode = specGpus.find((g) => g.uuid === uuid)!.numaNode;
+      expect(d.attributes).toEqual({
+        class: { string: 'gpu' },
+        atomId: { string: uuid },
+        gpu: { string: uuid },
+        uuid: { string: uuid },
+        healthy: { bool: true },
+        product: { string: 'NVIDIA H100 80GB HBM3' },
+        model: { string: 'H100' },
+        vramGiB: { int: 80 },
+        numaNode: { int: numaNode },
+        nvlinkDomain: { string: `${node}-nvl0` },
+      });
+      expect(d.capacity).toEqual({ memory: { value: '80Gi' } });
     }
+    const migDevices = migs.map((id) => slice!.spec.devices!.find((x) => x.name === draDeviceName(id))!);
+    expect(migDevices.map((d) => [d.attributes!.class, d.attributes!.atomId, d.attributes!.gpu, d.attributes!.migProfile, d.attributes!.vramGiB, d.capacity])).toEqual([
+      [{ string: 'gpu.mig' }, { string: migs[0] }, { string: migGpu.uuid }, { string: '3g.40gb' }, { int: 40 }, { memory: { value: '40448Mi' } }],
+      [{ string: 'gpu.mig' }, { string: migs[1] }, { string: migGpu.uuid }, { string: '1g.10gb' }, { int: 10 }, { memory: { value: '9984Mi' } }],
+    ]);
+    expect(migDevices.map((d) => d.attributes!.nvlinkDomain)).toEqual([undefined, undefined]);
     // Two resyncs later (every 5 s here) nothing was written: the API server's slice is what the agent wants.
     await new Promise((r) => setTimeout(r, 12_000));
     const again = await slicesOfNode();

@@ -57,6 +57,27 @@ describe('atomsFromSpec (no ledger rows yet)', () => {
       ['GPU-c/gi1/ci0', 'gpu.mig'],
     ]);
   });
+
+  it('each atom with what its ResourceSlice device says: the GPU\'s product, NUMA node and NVLink domain, its own memory', () => {
+    const g = { uuid: 'GPU-a', product: 'NVIDIA H100 80GB HBM3', model: 'H100', vramGiB: 80, memoryMiB: 81559, numaNode: 1, nvlinkDomain: 'n1-nvl0', healthy: true };
+    const migGpu = { ...g, uuid: 'GPU-m', migEnabled: true, mig: [{ gi: 1, ci: 0, profile: '3g.40gb', memoryGiB: 39.5, memoryMiB: 40448, uuid: 'MIG-x' }, { gi: 2, ci: 0, profile: '1g.10gb', memoryGiB: 9.75 }] };
+    const spec = { gpus: [g, migGpu, { ...g, uuid: 'GPU-s', memoryMiB: undefined, vramGiB: 40 }], scalars: {} };
+    const ledger = [
+      { id: 'GPU-a', class: 'gpu' as const, parentId: null, healthy: true },
+      { id: 'GPU-m/gi1/ci0', class: 'gpu.mig' as const, parentId: 'GPU-m', healthy: true },
+      { id: 'GPU-m/gi2/ci0', class: 'gpu.mig' as const, parentId: 'GPU-m', healthy: true },
+      { id: 'GPU-s/s0', class: 'gpu.slot' as const, parentId: 'GPU-s', healthy: true },
+    ];
+    const common = { product: 'NVIDIA H100 80GB HBM3', model: 'H100', numaNode: 1, healthy: true };
+    expect(atomsFromSpec(spec, ledger)).toEqual([
+      { id: 'GPU-a', class: 'gpu', gpu: 'GPU-a', visible: 'GPU-a', ...common, vramGiB: 80, memoryMiB: 81559, nvlinkDomain: 'n1-nvl0' },
+      // A MIG instance: its own memory (MiB from the MIG table, else its GiB), its profile, no NVLink.
+      { id: 'GPU-m/gi1/ci0', class: 'gpu.mig', gpu: 'GPU-m', visible: 'MIG-x', ...common, vramGiB: 39.5, memoryMiB: 40448, migProfile: '3g.40gb' },
+      { id: 'GPU-m/gi2/ci0', class: 'gpu.mig', gpu: 'GPU-m', visible: 'MIG-GPU-m/2/0', ...common, vramGiB: 9.75, memoryMiB: 9984, migProfile: '1g.10gb' },
+      // A slot: its GPU's vramGiB and NVLink domain, no memory of its own.
+      { id: 'GPU-s/s0', class: 'gpu.slot', gpu: 'GPU-s', visible: 'GPU-s', ...common, vramGiB: 40, nvlinkDomain: 'n1-nvl0' },
+    ]);
+  });
 });
 
 describe('activeReservations', () => {

@@ -15,7 +15,7 @@ import { GENERIC_RESOURCES, RESERVATION_GROUP, RESOURCE_OF_CLASS, reservationIdO
 import { errorFields, type Logger } from '../log.ts';
 import { containerAllocateResponse, DEFAULT_DEVICE_LIST_SETTINGS, HandoffError, type ContainerAllocateResponse, type DeviceListSettings } from '../core/device-list.ts';
 import { readHostDeviceNodes, type HostDirs } from './device-nodes.ts';
-import { DISCOVERY_STALE_ANNOTATION, DiscoveryHistory, type DeviceSource, type NodeDevicesSpec } from './discovery.ts';
+import { DISCOVERY_STALE_ANNOTATION, DiscoveryHistory, type DeviceSource, type MigDevice, type NodeDevicesSpec } from './discovery.ts';
 import { DevicePluginEndpoint, RefusedError, type EndpointHandler, type PluginDevice } from './plugin.ts';
 import { podResourcesReader, type PodResourcesReader, type PodResourcesSnapshot } from './podresources.ts';
 import { systemClock } from '../clock.ts';
@@ -32,6 +32,13 @@ export interface AtomInfo {
   visible: string;
   healthy: boolean;
   numaNode?: number;
+  /** What the node's ResourceSlices say of the atom besides (SliceAtom, src/core/dra-slices.ts). */
+  product?: string;
+  model?: string;
+  vramGiB?: number;
+  memoryMiB?: number;
+  nvlinkDomain?: string;
+  migProfile?: string;
 }
 
 export type { AgentBackend } from '../agentapi/wire.ts';
@@ -76,28 +83,38 @@ function socketNameOf(resource: string): string {
   return `bettercompute-${resource.replace(/^.*\//, '').replace(/[^a-zA-Z0-9.-]/g, '-')}.sock`;
 }
 
-/** The atoms of a device spec, by the ledger's rules (ids as in the spec: <uuid>, <uuid>/gi<g>/ci<c>, <uuid>/s<k>). */
+/**
+ * The atoms of a device spec, by the ledger's rules (ids as in the spec: <uuid>, <uuid>/gi<g>/ci<c>, <uuid>/s<k>), with
+ * what the spec says of each: its GPU's NUMA node, product and NVLink domain (a MIG instance has no NVLink), its
+ * memory (a MIG instance's own; a slot has none of its own, its vramGiB is its GPU's) and a MIG instance's profile.
+ */
 export function atomsFromSpec(spec: NodeDevicesSpec, ledgerRows?: readonly NodeAtom[]): AtomInfo[] {
   const gpus = new Map(spec.gpus.map((g) => [g.uuid, g]));
-  const migUuid = new Map<string, string>();
-  const migHealth = new Map<string, boolean>();
-  for (const g of spec.gpus) {
-    for (const m of g.mig ?? []) {
-      const id = `${g.uuid}/gi${m.gi}/ci${m.ci}`;
-      migUuid.set(id, m.uuid ?? `MIG-${g.uuid}/${m.gi}/${m.ci}`);
-      migHealth.set(id, (g.healthy ?? true) && (m.healthy ?? true));
-    }
-  }
+  const migs = new Map<string, MigDevice>();
+  for (const g of spec.gpus) for (const m of g.mig ?? []) migs.set(`${g.uuid}/gi${m.gi}/ci${m.ci}`, m);
+  const mib = (gib: number | undefined) => (gib !== undefined ? Math.round(gib * 1024) : undefined);
   const info = (id: string, cls: DeviceClass, gpu: string, dbHealthy = true): AtomInfo => {
     const g = gpus.get(gpu);
-    const healthy = dbHealthy && (cls === 'gpu.mig' ? (migHealth.get(id) ?? true) : (g?.healthy ?? true));
+    const m = cls === 'gpu.mig' ? migs.get(id) : undefined;
+    const healthy = dbHealthy && (cls === 'gpu.mig' ? !m || ((g?.healthy ?? true) && (m.healthy ?? true)) : (g?.healthy ?? true));
+    const vramGiB = cls === 'gpu.mig' ? m?.memoryGiB : g?.vramGiB;
+    const memoryMiB = cls === 'gpu.mig' ? (m?.memoryMiB ?? mib(m?.memoryGiB)) : cls === 'gpu' ? (g?.memoryMiB ?? mib(g?.vramGiB)) : undefined;
+    const optional = {
+      numaNode: g?.numaNode,
+      product: g?.product,
+      model: g?.model,
+      vramGiB,
+      memoryMiB,
+      nvlinkDomain: cls === 'gpu.mig' ? undefined : g?.nvlinkDomain,
+      migProfile: m?.profile,
+    };
     return {
       id,
       class: cls,
       gpu,
-      visible: cls === 'gpu.mig' ? (migUuid.get(id) ?? id) : gpu,
+      visible: cls === 'gpu.mig' ? (m ? (m.uuid ?? `MIG-${gpu}/${m.gi}/${m.ci}`) : id) : gpu,
       healthy,
-      ...(g?.numaNode !== undefined ? { numaNode: g.numaNode } : {}),
+      ...Object.fromEntries(Object.entries(optional).filter(([, v]) => v !== undefined)),
     };
   };
   if (ledgerRows && ledgerRows.length) {

@@ -5,7 +5,7 @@ import YAML from 'yaml';
 import { describe, expect, it, vi } from 'vitest';
 import { loadConfig } from '../config.ts';
 import { createLogger } from '../log.ts';
-import { DiscoveryHistory, mergeDiscovery, modelOf, nvidiaSmiSource, parseList, parseMigTable, parseQueryGpu, parseTopology } from './discovery.ts';
+import { DiscoveryError, DiscoveryHistory, mergeDiscovery, modelOf, nvidiaSmiSource, parseFabric, parseList, parseMigTable, parseQueryGpu, parseTopology } from './discovery.ts';
 import { agentCommand } from '../cli/agent.ts';
 
 const fixture = (name: string) => fs.readFileSync(path.join(import.meta.dirname, '../../test/fixtures/nvidia-smi', name), 'utf8');
@@ -14,7 +14,7 @@ describe('nvidia-smi parsers', () => {
   it('reads --query-gpu CSV, marking a GPU that needs a reset unhealthy', () => {
     const gpus = parseQueryGpu(fixture('h100x8.query-gpu.csv'));
     expect(gpus).toHaveLength(8);
-    expect(gpus[0]).toMatchObject({ uuid: 'GPU-8a3e2f4b-91c2-4d3e-a1b2-0c1d2e3f4a50', model: 'H100', vramGiB: 80, healthy: true, index: 0 });
+    expect(gpus[0]).toMatchObject({ uuid: 'GPU-8a3e2f4b-91c2-4d3e-a1b2-0c1d2e3f4a50', model: 'H100', vramGiB: 80, memoryMiB: 81559, healthy: true, index: 0 });
     expect(gpus[7]!.healthy).toBe(false);
   });
 
@@ -40,9 +40,9 @@ describe('nvidia-smi parsers', () => {
       topo: fixture('a100-mig.topo-m.txt'),
     });
     expect(gpus[0]!.mig).toEqual([
-      { gi: 1, ci: 0, profile: '3g.20gb', memoryGiB: 19.5, healthy: true, uuid: 'MIG-c6d4f1ef-42e4-5de3-91c7-45d71c87eb3f' },
-      { gi: 5, ci: 0, profile: '2g.10gb', memoryGiB: 9.6, healthy: true, uuid: 'MIG-cba663e8-9bed-5b17-b0fe-1b4d4a8d5d96' },
-      { gi: 13, ci: 0, profile: '1g.5gb', memoryGiB: 4.8, healthy: true, uuid: 'MIG-1f0e6a1c-3b5e-5c2f-8a5d-2e6f7a8b9c0d' },
+      { gi: 1, ci: 0, profile: '3g.20gb', memoryGiB: 19.5, memoryMiB: 19968, healthy: true, uuid: 'MIG-c6d4f1ef-42e4-5de3-91c7-45d71c87eb3f' },
+      { gi: 5, ci: 0, profile: '2g.10gb', memoryGiB: 9.6, memoryMiB: 9856, healthy: true, uuid: 'MIG-cba663e8-9bed-5b17-b0fe-1b4d4a8d5d96' },
+      { gi: 13, ci: 0, profile: '1g.5gb', memoryGiB: 4.8, memoryMiB: 4864, healthy: true, uuid: 'MIG-1f0e6a1c-3b5e-5c2f-8a5d-2e6f7a8b9c0d' },
     ]);
     expect(gpus[1]!.mig).toBeUndefined();
     expect(gpus.map((g) => g.nvlinkDomain)).toEqual(['n1-nvl0', 'n1-nvl0']);
@@ -90,6 +90,7 @@ describe('nvidia-smi parsers', () => {
         product: 'NVIDIA H200',
         model: 'H200',
         vramGiB: 140,
+        memoryMiB: 143771,
         pciBusId: '00000000:00:06.0',
         healthy: true,
         numaNode: 0,
@@ -98,6 +99,45 @@ describe('nvidia-smi parsers', () => {
     // Its plain table shows MIG "Disabled" and no MIG devices section; its topo header is underlined with ANSI escapes.
     expect(parseMigTable(fixture('h200.smi.txt'))).toEqual([]);
     expect(fixture('h200.topo-m.txt')).toContain('\x1b[4m');
+  });
+
+  it('topo -m: a NUMA affinity that is no node id (N/A, a range, -1) gives no NUMA node', () => {
+    const topo = fixture('h100x8.topo-m.txt');
+    // GPU0's row: the GPU, 8 GPU columns, NIC0, CPU affinity, then its NUMA affinity (the 12th cell).
+    const row = (numa: string) => topo.replace(/^GPU0\t.*$/m, (l) => l.split('\t').map((c, i) => (i === 11 ? numa : c)).join('\t'));
+    expect(parseTopology(topo).numa.get(0)).toBe(0);
+    for (const bad of ['N/A', '0-1', '-1', '99999']) expect(parseTopology(row(bad)).numa.has(0), bad).toBe(false);
+    expect(parseTopology(row('3')).numa.get(0)).toBe(3);
+  });
+
+  it('reads the NVLink fabric: a partition (cluster UUID and clique) only where registration completed with a non-zero cluster', () => {
+    const cluster = '3E7EF3A4-2D1F-4E5B-9C67-13C24B3E9E2A';
+    const uuid = (i: number) => `GPU-8a3e2f4b-91c2-4d3e-a1b2-0c1d2e3f4a5${i}`;
+    const text = [
+      `${uuid(0)}, Completed, Success, ${cluster}, 32766`,
+      `${uuid(1)}, In Progress, N/A, ${cluster}, 32766`,
+      `${uuid(2)}, Completed, Failure, ${cluster}, 32766`,
+      `${uuid(3)}, Completed, Success, 00000000-0000-0000-0000-000000000000, 0`,
+      `${uuid(4)}, Completed, Success, not-a-uuid, 7`,
+      `${uuid(5)}, Completed, Success, ${cluster}, 4294967296`,
+      `${uuid(6)}, Completed, Success, ${cluster}, -1`,
+      `${uuid(7)}, [N/A], [N/A], [N/A], [N/A]`,
+    ].join('\n');
+    expect([...parseFabric(text)]).toEqual([[uuid(0), `${cluster.toLowerCase()}.32766`]]);
+    expect(parseFabric(fixture('h100x8.fabric.csv')).size).toBe(0);
+    expect(parseFabric(fixture('a100-mig.fabric.csv')).size).toBe(0);
+    // A line that is not a GPU's five columns is unparsable output, as for the other calls.
+    expect(() => parseFabric(`${uuid(0)}, Completed, Success, ${cluster}`)).toThrow(DiscoveryError);
+    expect(() => parseFabric('Field "fabric.cliqueId" is not a valid field to query.')).toThrow(/unparsable/);
+  });
+
+  it('the NVLink domain: the fabric partition where there is one, else the node\'s NVLink peers, else none', () => {
+    const parts = { queryGpu: fixture('h100x8.query-gpu.csv'), list: fixture('h100x8.L.txt'), topo: fixture('h100x8.topo-m.txt') };
+    const nvl0 = Array.from({ length: 8 }, () => 'n1-nvl0');
+    expect(mergeDiscovery('n1', parts).map((g) => g.nvlinkDomain)).toEqual(nvl0);
+    expect(mergeDiscovery('n1', { ...parts, fabric: fixture('h100x8.fabric.csv') }).map((g) => g.nvlinkDomain)).toEqual(nvl0);
+    const fabric = fixture('h100x8.fabric.csv').replace(/00000000-0000-0000-0000-000000000000, 0/g, '3e7ef3a4-2d1f-4e5b-9c67-13c24b3e9e2a, 5');
+    expect(mergeDiscovery('n1', { ...parts, fabric }).map((g) => g.nvlinkDomain)).toEqual([...Array.from({ length: 7 }, () => '3e7ef3a4-2d1f-4e5b-9c67-13c24b3e9e2a.5'), 'n1-nvl0']);
   });
 
   it('names models', () => {
@@ -127,7 +167,9 @@ function fakeSmi(fixtures: string, o: { fail?: string[]; garbage?: Record<string
     [
       '#!/bin/sh',
       'case "$*" in',
-      `  --query-gpu=*) ${out('query', 'query-gpu.csv')} ;;`,
+      // The fabric's query where a fixture has one; otherwise exit 2, as a driver that does not know its fields.
+      `  --query-gpu=uuid,fabric.*) ${fs.existsSync(path.join(import.meta.dirname, '../../test/fixtures/nvidia-smi', `${fixtures}.fabric.csv`)) ? out('fabric', 'fabric.csv') : `echo 'Field "fabric.state" is not a valid field to query.'; exit 2`} ;;`,
+      `  --query-gpu=index,*) ${out('query', 'query-gpu.csv')} ;;`,
       `  -L) ${out('L', 'L.txt')} ;;`,
       `  "topo -m") ${out('topo', 'topo-m.txt')} ;;`,
       `  "") ${out('plain', 'smi.txt')} ;;`,
@@ -156,7 +198,15 @@ describe('nvidia-smi failures are failed discoveries, never another layout', () 
 
   it('a failed topo -m or --query-gpu fails the discovery', async () => {
     await expect(nvidiaSmiSource('n1', fakeSmi('a100-mig', { fail: ['topo'] })).discover()).rejects.toThrow(/topo -m/);
-    await expect(nvidiaSmiSource('n1', fakeSmi('a100-mig', { fail: ['query'] })).discover()).rejects.toThrow(/--query-gpu/);
+    await expect(nvidiaSmiSource('n1', fakeSmi('a100-mig', { fail: ['query'] })).discover()).rejects.toThrow(/--query-gpu=index/);
+    // The fabric's query too, but for exit 2 (a driver that does not know its fields: no fabric, the H200 below).
+    await expect(nvidiaSmiSource('n1', fakeSmi('a100-mig', { fail: ['fabric'] })).discover()).rejects.toThrow(/--query-gpu=uuid,fabric/);
+  });
+
+  it('the fabric read through the source: a partition becomes the GPUs\' NVLink domain', async () => {
+    const fabric = fixture('h100x8.fabric.csv').replace(/00000000-0000-0000-0000-000000000000, 0/g, '3e7ef3a4-2d1f-4e5b-9c67-13c24b3e9e2a, 5');
+    const spec = await nvidiaSmiSource('n1', fakeSmi('h100x8', { garbage: { fabric } })).discover();
+    expect(spec.gpus.map((g) => g.nvlinkDomain)).toEqual([...Array.from({ length: 7 }, () => '3e7ef3a4-2d1f-4e5b-9c67-13c24b3e9e2a.5'), 'n1-nvl0']);
   });
 
   it('the real H200 outputs through the source: the same GPU, and the plain call is not made', async () => {
@@ -178,7 +228,7 @@ describe('nvidia-smi failures are failed discoveries, never another layout', () 
     const query = path.join(dir, 'query.csv');
     fs.writeFileSync(query, fixture('a100-mig.query-gpu.csv'));
     const bin = fakeSmi('a100-mig');
-    fs.writeFileSync(bin, fs.readFileSync(bin, 'utf8').replace(/--query-gpu=\*\) cat '[^']*'/, `--query-gpu=*) cat '${query}'`));
+    fs.writeFileSync(bin, fs.readFileSync(bin, 'utf8').replace(/--query-gpu=index,\*\) cat '[^']*'/, `--query-gpu=index,*) cat '${query}'`));
     const source = nvidiaSmiSource('n1', bin);
     const before = (await source.discover()).gpus[0]!;
     fs.writeFileSync(
@@ -192,7 +242,7 @@ describe('nvidia-smi failures are failed discoveries, never another layout', () 
 
   it('garbage output of any call fails the discovery', async () => {
     const garbage = 'NVIDIA-SMI has failed because it couldn\'t communicate with the NVIDIA driver.\n';
-    for (const call of ['query', 'L', 'plain', 'topo']) {
+    for (const call of ['query', 'L', 'plain', 'topo', 'fabric']) {
       await expect(nvidiaSmiSource('n1', fakeSmi('a100-mig', { garbage: { [call]: garbage } })).discover(), call).rejects.toThrow(/unparsable|failed|unexpected/);
     }
     // A truncated query line, a MIG table that lost a row, -L that disagrees with the query: all refused.

@@ -8,6 +8,8 @@ import { InventoryReportSchema, type GpuReport, type MigInstanceReport } from '.
 export interface MigDevice extends MigInstanceReport {
   /** MIG-<uuid> as the driver names it, when known (what NVIDIA_VISIBLE_DEVICES takes). */
   uuid?: string;
+  /** Agent-local: the instance's memory in MiB as nvidia-smi's MIG table prints it (memoryGiB is that, rounded). */
+  memoryMiB?: number;
 }
 
 export interface GpuDevice extends Omit<GpuReport, 'mig'> {
@@ -15,6 +17,8 @@ export interface GpuDevice extends Omit<GpuReport, 'mig'> {
   /** Agent-local: the driver's index and PCI bus id. */
   index?: number;
   pciBusId?: string;
+  /** Agent-local: memory.total in MiB (vramGiB is that, rounded); the DRA slice's `memory` capacity. */
+  memoryMiB?: number;
 }
 
 /** The NodeDevices spec (cluster-scoped CR, one per node), as the controller reads it. */
@@ -72,7 +76,7 @@ export function parseQueryGpu(text: string): (GpuDevice & { migMode: MigMode })[
       uuid,
       index,
       ...(!bad(name) ? { product: name, model: modelOf(name) } : {}),
-      ...(Number.isFinite(memMiB) && memMiB > 0 ? { vramGiB: Math.round(memMiB / 1024) } : {}),
+      ...(Number.isFinite(memMiB) && memMiB > 0 ? { vramGiB: Math.round(memMiB / 1024), memoryMiB: memMiB } : {}),
       ...(!bad(bus) ? { pciBusId: bus } : {}),
       healthy: !cols.some(bad),
       migMode: mig === 'Enabled' ? 'enabled' : bad(mig) ? undefined : 'disabled',
@@ -153,6 +157,9 @@ export function parseMigTable(text: string): MigTableRow[] {
   return out;
 }
 
+/** A NUMA node id as topo -m prints it: a whole number the kernel could have (MAX_NUMNODES is at most 1024). */
+const NumaNode = z.string().regex(/^\d{1,4}$/).transform(Number).pipe(z.number().int().min(0).max(1023));
+
 export interface Topology {
   /** GPU index → NUMA node */
   numa: Map<number, number>;
@@ -177,8 +184,9 @@ export function parseTopology(text: string): Topology {
     if (!row) continue;
     const gpu = Number(row[1]);
     if (numaCol >= 0) {
-      const n = Number(cells[numaCol]);
-      if (cells[numaCol] !== '' && Number.isInteger(n)) topo.numa.set(gpu, n);
+      // A NUMA node id, or nothing ("N/A", a range, -1 as sysfs says "none"): never a made-up node.
+      const n = NumaNode.safeParse(cells[numaCol]);
+      if (n.success) topo.numa.set(gpu, n.data);
     }
     const peers: number[] = [];
     for (const i of gpuCols) if (/^NV\d+$/.test(cells[i] ?? '')) peers.push(Number(cols[i]!.slice(3)));
@@ -200,26 +208,70 @@ export function parseTopology(text: string): Topology {
   return topo;
 }
 
+/**
+ * The NVLink fabric each GPU is part of, as NVML reports it (nvmlDeviceGetGpuFabricInfo): on NVLink-switch systems
+ * whose fabric spans nodes (GB200 NVL72 and alike) a GPU's partition is its cluster UUID and clique id. A field a
+ * driver does not know makes the whole call exit 2; see nvidiaSmiSource.
+ */
+export const QUERY_FABRIC_FIELDS = ['uuid', 'fabric.state', 'fabric.status', 'fabric.clusterUuid', 'fabric.cliqueId'] as const;
+export const QUERY_FABRIC_ARGS = [`--query-gpu=${QUERY_FABRIC_FIELDS.join(',')}`, '--format=csv,noheader,nounits'];
+
+const UUID = /^[0-9a-fA-F]{8}(-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}$/;
+/** One GPU's line: its UUID must be one, the other four are values that may say "not there". */
+const FabricRow = z.tuple([z.string().regex(GPU_UUID, 'uuid: not a GPU UUID'), z.string(), z.string(), z.string(), z.string()]);
+/**
+ * A fabric that names a partition: registration completed with success, a cluster UUID that is not all zeros (a
+ * single-node NVSwitch system registers with the zero UUID: no fabric beyond the node), a clique id that fits 32 bits.
+ */
+const FabricClique = z.tuple([
+  z.string().regex(/^completed$/i),
+  z.string().regex(/^success$/i),
+  z.string().regex(UUID).refine((u) => /[1-9a-f]/i.test(u)).transform((u) => u.toLowerCase()),
+  z.string().regex(/^\d{1,10}$/).transform(Number).pipe(z.number().int().min(0).max(0xffffffff)),
+]);
+
+/**
+ * `nvidia-smi --query-gpu=uuid,fabric.state,fabric.status,fabric.clusterUuid,fabric.cliqueId --format=csv,noheader,nounits`:
+ * GPU UUID → its NVLink fabric partition, `<cluster UUID>.<clique id>`, for the GPUs that have one. A line that is not
+ * a GPU's 5 columns is unparsable output (a failed discovery, as for the other calls); a GPU whose fabric is not
+ * supported ("[N/A]"), not registered, failed, or printed as something we cannot read has none.
+ */
+export function parseFabric(text: string): Map<string, string> {
+  const out = new Map<string, string>();
+  for (const line of text.split('\n')) {
+    if (!line.trim()) continue;
+    const row = FabricRow.safeParse(line.split(',').map((c) => c.trim()));
+    if (!row.success) throw unparsable('--query-gpu (fabric)', line, row.error.issues.map((i) => i.message).join('; ') || 'not 5 columns');
+    const [uuid, ...fabric] = row.data;
+    const clique = FabricClique.safeParse(fabric);
+    if (clique.success) out.set(uuid, `${clique.data[2]}.${clique.data[3]}`);
+  }
+  return out;
+}
+
 /** Whether the MIG devices of -L need plain nvidia-smi's MIG table for their GI and CI (new-style MIG UUIDs). */
 export function needsMigTable(list: readonly ListedGpu[]): boolean {
   return list.some((g) => g.mig.some((m) => m.gi === undefined || m.ci === undefined));
 }
 
 /**
- * Joins the outputs into GPUs with MIG instances, NUMA node and NVLink domain (prefixed by the node name). Refuses
+ * Joins the outputs into GPUs with MIG instances, NUMA node and NVLink domain: the GPU's NVLink fabric partition where
+ * `fabric` names one (parseFabric; absent: the driver cannot tell), otherwise its connected component of NVLink peers
+ * in topo -m, prefixed by the node name (none without peers). Refuses
  * (DiscoveryError) what it cannot join exactly: -L and --query-gpu naming different GPUs, a MIG device without its GI
  * and CI, the same GI/CI twice. A GPU whose MIG mode nvidia-smi could not read keeps its layout in `previous` (the last
  * good discovery), unhealthy: an unreadable GPU is not a different GPU.
  */
 export function mergeDiscovery(
   node: string,
-  parts: { queryGpu: string; list: string; smi?: string; topo: string },
+  parts: { queryGpu: string; list: string; smi?: string; topo: string; fabric?: string },
   previous?: readonly GpuDevice[],
 ): GpuDevice[] {
   const queried = parseQueryGpu(parts.queryGpu);
   const listed = parseList(parts.list);
   const table = parts.smi !== undefined ? parseMigTable(parts.smi) : undefined;
   const topo = parseTopology(parts.topo);
+  const fabric = parts.fabric !== undefined ? parseFabric(parts.fabric) : new Map<string, string>();
   const key = (uuids: string[]) => [...uuids].sort().join(',');
   if (key(queried.map((g) => g.uuid)) !== key(listed.map((g) => g.uuid))) {
     throw new DiscoveryError(`nvidia-smi -L lists GPUs ${key(listed.map((g) => g.uuid))}, --query-gpu ${key(queried.map((g) => g.uuid))}`);
@@ -243,7 +295,7 @@ export function mergeDiscovery(
           gi,
           ci,
           profile: m.profile,
-          ...(row?.memoryMiB ? { memoryGiB: Math.round((row.memoryMiB / 1024) * 10) / 10 } : {}),
+          ...(row?.memoryMiB ? { memoryGiB: Math.round((row.memoryMiB / 1024) * 10) / 10, memoryMiB: row.memoryMiB } : {}),
           healthy: g.healthy ?? true,
           uuid: m.uuid,
         };
@@ -259,16 +311,27 @@ export function mergeDiscovery(
     const numa = topo.numa.get(idx);
     if (numa !== undefined) out.numaNode = numa;
     const nvl = topo.nvlink.get(idx);
-    if (nvl) out.nvlinkDomain = `${node}-${nvl}`;
+    const clique = fabric.get(g.uuid);
+    if (clique) out.nvlinkDomain = clique;
+    else if (nvl) out.nvlinkDomain = `${node}-${nvl}`;
     return out;
   });
 }
 
-/** Runs one nvidia-smi call; any failure (exit status, signal, timeout) is a DiscoveryError naming the call. */
-function run(cmd: string, args: string[], timeoutMs = 15_000): Promise<string> {
+/** nvidia-smi's exit status for "a supplied argument or flag is invalid" (a query field this driver does not know). */
+const INVALID_ARGUMENT = 2;
+
+/**
+ * Runs one nvidia-smi call; any failure (exit status, signal, timeout) is a DiscoveryError naming the call, but with
+ * `unknownArgument: 'none'` exit status 2 (an argument this driver does not know) answers undefined.
+ */
+function run(cmd: string, args: string[]): Promise<string>;
+function run(cmd: string, args: string[], o: { unknownArgument: 'none' }): Promise<string | undefined>;
+function run(cmd: string, args: string[], o?: { unknownArgument: 'none' }): Promise<string | undefined> {
   return new Promise((resolve, reject) => {
-    execFile(cmd, args, { timeout: timeoutMs, maxBuffer: 16 << 20 }, (err, stdout, stderr) => {
+    execFile(cmd, args, { timeout: 15_000, maxBuffer: 16 << 20 }, (err, stdout, stderr) => {
       if (!err) return resolve(stdout);
+      if (o?.unknownArgument === 'none' && err.code === INVALID_ARGUMENT) return resolve(undefined);
       const said = String(stderr || stdout).trim().split('\n')[0]?.slice(0, 200);
       reject(new DiscoveryError(`nvidia-smi ${args.join(' ') || '(plain)'} failed: ${err.message.split('\n')[0]}${said ? ` (${said})` : ''}`));
     });
@@ -282,17 +345,23 @@ export interface DeviceSource {
 }
 
 /**
- * Real GPUs. Read-only calls: --query-gpu, -L, topo -m, and the default table when a MIG device's GI/CI must be read
- * from it. Any of them failing, or printing what we cannot parse, fails the whole discovery.
+ * Real GPUs. Read-only calls: --query-gpu, -L, topo -m, --query-gpu of the NVLink fabric, and the default table when
+ * a MIG device's GI/CI must be read from it. Any of them failing, or printing what we cannot parse, fails the whole
+ * discovery; but a driver that does not know the fabric's fields (exit 2) just has no fabric to tell.
  */
 export function nvidiaSmiSource(node: string, binary = 'nvidia-smi', scalars: NodeDevicesSpec['scalars'] = {}): DeviceSource {
   let last: GpuDevice[] | undefined;
   return {
     kind: 'nvidia-smi',
     async discover() {
-      const [queryGpu, list, topo] = await Promise.all([run(binary, QUERY_GPU_ARGS), run(binary, ['-L']), run(binary, ['topo', '-m'])]);
+      const [queryGpu, list, topo, fabric] = await Promise.all([
+        run(binary, QUERY_GPU_ARGS),
+        run(binary, ['-L']),
+        run(binary, ['topo', '-m']),
+        run(binary, QUERY_FABRIC_ARGS, { unknownArgument: 'none' }),
+      ]);
       const smi = needsMigTable(parseList(list)) ? await run(binary, []) : undefined;
-      const gpus = mergeDiscovery(node, { queryGpu, list, topo, ...(smi !== undefined ? { smi } : {}) }, last);
+      const gpus = mergeDiscovery(node, { queryGpu, list, topo, ...(smi !== undefined ? { smi } : {}), ...(fabric !== undefined ? { fabric } : {}) }, last);
       last = gpus;
       return { gpus, scalars };
     },

@@ -3,7 +3,7 @@
 import { describe, expect, it } from 'vitest';
 import { DRA_DRIVER } from './dra-allocate.ts';
 import { draDeviceName } from './dra-names.ts';
-import { MAX_DEVICES_PER_SLICE, planSliceSync, resourceSlicesFor, ResourceSliceSchema, sliceAtomsOf, type ExistingSlice, type ResourceSliceObject, type SliceAtom } from './dra-slices.ts';
+import { MAX_DEVICES_PER_SLICE, mebibytesQuantity, planSliceSync, resourceSlicesFor, ResourceSliceSchema, sliceAtomsOf, type ExistingSlice, type ResourceSliceObject, type SliceAtom } from './dra-slices.ts';
 
 const gpu = (i: number): SliceAtom => ({ id: `GPU-${String(i).padStart(3, '0')}`, class: 'gpu', gpu: `GPU-${String(i).padStart(3, '0')}`, visible: `GPU-${String(i).padStart(3, '0')}`, healthy: true, numaNode: 0 });
 
@@ -38,6 +38,89 @@ describe('resourceSlicesFor', () => {
     expect(new Set(slices.flatMap((s) => s.spec.devices.map((d) => d.name))).size).toBe(atoms.length);
     expect(slices[0]!.metadata.ownerReferences).toBeUndefined();
     expect(resourceSlicesFor({ node: 'n1', atoms: [], generation: 1 })).toEqual([]);
+  });
+
+  it('typed attributes of a whole GPU, a MIG instance and a slot; the device\'s own memory as the capacity `memory`', () => {
+    const gpuOf = { product: 'NVIDIA H200', model: 'H200', numaNode: 1, nvlinkDomain: '3e7ef3a4-2d1f-4e5b-9c67-13c24b3e9e2a.5', healthy: true };
+    const atoms: SliceAtom[] = [
+      { id: 'GPU-a', class: 'gpu', gpu: 'GPU-a', visible: 'GPU-a', ...gpuOf, vramGiB: 140, memoryMiB: 143771 },
+      // MIG: its own memory; an NVLink domain given for it is not published (MIG has no NVLink).
+      { id: 'GPU-m/gi1/ci0', class: 'gpu.mig', gpu: 'GPU-m', visible: 'MIG-1', ...gpuOf, vramGiB: 9.75, memoryMiB: 9984, migProfile: '1g.10gb+me' },
+      // A slot: its GPU's vramGiB, no memory of its own even if given.
+      { id: 'GPU-s/s1', class: 'gpu.slot', gpu: 'GPU-s', visible: 'GPU-s', ...gpuOf, vramGiB: 80, memoryMiB: 81920 },
+    ];
+    const byName = Object.fromEntries(resourceSlicesFor({ node: 'n1', atoms, generation: 1 })[0]!.spec.devices.map((d) => [d.name, d]));
+    expect(byName[draDeviceName('GPU-a')]).toEqual({
+      name: draDeviceName('GPU-a'),
+      attributes: {
+        class: { string: 'gpu' },
+        healthy: { bool: true },
+        atomId: { string: 'GPU-a' },
+        gpu: { string: 'GPU-a' },
+        uuid: { string: 'GPU-a' },
+        product: { string: 'NVIDIA H200' },
+        model: { string: 'H200' },
+        vramGiB: { int: 140 },
+        numaNode: { int: 1 },
+        nvlinkDomain: { string: '3e7ef3a4-2d1f-4e5b-9c67-13c24b3e9e2a.5' },
+      },
+      capacity: { memory: { value: '143771Mi' } },
+    });
+    expect(byName[draDeviceName('GPU-m/gi1/ci0')]).toEqual({
+      name: draDeviceName('GPU-m/gi1/ci0'),
+      attributes: {
+        class: { string: 'gpu.mig' },
+        healthy: { bool: true },
+        atomId: { string: 'GPU-m/gi1/ci0' },
+        gpu: { string: 'GPU-m' },
+        uuid: { string: 'MIG-1' },
+        product: { string: 'NVIDIA H200' },
+        model: { string: 'H200' },
+        vramGiB: { int: 10 },
+        numaNode: { int: 1 },
+        migProfile: { string: '1g.10gb+me' },
+      },
+      capacity: { memory: { value: '9984Mi' } },
+    });
+    const slot = byName[draDeviceName('GPU-s/s1')]!;
+    expect(slot.capacity).toBeUndefined();
+    expect(slot.attributes).toMatchObject({ class: { string: 'gpu.slot' }, uuid: { string: 'GPU-s' }, vramGiB: { int: 80 }, nvlinkDomain: { string: gpuOf.nvlinkDomain } });
+    // Typed as the API takes them: a string, an int or a bool each, strings within 64 bytes, at most 32 per device.
+    for (const d of Object.values(byName)) {
+      expect(Object.keys(d.attributes).length + Object.keys(d.capacity ?? {}).length).toBeLessThanOrEqual(32);
+      for (const [k, v] of Object.entries(d.attributes)) {
+        expect(Object.keys(v), k).toHaveLength(1);
+        expect(typeof Object.values(v)[0], k).toBe(k === 'healthy' ? 'boolean' : ['vramGiB', 'numaNode'].includes(k) ? 'number' : 'string');
+        if ('int' in v) expect(Number.isInteger(v.int), k).toBe(true);
+        expect(k).toMatch(/^[A-Za-z][A-Za-z0-9_]{0,31}$/);
+      }
+    }
+  });
+
+  it('what nvidia-smi (or a devices file) said that does not pass its check is left out, never published', () => {
+    const bad: SliceAtom = {
+      ...gpu(1),
+      product: 'NVIDIA H200\nhealthy: true',
+      model: ' ',
+      numaNode: -1,
+      vramGiB: Number.NaN,
+      memoryMiB: 81559.5,
+      nvlinkDomain: 'domain with spaces',
+      migProfile: 'x'.repeat(65),
+    };
+    const [slice] = resourceSlicesFor({ node: 'n1', atoms: [bad], generation: 1 });
+    expect(slice!.spec.devices[0]).toEqual({ name: draDeviceName(bad.id), attributes: { class: { string: 'gpu' }, healthy: { bool: true }, atomId: { string: bad.id }, gpu: { string: bad.gpu }, uuid: { string: bad.visible } } });
+    const more = (a: Partial<SliceAtom>) => resourceSlicesFor({ node: 'n1', atoms: [{ ...gpu(1), ...a }], generation: 1 })[0]!.spec.devices[0]!;
+    expect(more({ numaNode: 0.5, vramGiB: -1, memoryMiB: 0 })).not.toHaveProperty('capacity');
+    expect(Object.keys(more({ numaNode: 0.5, vramGiB: -1, memoryMiB: 0 }).attributes)).not.toEqual(expect.arrayContaining(['numaNode']));
+    expect(Object.keys(more({ vramGiB: Number.POSITIVE_INFINITY }).attributes)).not.toContain('vramGiB');
+    expect(Object.keys(more({ product: 'NVIDIA H200 \u00e9' }).attributes)).not.toContain('product');
+    expect(Object.keys(more({ visible: 'GPU-1\u0000' }).attributes)).not.toContain('uuid');
+    expect(more({ memoryMiB: 1 << 31 }).capacity).toBeUndefined();
+  });
+
+  it('memory quantities as the API server writes them back: the largest binary suffix that keeps the number whole', () => {
+    expect([143771, 81920, 4864, 1024, 1536, 1 << 20, 3 << 20].map(mebibytesQuantity)).toEqual(['143771Mi', '80Gi', '4864Mi', '1Gi', '1536Mi', '1Ti', '3Ti']);
   });
 
   it('a string too long for an attribute is left out; two atoms of one name are an error', () => {

@@ -9,7 +9,7 @@ import { draDeviceName } from './dra-names.ts';
 
 /** The most devices one ResourceSlice may hold (the API server's limit). */
 export const MAX_DEVICES_PER_SLICE = 128;
-/** The longest string attribute value the API server takes. */
+/** The longest string attribute value the API server takes (in bytes; ours are printable ASCII, one byte each). */
 const MAX_ATTRIBUTE_STRING = 64;
 
 export interface SliceAtom {
@@ -21,6 +21,17 @@ export interface SliceAtom {
   visible: string;
   healthy: boolean;
   numaNode?: number;
+  /** The GPU's product name as nvidia-smi prints it ("NVIDIA H200"), and its model ("H200"). */
+  product?: string;
+  model?: string;
+  /** The device's memory in GiB as the ledger has it: the GPU's, a MIG instance's own, a slot's GPU's. */
+  vramGiB?: number;
+  /** The device's own memory in MiB: the GPU's or the MIG instance's; none for a slot (it shares its GPU's). */
+  memoryMiB?: number;
+  /** The GPU's NVLink domain (its fabric partition, or its node's NVLink peers); none for a MIG instance (no NVLink). */
+  nvlinkDomain?: string;
+  /** A MIG instance's profile ("3g.40gb"). */
+  migProfile?: string;
 }
 
 const SLICE_CLASSES: readonly string[] = ['gpu', 'gpu.mig', 'gpu.slot'] satisfies SliceAtom['class'][];
@@ -31,6 +42,8 @@ export function sliceAtomsOf<A extends Omit<SliceAtom, 'class'> & { class: strin
 }
 
 type Attribute = { string: string } | { int: number } | { bool: boolean };
+/** A device's capacity (resource.k8s.io/v1 DeviceCapacity): a quantity, in the API server's canonical form. */
+type Capacity = { value: string };
 
 export interface ResourceSliceObject {
   apiVersion: 'resource.k8s.io/v1';
@@ -40,24 +53,57 @@ export interface ResourceSliceObject {
     driver: string;
     nodeName: string;
     pool: { name: string; generation: number; resourceSliceCount: number };
-    devices: { name: string; attributes: Record<string, Attribute> }[];
+    devices: { name: string; attributes: Record<string, Attribute>; capacity?: Record<string, Capacity> }[];
   };
 }
 
-function stringAttribute(value: string): Attribute | undefined {
-  return value.length <= MAX_ATTRIBUTE_STRING ? { string: value } : undefined;
+// What a device says of itself comes from nvidia-smi on the node (src/agent/discovery.ts) or a devices file: each
+// value is checked again here, and one that does not pass is left out of the slice, never published as it came.
+/** Printable ASCII of what ids are made of, at most MAX_ATTRIBUTE_STRING: device ids, UUIDs, NVLink domains. */
+const IdString = z.string().min(1).max(MAX_ATTRIBUTE_STRING).regex(/^[A-Za-z0-9._:/+-]+$/);
+/** Printable ASCII with spaces (product names), at most MAX_ATTRIBUTE_STRING, not blank. */
+const TextString = z.string().max(MAX_ATTRIBUTE_STRING).regex(/^[\x20-\x7e]*[\x21-\x7e][\x20-\x7e]*$/);
+const STRING_ATTRIBUTES = { atomId: IdString, gpu: IdString, uuid: IdString, product: TextString, model: TextString, nvlinkDomain: IdString, migProfile: IdString };
+/** A NUMA node the kernel could have. */
+const NumaNodeSchema = z.number().int().min(0).max(1023);
+/** Whole GiB, rounded (an attribute is an int64; the exact amount is the `memory` capacity), up to a PiB. */
+const VramGiBSchema = z.number().finite().min(0).max(1 << 20).transform(Math.round);
+/** MiB of device memory, whole, from 1 MiB up to a PiB. */
+const MemoryMiBSchema = z.number().int().min(1).max(1 << 30);
+
+/**
+ * `mib` MiB as a quantity in the API server's canonical form (what it writes back, so that a slice read back equals
+ * the one written): the largest binary suffix that keeps the number whole.
+ */
+export function mebibytesQuantity(mib: number): string {
+  const suffixes = ['Mi', 'Gi', 'Ti', 'Pi', 'Ei'];
+  let n = mib;
+  let k = 0;
+  while (n % 1024 === 0 && k < suffixes.length - 1) {
+    n /= 1024;
+    k++;
+  }
+  return `${n}${suffixes[k]}`;
 }
 
-/** One device: its name, and what a selector could read (class, atom id, GPU and UUID where they fit, health, NUMA). */
+/**
+ * One device: its name, and what a selector could read (docs/dra.md, "What the slices say"): class, health, atom id,
+ * GPU and UUID, product and model, vramGiB, NUMA node, NVLink domain, MIG profile; and its own memory as the capacity
+ * `memory`. A value that is missing or does not pass its check is left out.
+ */
 function deviceOf(a: SliceAtom): ResourceSliceObject['spec']['devices'][number] {
   const attributes: Record<string, Attribute> = { class: { string: a.class }, healthy: { bool: a.healthy } };
-  const strings = { atomId: a.id, gpu: a.gpu, uuid: a.visible };
+  const strings = { atomId: a.id, gpu: a.gpu, uuid: a.visible, product: a.product, model: a.model, nvlinkDomain: a.class === 'gpu.mig' ? undefined : a.nvlinkDomain, migProfile: a.migProfile };
   for (const [k, v] of Object.entries(strings)) {
-    const attr = stringAttribute(v);
-    if (attr) attributes[k] = attr;
+    const ok = STRING_ATTRIBUTES[k as keyof typeof STRING_ATTRIBUTES].safeParse(v);
+    if (ok.success) attributes[k] = { string: ok.data };
   }
-  if (a.numaNode !== undefined) attributes.numaNode = { int: a.numaNode };
-  return { name: draDeviceName(a.id), attributes };
+  const numa = NumaNodeSchema.safeParse(a.numaNode);
+  if (numa.success) attributes.numaNode = { int: numa.data };
+  const vram = VramGiBSchema.safeParse(a.vramGiB);
+  if (vram.success) attributes.vramGiB = { int: vram.data };
+  const memory = MemoryMiBSchema.safeParse(a.class === 'gpu.slot' ? undefined : a.memoryMiB);
+  return { name: draDeviceName(a.id), attributes, ...(memory.success ? { capacity: { memory: { value: mebibytesQuantity(memory.data) } } } : {}) };
 }
 
 /**
@@ -90,7 +136,7 @@ export function resourceSlicesFor(i: { node: string; nodeUid?: string; atoms: re
 
 /**
  * A ResourceSlice as the API server sends it, what the sync reads of it. A device's other fields (capacity, counters,
- * taints) are kept so that a slice with any of them differs from ours and is written again.
+ * taints) are kept so that a slice whose fields differ from ours in any of them is written again.
  */
 export const ResourceSliceSchema = z.looseObject({
   metadata: z.looseObject({
