@@ -133,6 +133,12 @@ async function deleteAndWait(names?: string[]): Promise<void> {
   }
 }
 
+/** The Pool's status.capacity: each resource's total. */
+async function poolTotals(): Promise<Record<string, number>> {
+  const p = await kubectlJson<{ status?: { capacity?: { resource: string; total: number }[] } }>(['get', 'pool', POOL]);
+  return Object.fromEntries((p.status?.capacity ?? []).filter((r) => r.total > 0).map((r) => [r.resource, r.total]));
+}
+
 async function agentLog(): Promise<string> {
   return kubectl(['-n', SYSTEM_NS, 'logs', '-l', 'app.kubernetes.io/name=better-compute-agent', '--tail=-1']);
 }
@@ -141,7 +147,8 @@ const registrations = (log: string) => log.split('\n').filter((l) => l.includes(
 
 describe.skipIf(external)('DRA mode on the node: the real kubelet, the agent\'s DRA plugin and CDI', () => {
   beforeAll(async () => {
-    const installed = await installProduct({ gpus: WHOLE + MIG.length, mig: MIG, draAgent: true });
+    // A change window of 10 s instead of 5 min: the slot test's layout change is bookable soon after.
+    const installed = await installProduct({ gpus: WHOLE + MIG.length, mig: MIG, draAgent: true, controllerEnv: { BETTER_COMPUTE_LAYOUT_WINDOW: '10s' } });
     process.stderr.write(`[dra-node] deploy/overlays/trial + deploy/dra/agent to Ready in ${installed.readySeconds.toFixed(1)}s\n`);
     await apply({ apiVersion: 'v1', kind: 'Namespace', metadata: { name: NS, labels: { 'bettercompute.io/tenant': NS } } });
     await applyNodePool(POOL, [{ tenant: NS, quota: { gpu: WHOLE, 'gpu.mig': 2, 'gpu.slot': 4 } }], c().nodeName, { handoff: 'dra' });
@@ -287,24 +294,42 @@ describe.skipIf(external)('DRA mode on the node: the real kubelet, the agent\'s 
     process.stderr.write(`[dra-node] ${ROUNDS} rounds of four pods in ${((performance.now() - started) / 1000).toFixed(1)}s\n`);
   }, 600_000);
 
-  // Skipped: on the one run (03:14 UTC, 5 December) the Pool took `sharing: timeslice` (observedGeneration 2, Ready) but
-  // its capacity still listed 5 whole GPUs and no gpu.slot two minutes later, with no booking left on the node, so the
-  // claim waited with NoCapacity. Whether a Pool's sharing change re-derives its atoms (and when) is to be settled;
-  // until then no slot is handed out through DRA on a cluster.
-  it.skip('a slot is handed out through slot.gpu.bettercompute.io, once the Pool shares its GPUs by time slices', async () => {
-    // Nothing booked on the node: a GPU's layout changes only once its bookings are gone.
+  // Last: it changes the Pool's sharing (and puts it back). The Reservation keeps its two GPUs booked throughout.
+  it('a slot is handed out through slot.gpu.bettercompute.io once the Pool shares its GPUs by time slices; the Reservation\'s GPUs keep their layout while it holds them', async () => {
     await kubectlResult(['-n', NS, 'delete', 'job', 'job', '--cascade=orphan', '--ignore-not-found']);
     await deleteAndWait();
-    await kubectl(['-n', NS, 'delete', 'reservation', RESERVATION, '--wait=true', '--timeout=60s'], { timeoutMs: 70_000 });
+    const free = WHOLE - reserved.length;
     await kubectl(['patch', 'pool', POOL, '--type=merge', '-p', JSON.stringify({ spec: { sharing: 'timeslice', slotsPerGpu: 2 } })]);
-    await apply(pod('slot', { template: 'slot' }));
-    const g = await got('slot', 120_000).catch(async (e: unknown) => {
-      const events = (await eventsOf('slot')).map((x) => `${x.reason}: ${x.message}`).join('\n');
-      const pool = await kubectl(['get', 'pool', POOL, '-o', 'jsonpath={.spec.sharing} {.status}']);
-      throw new Error(`${(e as Error).message}\nevents of slot:\n${events}\npool: ${pool}`);
-    });
-    expectHandedOver(g);
-    expect(g.atoms[0]).toMatch(/\/s[01]$/);
-    await deleteAndWait(['slot']);
+    try {
+      // No new report: the ledger derives the node's atoms again from its last one, in the Pool's own transaction. Each
+      // free whole GPU becomes two slots; the Reservation's GPUs are booked, so they stay whole, and the node's
+      // NodeDevices says they wait.
+      await waitFor('the Pool\'s capacity in slots', async () => {
+        const totals = await poolTotals();
+        return totals['gpu.slot'] === 2 * free && totals.gpu === reserved.length ? totals : undefined;
+      }, { timeoutMs: 60_000, intervalMs: 500 });
+      const busy = await waitFor('LayoutBusy on the node\'s NodeDevices', async () => {
+        const nd = await kubectlJson<{ status?: { conditions?: { type: string; status: string; message?: string }[] } }>(['get', 'nodedevices', c().nodeName]);
+        const cond = nd.status?.conditions?.find((x) => x.type === 'LayoutBusy');
+        return cond?.status === 'True' ? cond : undefined;
+      }, { timeoutMs: 60_000, intervalMs: 500 });
+      for (const gpu of reserved) expect(busy.message).toContain(gpu);
+      await apply(pod('slot', { template: 'slot' }));
+      const g = await got('slot', 120_000).catch(async (e: unknown) => {
+        const events = (await eventsOf('slot')).map((x) => `${x.reason}: ${x.message}`).join('\n');
+        const pool = await kubectl(['get', 'pool', POOL, '-o', 'jsonpath={.spec.sharing} {.status}']);
+        throw new Error(`${(e as Error).message}\nevents of slot:\n${events}\npool: ${pool}`);
+      });
+      expectHandedOver(g);
+      expect(g.atoms[0]).toMatch(/\/s[01]$/);
+      expect(reserved).not.toContain(atomGpu(g.atoms[0]!));
+      await deleteAndWait(['slot']);
+    } finally {
+      await kubectl(['patch', 'pool', POOL, '--type=merge', '-p', JSON.stringify({ spec: { sharing: 'exclusive', slotsPerGpu: 1 } })]);
+    }
+    await waitFor('the Pool\'s whole GPUs back', async () => {
+      const totals = await poolTotals();
+      return totals.gpu === WHOLE && !totals['gpu.slot'] ? totals : undefined;
+    }, { timeoutMs: 60_000, intervalMs: 500 });
   }, 180_000);
 });
