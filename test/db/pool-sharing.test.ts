@@ -56,6 +56,14 @@ describe("a Pool's sharing change derives its nodes' atoms again", () => {
     // The same setting again (any other edit of the Pool): nothing derived again.
     expect((await syncPool(t.db, { ...spec, sharing: 'timeslice', slotsPerGpu: 2, gpuModel: 'H200' })).layouts).toEqual([]);
     expect(await layoutBookings('ps-n')).toBe(2);
+
+    // 3 slots per GPU: the GPU whose slot is booked keeps its two, the other gets three.
+    const busy = r.reservation.allocations[0]!.atoms[0]!.split('/')[0]!;
+    const other = busy === g0 ? g1 : g0;
+    const three = await syncPool(t.db, { ...spec, sharing: 'timeslice', slotsPerGpu: 3 });
+    expect(three.layouts).toEqual([{ node: 'ps-n', layoutChanged: [other], layoutPending: [busy], refused: [] }]);
+    expect(await atoms('ps-n')).toEqual([...[0, 1].map((k) => `${busy}/s${k}`), ...[0, 1, 2].map((k) => `${other}/s${k}`)].sort());
+    expect(await totals(poolId)).toEqual({ 'gpu.slot': 5 });
   });
 
   it('a GPU with a live booking keeps its layout, said in the NodeDevices status; it changes once the booking ends', async () => {
