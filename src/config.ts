@@ -131,6 +131,8 @@ const ConfigSchema = z.object({
   spotNoticeMs: durationMs('BETTER_COMPUTE_SPOT_NOTICE'),
   /** `controller` leader: a pod that holds atoms is released once two complete pod LISTs this far apart lack it. */
   orphanGraceMs: durationMs('BETTER_COMPUTE_ORPHAN_GRACE'),
+  /** `controller`: how long a layout booking holds a GPU whose layout changed (guard 2, the change window). */
+  layoutWindowMs: durationMs('BETTER_COMPUTE_LAYOUT_WINDOW'),
   /**
    * `controller` leader job: BookingRepair (ADR 0016) every repairEvery; a NotReady node's atoms count as lost after
    * repairGrace.
@@ -328,6 +330,7 @@ function controllerEnv(env: NodeJS.ProcessEnv): Record<string, unknown> {
     recurrenceHorizonMs: env.BETTER_COMPUTE_RECURRENCE_HORIZON || '7d',
     spotNoticeMs: env.BETTER_COMPUTE_SPOT_NOTICE || '2m',
     orphanGraceMs: env.BETTER_COMPUTE_ORPHAN_GRACE || '30s',
+    layoutWindowMs: env.BETTER_COMPUTE_LAYOUT_WINDOW || '5m',
     repairEveryMs: env.BETTER_COMPUTE_REPAIR_EVERY || '30s',
     repairGraceMs: env.BETTER_COMPUTE_REPAIR_GRACE || '2m',
     dbConnectTimeoutMs: env.BETTER_COMPUTE_DB_CONNECT_TIMEOUT || '10s',

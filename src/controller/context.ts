@@ -1,6 +1,7 @@
 // What every reconciler gets: the database and ledger, the Kubernetes client, the informers' caches, the queues (to
 // wake other kinds' keys) and a few in-memory indexes. Built once by setupControllers().
 import type { DbClock } from '../db/clock.ts';
+import { DEFAULT_LAYOUT_WINDOW_SECONDS } from '../db/inventory.ts';
 import type { Fence, Ledger } from '../db/ledger.ts';
 import type { Db } from '../db/pool.ts';
 import type { Logger } from '../log.ts';
@@ -26,6 +27,13 @@ export interface ControllerTuning {
   wakeBatchSize?: number;
   /** Whether an unlabelled namespace is the tenant named like it (TENANCY_BY_NAMESPACE_NAME, ADR 0040). */
   tenancyByName: boolean;
+  /** How long a layout booking holds a GPU whose layout changed (BETTER_COMPUTE_LAYOUT_WINDOW; default 5 min). */
+  layoutWindowMs?: number;
+}
+
+/** The change window of a layout booking in whole seconds, at least 1 (DEFAULT_LAYOUT_WINDOW_SECONDS unless tuned). */
+export function layoutWindowSeconds(tuning: ControllerTuning): number {
+  return tuning.layoutWindowMs === undefined ? DEFAULT_LAYOUT_WINDOW_SECONDS : Math.max(1, Math.round(tuning.layoutWindowMs / 1000));
 }
 
 export interface ControllerContext {

@@ -183,6 +183,7 @@ async function buildCore(config: Config, log: Logger, database: Database, dbHeal
       reservationWorkers: 4,
       recurrenceHorizonMs: config.recurrenceHorizonMs,
       tenancyByName: config.tenancyByName,
+      layoutWindowMs: config.layoutWindowMs,
     },
     watchTimeoutSeconds: Math.max(1, Math.round(config.watchTimeoutMs / 1000)),
     watchLivenessMs: config.watchLivenessMs,

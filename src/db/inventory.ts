@@ -1,6 +1,8 @@
 // Pools, nodes and their devices in the ledger. A node's reported devices replace its previous set atomically; a change
 // of a GPU's layout (whole ↔ MIG ↔ slots, or another MIG set) books every atom of that GPU, parent included, for the
-// change window (guard 2, the atom rule). A device has one owner node: another node's report of it is refused.
+// change window (guard 2, the atom rule). A device has one owner node: another node's report of it is refused. The
+// last report applied is kept per node (node_reports): a Pool's change of sharing or slotsPerGpu derives its nodes'
+// atoms again from it, in the Pool's own transaction.
 import {
   devicesFromReport,
   keptLayoutHealth,
@@ -16,6 +18,9 @@ import { DEFAULT_STOP_GRACE_SECONDS } from '../core/stop.ts';
 import type { ScalarResource, Sharing } from '../core/types.ts';
 import { newAllocationId, newPoolId } from '../ids.ts';
 import { withTransaction, type Db } from './pool.ts';
+
+/** How long a layout booking holds a GPU whose layout changed (guard 2, the change window), unless the caller says otherwise. */
+export const DEFAULT_LAYOUT_WINDOW_SECONDS = 300;
 
 export interface PoolSpec {
   id?: string;
@@ -48,8 +53,33 @@ export interface PoolSpec {
 
 /** Creates or updates a pool by name (its id is kept), with its offerings and their quotas. Returns the id. */
 export async function upsertPool(db: Db, spec: PoolSpec): Promise<string> {
+  return (await syncPool(db, spec)).poolId;
+}
+
+/** What a node's last report gave when the Pool's sharing changed: its atoms derived again under the new setting. */
+export interface NodeLayoutResult extends InventoryResult {
+  node: string;
+}
+
+export interface PoolSyncResult {
+  poolId: string;
+  /**
+   * The Pool's nodes whose atoms were derived again from their last report because its sharing or slotsPerGpu changed
+   * (empty when neither did): each with the GPUs whose layout changed, and those that wait for their bookings to end.
+   */
+  layouts: NodeLayoutResult[];
+}
+
+/**
+ * upsertPool, and what it did to the Pool's nodes: a change of `sharing` or `slotsPerGpu` applies each node's last
+ * report again in the same transaction (applyInventory's rules: a GPU whose layout changes gets a layout booking, one
+ * with an atom booked in the change window keeps its layout and is returned as pending, for the caller to try again).
+ */
+export async function syncPool(db: Db, spec: PoolSpec, layoutWindowSeconds = DEFAULT_LAYOUT_WINDOW_SECONDS): Promise<PoolSyncResult> {
   return withTransaction(db, async (c) => {
-    const { poolId, archivedChanged } = await writePoolRow(c, spec);
+    const { poolId, archivedChanged, sharingChanged } = await writePoolRow(c, spec);
+    // First, so that this transaction takes the nodes' locks before their counters (placements take them in that order).
+    const layouts = sharingChanged ? await applyLastReports(c, poolId, layoutWindowSeconds) : [];
     // Every pool has a whole-GPU row, even one with only MIG or slot atoms (summaries sum it per GPU model).
     await c.query(`INSERT INTO pool_capacity_rollup (pool_id, resource) VALUES ($1, 'gpu') ON CONFLICT DO NOTHING`, [poolId]);
     // Ratios follow the pool onto its nodes' counters.
@@ -65,13 +95,31 @@ export async function upsertPool(db: Db, spec: PoolSpec): Promise<string> {
     }
     // Archiving moves the pool's atoms between buckets: recount (rare, so the whole rebuild is fine).
     if (archivedChanged) await c.query('SELECT bc_rebuild_rollup()');
-    return poolId;
+    return { poolId, layouts };
   });
 }
 
-/** The pool's row, by name; whether its archived flag changed. */
-async function writePoolRow(c: Queryable, spec: PoolSpec): Promise<{ poolId: string; archivedChanged: boolean }> {
-  const { rows } = await c.query<{ id: string; was_archived: boolean | null }>(
+/** Each node of the pool with a report kept, in id order (the lock order), its last report applied again. */
+async function applyLastReports(c: Queryable, poolId: string, layoutWindowSeconds: number): Promise<NodeLayoutResult[]> {
+  const { rows } = await c.query<{ node_id: string; report: InventoryReport }>(
+    `SELECT r.node_id, r.report FROM node_reports r JOIN nodes n ON n.id = r.node_id WHERE n.pool_id = $1 ORDER BY r.node_id`,
+    [poolId],
+  );
+  const out: NodeLayoutResult[] = [];
+  for (const r of rows) out.push({ node: r.node_id, ...(await applyReport(c, r.node_id, r.report, layoutWindowSeconds)) });
+  return out;
+}
+
+interface PoolRowWrite {
+  poolId: string;
+  archivedChanged: boolean;
+  /** An existing pool's sharing or slotsPerGpu changed: its nodes' atoms are derived again. */
+  sharingChanged: boolean;
+}
+
+/** The pool's row, by name; whether its archived flag, and its sharing, changed. */
+async function writePoolRow(c: Queryable, spec: PoolSpec): Promise<PoolRowWrite> {
+  const { rows } = await c.query<{ id: string; was_archived: boolean | null; was_sharing: Sharing | null; was_slots: number | null }>(
     `INSERT INTO pools (id, name, owner_tenant, gpu_model, sharing, slots_per_gpu, topology_key, node_selector, overcommit, archived,
                         stop_grace_seconds, handoff)
      VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
@@ -79,7 +127,8 @@ async function writePoolRow(c: Queryable, spec: PoolSpec): Promise<{ poolId: str
        sharing = EXCLUDED.sharing, slots_per_gpu = EXCLUDED.slots_per_gpu, topology_key = EXCLUDED.topology_key,
        node_selector = EXCLUDED.node_selector, overcommit = EXCLUDED.overcommit, archived = EXCLUDED.archived,
        stop_grace_seconds = EXCLUDED.stop_grace_seconds, handoff = EXCLUDED.handoff, updated_at = compute_now()
-     RETURNING id, (SELECT archived FROM pools WHERE name = $2) AS was_archived`,
+     RETURNING id, (SELECT archived FROM pools WHERE name = $2) AS was_archived, (SELECT sharing FROM pools WHERE name = $2) AS was_sharing,
+       (SELECT slots_per_gpu FROM pools WHERE name = $2) AS was_slots`,
     [
       spec.id ?? newPoolId(),
       spec.name,
@@ -96,7 +145,12 @@ async function writePoolRow(c: Queryable, spec: PoolSpec): Promise<{ poolId: str
     ],
   );
   const row = rows[0]!;
-  return { poolId: row.id, archivedChanged: row.was_archived !== null && row.was_archived !== (spec.archived ?? false) };
+  const existed = row.was_archived !== null;
+  return {
+    poolId: row.id,
+    archivedChanged: existed && row.was_archived !== (spec.archived ?? false),
+    sharingChanged: existed && (row.was_sharing !== (spec.sharing ?? 'exclusive') || row.was_slots !== (spec.slotsPerGpu ?? 1)),
+  };
 }
 
 /** One tenant's offering in the pool: its limits, hour budgets (exactly those given) and overrides (when given). */
@@ -291,18 +345,26 @@ export async function applyInventory(
   db: Db,
   nodeId: string,
   report: InventoryReport,
-  layoutWindowSeconds = 300,
+  layoutWindowSeconds = DEFAULT_LAYOUT_WINDOW_SECONDS,
 ): Promise<InventoryResult> {
-  return withTransaction(db, async (c) => {
-    const node = await lockNode(c, nodeId);
-    const { refused, gpus } = await withoutOthersGpus(c, nodeId, report);
-    const plan = await planLayouts(c, nodeId, node, gpus, layoutWindowSeconds);
-    await writeDevices(c, nodeId, plan, gpus);
-    for (const gpu of plan.layoutChanged) await bookLayoutChange(c, nodeId, gpu, plan.atomsOf.get(gpu)!, layoutWindowSeconds);
-    await writeScalars(c, nodeId, report.scalars ?? {}, node.overcommit ?? {});
-    await c.query('UPDATE nodes SET converged = true, updated_at = compute_now() WHERE id = $1', [nodeId]);
-    return { layoutChanged: plan.layoutChanged, layoutPending: plan.layoutPending, refused };
-  });
+  return withTransaction(db, (c) => applyReport(c, nodeId, report, layoutWindowSeconds));
+}
+
+/** applyInventory inside a transaction; the report is kept as the node's last (node_reports). */
+async function applyReport(c: Queryable, nodeId: string, report: InventoryReport, layoutWindowSeconds: number): Promise<InventoryResult> {
+  const node = await lockNode(c, nodeId);
+  const { refused, gpus } = await withoutOthersGpus(c, nodeId, report);
+  const plan = await planLayouts(c, nodeId, node, gpus, layoutWindowSeconds);
+  await writeDevices(c, nodeId, plan, gpus);
+  for (const gpu of plan.layoutChanged) await bookLayoutChange(c, nodeId, gpu, plan.atomsOf.get(gpu)!, layoutWindowSeconds);
+  await writeScalars(c, nodeId, report.scalars ?? {}, node.overcommit ?? {});
+  await c.query('UPDATE nodes SET converged = true, updated_at = compute_now() WHERE id = $1', [nodeId]);
+  await c.query(
+    `INSERT INTO node_reports (node_id, report) VALUES ($1, $2)
+     ON CONFLICT (node_id) DO UPDATE SET report = EXCLUDED.report, applied_at = compute_now()`,
+    [nodeId, JSON.stringify(report)],
+  );
+  return { layoutChanged: plan.layoutChanged, layoutPending: plan.layoutPending, refused };
 }
 
 interface InventoryNode {

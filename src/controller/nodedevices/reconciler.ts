@@ -10,7 +10,7 @@ import { InventoryReportSchema, reportIssues } from '../../core/inventory.ts';
 import { constraintName, sqlState } from '../../db/errors.ts';
 import { applyInventory, LayoutBusyError, type InventoryReport, type InventoryResult, type RefusedDevice } from '../../db/inventory.ts';
 import { FencedError } from '../../db/ledger.ts';
-import type { ControllerContext } from '../context.ts';
+import { layoutWindowSeconds, type ControllerContext } from '../context.ts';
 import { fenced } from '../fence.ts';
 import { inventoryGone } from '../gone.ts';
 import type { ReconcileResult } from '../queue.ts';
@@ -93,7 +93,7 @@ export class NodeDevicesReconciler {
     const input = toReport(nd);
     if (!input.ok) return this.refuse(nd, 'InvalidSpec', input.message);
     try {
-      const result = await fenced(ctx.db, ctx.fence(), (tx) => applyInventory(tx, name, input.report));
+      const result = await fenced(ctx.db, ctx.fence(), (tx) => applyInventory(tx, name, input.report, layoutWindowSeconds(ctx.tuning)));
       // Done with this generation only when all of it is in the ledger; else the requeue applies it again.
       const whole = result.layoutPending.length === 0 && result.refused.length === 0;
       if (whole) ctx.inventoryApplied.set(name, stamp);

@@ -4,10 +4,10 @@
 import { DEFAULT_STOP_GRACE_SECONDS } from '../../core/stop.ts';
 import { parseOfferingBudget } from '../../core/quota.ts';
 import { poolCapacity } from '../../db/capacity.ts';
-import { upsertPool, type PoolSpec } from '../../db/inventory.ts';
+import { syncPool, type NodeLayoutResult, type PoolSpec } from '../../db/inventory.ts';
 import { FencedError } from '../../db/ledger.ts';
 import { quotaStatus, type QuotaStatus } from '../../db/quota.ts';
-import type { ControllerContext } from '../context.ts';
+import { layoutWindowSeconds, type ControllerContext } from '../context.ts';
 import { fenced } from '../fence.ts';
 import { poolGone } from '../gone.ts';
 import type { ReconcileResult } from '../queue.ts';
@@ -74,7 +74,9 @@ export class PoolReconciler {
     if (!poolId || this.upserted.get(name) !== generation) {
       try {
         const spec = toPoolSpec(pool);
-        poolId = await fenced(ctx.db, ctx.fence(), (tx) => upsertPool(tx, spec));
+        const synced = await fenced(ctx.db, ctx.fence(), (tx) => syncPool(tx, spec, layoutWindowSeconds(ctx.tuning)));
+        poolId = synced.poolId;
+        this.layoutsDerived(name, synced.layouts);
       } catch (e) {
         if (e instanceof FencedError) throw e;
         await this.writeStatus(pool, undefined, { status: 'False', reason: 'SyncFailed', message: (e as Error).message });
@@ -92,6 +94,29 @@ export class PoolReconciler {
     }
     await this.writeStatus(pool, poolId, { status: 'True', reason: 'Synced', message: `pool ${poolId} is in the ledger` });
     return { requeueAfterMs: ctx.tuning.capacityRefreshMs };
+  }
+
+  /**
+   * The Pool's sharing changed and its nodes' atoms were derived again from their last reports (syncPool). Each node
+   * whose layout changed or waits is reconciled again from its NodeDevices: its status says so (LayoutBusy while a GPU
+   * waits for its bookings), and a waiting GPU is tried again every 30 s until it changes. A controller that stops
+   * before this is no worse off: a new leader applies every NodeDevices at its start.
+   */
+  private layoutsDerived(pool: string, layouts: readonly NodeLayoutResult[]): void {
+    const ctx = this.ctx;
+    const touched = layouts.filter((l) => l.layoutChanged.length > 0 || l.layoutPending.length > 0);
+    if (layouts.length) {
+      ctx.log.info('pool sharing changed; atoms derived again from the last reports', {
+        pool,
+        nodes: layouts.length,
+        layoutChanged: touched.flatMap((l) => l.layoutChanged),
+        layoutPending: touched.flatMap((l) => l.layoutPending),
+      });
+    }
+    for (const l of touched) {
+      ctx.inventoryApplied.delete(l.node);
+      ctx.queues.nodeDevices.add(l.node);
+    }
   }
 
   private async writeStatus(
