@@ -313,6 +313,63 @@ describe.skipIf(external)('DRA mode on the node: the real kubelet, the agent\'s 
     process.stderr.write(`[dra-node] ${ROUNDS} rounds of four pods in ${total.toFixed(1)}s (${(total / ROUNDS).toFixed(2)}s a round: ${(toRun / 1000 / ROUNDS).toFixed(2)}s from the create to all four printed, the rest deleting them and their claims)\n`);
   }, Math.max(600_000, ROUNDS * 20_000));
 
+  it('back to back in DRA mode: the first Reservation\'s pod (SIGTERM ignored, a 1-day grace) has stopped by its end and its claim is deallocated; the next Reservation\'s pod, gated before its start, runs on the same atoms within 15 s of it', async () => {
+    await deleteAndWait();
+    // The whole GPUs the Reservation `train` leaves: the first booking takes them all, so the second, from its end, gets
+    // the same ones.
+    const free = WHOLE - reserved.length;
+    const first = await reserveAndWait(NS, 'b2b-first', POOL, free, '100s');
+    const firstAtoms = first.allocations.flatMap((a) => a.atoms).sort();
+    const firstEnd = Date.parse((await kubectlJson<{ status: { end: string } }>(['-n', NS, 'get', 'reservation', 'b2b-first'])).status.end);
+    await apply({
+      apiVersion: 'bettercompute.io/v1alpha1',
+      kind: 'Reservation',
+      metadata: { name: 'b2b-second', namespace: NS },
+      spec: { pool: POOL, devices: [{ class: 'gpu', count: free }], start: new Date(firstEnd).toISOString(), duration: '10m' },
+    });
+    const second = await waitFor('b2b-second Reserved', async () => {
+      const r = await kubectlJson<{ status?: { phase?: string; start?: string; allocations?: { atoms: string[] }[] } }>(['-n', NS, 'get', 'reservation', 'b2b-second']);
+      return r.status?.phase === 'Reserved' ? r.status : undefined;
+    }, { timeoutMs: 60_000, intervalMs: 500 });
+    const secondStart = Date.parse(second.start!);
+    expect(secondStart).toBe(firstEnd);
+    expect(second.allocations!.flatMap((a) => a.atoms).sort()).toEqual(firstAtoms);
+
+    const stubborn = pod('b2b-first-0', { template: 'rsv' }, { 'bettercompute.io/reservation': 'b2b-first' });
+    Object.assign(stubborn.spec, { terminationGracePeriodSeconds: 86_400 });
+    stubborn.spec.containers[0]!.command = ['sh', '-c', `trap '' TERM; ${PRINT}; while true; do sleep 1; done`];
+    await apply(stubborn);
+    const held = await got('b2b-first-0', 120_000);
+    expectHandedOver(held);
+    expect(firstAtoms).toContain(held.atoms[0]);
+    // The next booking's pod, made now: gated until its start.
+    await apply(pod('b2b-second-0', { template: 'rsv' }, { 'bettercompute.io/reservation': 'b2b-second' }));
+    const early = await kubectlJson<DraPod & { spec: { schedulingGates?: { name: string }[] } }>(['-n', NS, 'get', 'pod', 'b2b-second-0']);
+    expect(early.status?.phase ?? 'Pending').toBe('Pending');
+    expect(early.spec.nodeName).toBeUndefined();
+
+    const goneAt = await waitFor('b2b-first-0 gone', async () => {
+      const r = await kubectlResult(['-n', NS, 'get', 'pod', 'b2b-first-0']);
+      return r.code !== 0 && /NotFound/.test(r.stderr) ? Date.now() : undefined;
+    }, { timeoutMs: Math.max(0, firstEnd - Date.now()) + 60_000, intervalMs: 250 });
+    await waitFor(`claim ${held.claim.metadata.name} deallocated or gone`, async () => {
+      const r = await kubectlResult(['-n', NS, 'get', 'resourceclaim', held.claim.metadata.name, '-o', 'json']);
+      if (r.code !== 0) return /NotFound/.test(r.stderr) || undefined;
+      return !(JSON.parse(r.stdout) as Claim).status?.allocation || undefined;
+    }, { timeoutMs: 60_000, intervalMs: 250 });
+    const next = await got('b2b-second-0', Math.max(0, secondStart - Date.now()) + 60_000);
+    const runningAt = Date.now();
+    process.stderr.write(
+      `[dra-node] back to back: the first pod gone ${((firstEnd - goneAt) / 1000).toFixed(1)}s before its end; the second printed ${((runningAt - secondStart) / 1000).toFixed(1)}s after its start\n`,
+    );
+    expect(goneAt).toBeLessThanOrEqual(firstEnd);
+    expect(runningAt).toBeLessThanOrEqual(secondStart + 15_000);
+    expectHandedOver(next);
+    expect(firstAtoms).toContain(next.atoms[0]);
+    await deleteAndWait(['b2b-second-0']);
+    await kubectl(['-n', NS, 'delete', 'reservation', 'b2b-first', 'b2b-second', '--ignore-not-found', '--wait=true', '--timeout=60s'], { timeoutMs: 70_000 });
+  }, 420_000);
+
   // Last: it changes the Pool's sharing (and puts it back). The Reservation keeps its two GPUs booked throughout.
   it('a slot is handed out through slot.gpu.bettercompute.io once the Pool shares its GPUs by time slices; the Reservation\'s GPUs keep their layout while it holds them', async () => {
     await kubectlResult(['-n', NS, 'delete', 'job', 'job', '--cascade=orphan', '--ignore-not-found']);
