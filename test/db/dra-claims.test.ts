@@ -4,6 +4,8 @@
 import { beforeAll, describe, expect, it } from 'vitest';
 import { advanceClock } from '../../src/db/clock.ts';
 import { claimHolding, type ClaimIdentity } from '../../src/db/claims.ts';
+import { setNodeState } from '../../src/db/inventory.ts';
+import { repairPass } from '../../src/db/repair.ts';
 import { Ledger } from '../../src/db/ledger.ts';
 import { makeNode, makePool, reservation } from '../support/builders.ts';
 import { useTestDatabase } from '../support/db.ts';
@@ -157,5 +159,36 @@ describe('DRA claims in the ledger', () => {
     // After the window the holding no longer holds now (the prepare check refuses it).
     await advanceClock(ctx.db, 601_000);
     expect((await claimHolding(ctx.db, id.claimUid))?.now).toBe(false);
+  });
+
+  it("repair in DRA mode: a Reservation's atoms on a node in maintenance stay while its claim holds them; released, they move, and the next claim gets the new ones", async () => {
+    const pool = await makePool('dra-repair').handoff('dra').create(ctx.db);
+    await makeNode('rep-a').gpus(2).domain('ra').create(ctx.db, pool);
+    await makeNode('rep-b').gpus(2).domain('rb').create(ctx.db, pool);
+    const rsv = await ledger.reserve(reservation(pool, { devices: [{ class: 'gpu', count: 2 }] }), ctx.clock.now());
+    if (!rsv.ok) throw new Error(rsv.message);
+    const [before] = rsv.reservation.allocations;
+    const other = before!.nodeId === 'rep-a' ? 'rep-b' : 'rep-a';
+    const assign = (id: ClaimIdentity) => ledger.assignClaim({ id, reservationId: rsv.reservation.id, tenantId: 'acme', requests: [{ name: 'gpu', count: 1, class: 'any' }] });
+    const held = await assign(claim());
+    if (!held.ok) throw new Error(held.reason);
+    expect(held.holding.devices[0]!.atomId).toSatisfy((a: string) => before!.atoms.includes(a));
+
+    await setNodeState(ctx.db, before!.nodeId, { maintenance: true });
+    // A container may hold the atom: the booking on that node is neither cut nor moved.
+    expect((await repairPass(ctx.db, { graceSeconds: 120 })).filter((o) => o.reservationId === rsv.reservation.id && o.verdict === 'repaired')).toEqual([]);
+    expect((await ledger.get(rsv.reservation.id))?.allocations.map((a) => a.nodeId)).toEqual([before!.nodeId]);
+
+    // The pod is gone (released on evidence): the next pass moves the booking, and a new claim is handed the new atoms.
+    expect(await ledger.releaseClaim(held.holding.claimUid)).toBe(true);
+    const outcomes = await repairPass(ctx.db, { graceSeconds: 120 });
+    expect(outcomes.find((o) => o.reservationId === rsv.reservation.id)).toMatchObject({ verdict: 'repaired' });
+    const after = (await ledger.get(rsv.reservation.id))!.allocations.filter((a) => a.nodeId === other);
+    expect(after.flatMap((a) => a.atoms)).toHaveLength(2);
+    const next = await assign(claim());
+    if (!next.ok) throw new Error(next.reason);
+    expect(next.holding.devices[0]!.atomId).toSatisfy((a: string) => after[0]!.atoms.includes(a));
+    await ledger.releaseClaim(next.holding.claimUid);
+    await setNodeState(ctx.db, before!.nodeId, { maintenance: false });
   });
 });
