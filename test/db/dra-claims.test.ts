@@ -191,4 +191,23 @@ describe('DRA claims in the ledger', () => {
     await ledger.releaseClaim(next.holding.claimUid);
     await setNodeState(ctx.db, before!.nodeId, { maintenance: false });
   });
+
+  it('a gang Reservation (2 members of 2 GPUs): each claim of 2 devices takes one member\'s node whole, the two claims two nodes', async () => {
+    const pool = await makePool('dra-gang').handoff('dra').create(ctx.db);
+    await makeNode('gang-a').gpus(2).domain('g').create(ctx.db, pool);
+    await makeNode('gang-b').gpus(2).domain('g').create(ctx.db, pool);
+    const rsv = await ledger.reserve(reservation(pool, { devices: [{ class: 'gpu', count: 2 }], gang: { size: 2 } }), ctx.clock.now());
+    if (!rsv.ok) throw new Error(rsv.message);
+    const assign = () => ledger.assignClaim({ id: claim(), reservationId: rsv.reservation.id, tenantId: 'acme', requests: [{ name: 'gpus', count: 2, class: 'any' }] });
+    const got = [await assign(), await assign()];
+    const holdings = got.map((g) => {
+      if (!g.ok) throw new Error(g.reason);
+      return g.holding;
+    });
+    const byNode = (atoms: string[]) => rsv.reservation.allocations.find((a) => atoms.every((x) => a.atoms.includes(x)))?.nodeId;
+    const nodes = holdings.map((h) => byNode(h.devices.map((d) => d.atomId)));
+    expect(nodes.sort()).toEqual(['gang-a', 'gang-b']);
+    expect(await assign()).toMatchObject({ ok: false });
+    for (const h of holdings) await ledger.releaseClaim(h.claimUid);
+  });
 });
