@@ -2,11 +2,13 @@
 # `npm test`: every check, in the order that gets CI done soonest on two cores (docs/testing.md):
 #   1. the typecheck and the lint;
 #   2. vitest's `unit` and `db` projects (CPU-bound: they have the machine to themselves);
-#   3. the builds both clusters need, once: the Kubernetes components of both releases (e2e/cluster/build.sh, called
-#      by scripts/image/build.sh) and the product's images (npm run image, once per release for kube-scheduler), so
+#   3. the builds both lanes need, once: the Kubernetes components of both releases, the tested one (the process
+#      cluster's, and kind's main suite) and the oldest supported (kind's smaller suite) (e2e/cluster/build.sh, called
+#      by scripts/image/build.sh), and the product's images (npm run image, once per release for kube-scheduler), so
 #      that the two lanes below never build the same thing at once;
-#   4. vitest's `cluster` project on the process cluster and npm run test:kind (its lines prefixed with [kind]) side
-#      by side: they mostly wait on their clusters rather than compute. BC_TEST_PARALLEL=0 runs them one after the
+#   4. vitest's `cluster` project on the process cluster and npm run test:kind (its lines prefixed with [kind]: the
+#      tested release's suites in both hand-off modes, then the oldest release's smaller one) side by side: they mostly
+#      wait on their clusters rather than compute. BC_TEST_PARALLEL=0 runs them one after the
 #      other. (The two share nothing on this host: the kind runs keep their test state beside kind's kubeconfig,
 #      e2e/cluster/harness.ts externalStateDir);
 #   5. a table of each step's time and result. Exit 0 only when every step passed.
@@ -44,10 +46,11 @@ stop_early() {
 step typecheck npm run -s typecheck || stop_early
 step lint npm run -s lint || stop_early
 step unit+db npx vitest run --project unit --project db || stop_early
-# Both releases: the process cluster's (e2e/cluster/versions.env) and kind's (e2e/kind/versions.env, ADR 0051), each
-# with its kube-scheduler image (scripts/image/build.sh builds the Kubernetes components it needs through build.sh).
-kind_release='source e2e/kind/versions.env && export BC_K8S_VERSION="$KIND_K8S_VERSION" BC_ETCD_VERSION="$KIND_ETCD_VERSION"'
-step builds bash -c "npm run -s image && ($kind_release && bash scripts/image/build.sh)" || stop_early
+# Both releases: the tested one (e2e/cluster/versions.env) and the oldest supported (e2e/kind/versions.env's OLDEST_*,
+# ADR 0052), each with its kube-scheduler image (scripts/image/build.sh builds the Kubernetes components it needs
+# through build.sh).
+oldest_release='source e2e/kind/versions.env && export BC_K8S_VERSION="$OLDEST_K8S_VERSION" BC_ETCD_VERSION="$OLDEST_ETCD_VERSION"'
+step builds bash -c "npm run -s image && ($oldest_release && bash scripts/image/build.sh)" || stop_early
 
 kind_lane() {
   local s=$SECONDS rc=0

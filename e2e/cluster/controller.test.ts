@@ -1,4 +1,6 @@
+import fs from 'node:fs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import YAML from 'yaml';
 import { poolCapacity } from '../../src/db/capacity.ts';
 import { gpus } from './controller-support.ts';
 import {
@@ -15,7 +17,7 @@ import {
   waitFor,
 } from './harness.ts';
 import { startHostDatabase, type HostDatabase } from './host-database.ts';
-import { installProduct, SYSTEM_NS, uninstallProduct } from './install.ts';
+import { installProduct, SYSTEM_NS, uninstallProduct, writeTestOverlay } from './install.ts';
 
 // The controller on the real API server, installed as users install it: deploy/overlays/external (two replicas from
 // the image) on a PostgreSQL of this host, Pools with simulated nodes whose inventory is applied as NodeDevices, and
@@ -325,4 +327,27 @@ describe('controller', () => {
     await kubectl(['-n', tenantNs, 'delete', 'reservation', ...names, '--wait=true', '--timeout=60s']);
     expect(await liveBookings(poolId)).toEqual([]);
   }, 240_000);
+});
+
+describe('deploy/overlays/trial over this install', () => {
+  // The suites install one overlay after another, in whatever order they run; so do teams moving from a trial to an
+  // external database, or back. This install's Deployment rolls (RollingUpdate, which the API server filled in with a
+  // rollingUpdate block); the trial's is Recreate, which may not carry one, so its overlay must remove it.
+  it("the trial overlay's controller Deployment applies over the external one's, server side and client side (dry run)", async () => {
+    const overlay = writeTestOverlay({});
+    const rendered = await kubectl(['kustomize', overlay]);
+    fs.rmSync(overlay, { recursive: true, force: true });
+    const deployment = YAML.parseAllDocuments(rendered)
+      .map((d) => d.toJSON() as { kind: string; metadata: { name: string } })
+      .find((o) => o.kind === 'Deployment' && o.metadata.name === 'better-compute-controller');
+    expect(deployment).toBeDefined();
+    const live = await kubectlJson<{ spec: { strategy: { type: string; rollingUpdate?: object } } }>(['-n', SYSTEM_NS, 'get', 'deployment', 'better-compute-controller']);
+    expect(live.spec.strategy.type).toBe('RollingUpdate');
+    expect(live.spec.strategy.rollingUpdate).toBeDefined();
+    for (const how of [['--server-side', '--force-conflicts'], []]) {
+      const r = await kubectlResult(['apply', ...how, '--dry-run=server', '-o', 'json', '-f', '-'], { input: JSON.stringify(deployment) });
+      expect(r.code, `kubectl apply ${how.join(' ')}: ${r.stderr}`).toBe(0);
+      expect((JSON.parse(r.stdout) as typeof live).spec.strategy).toEqual({ type: 'Recreate' });
+    }
+  });
 });

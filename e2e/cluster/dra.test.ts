@@ -4,7 +4,7 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { draDeviceName } from '../../src/core/dra-names.ts';
 import { request } from '../../test/support/http.ts';
-import { apply, clusterInfo, deletePodsNow, kubectl, kubectlJson, kubectlResult, uniqueName, waitFor, type KubeEvent, type List } from './harness.ts';
+import { apply, clusterInfo, deletePodsNow, kubectl, kubectlJson, kubectlResult, portForward, uniqueName, waitFor, type KubeEvent, type List } from './harness.ts';
 import { applyNodePool, installProduct, removeNodePool, SYSTEM_NS, uninstallProduct, type Installed, type ReservedStatus } from './install.ts';
 
 // DRA mode (issue 32, ADR 0043, docs/dra.md) on the installed product (deploy/overlays/trial from the image) against
@@ -14,6 +14,7 @@ import { applyNodePool, installProduct, removeNodePool, SYSTEM_NS, uninstallProd
 // pods starts: the suite reads what the hand-off is made of —
 // the claim's status.allocation, the pod's spec.nodeName, and the ledger as the product shows it (the capacity API's
 // byDomain, computed from the ledger at the call; the Reservation's status for its atoms).
+// It runs on kind too (e2e/kind/test.sh, Kubernetes at the same release: ADR 0052), on the first worker.
 const c = () => clusterInfo();
 const NS = uniqueName('dra');
 const TENANT = NS;
@@ -23,6 +24,17 @@ const DRIVER = 'gpu.bettercompute.io';
 
 let installed: Installed;
 let caFile: string;
+let forward: { port: number; close: () => void } | undefined;
+
+/**
+ * Where the suite reaches the controller's API: its pod's address on the process cluster, whose pod network this host
+ * is on; through `kubectl port-forward` on kind, whose pod network it is not on (one forward, kept for the suite).
+ */
+async function controllerUrl(): Promise<string> {
+  if (c().local) return `https://${(await installed.controllerPod()).ip}:8443`;
+  forward ??= await portForward(SYSTEM_NS, 'deploy/better-compute-controller', 8443);
+  return `https://127.0.0.1:${forward.port}`;
+}
 
 interface Claim {
   metadata: { name: string; uid: string; resourceVersion: string; finalizers?: string[] };
@@ -124,9 +136,8 @@ async function waitEvent(name: string, reason: string, o: { kind?: string; timeo
 async function gpusBookedNow(): Promise<{ allocated: number; allocatable: number }> {
   const poolId = (await kubectlJson<{ status?: { poolId?: string } }>(['get', 'pool', POOL])).status?.poolId;
   if (!poolId) throw new Error(`Pool ${POOL} has no ledger id yet`);
-  const { ip } = await installed.controllerPod();
   const token = (await kubectl(['-n', NS, 'create', 'token', 'default', '--duration=10m', '--audience', 'bettercompute.io'])).trim();
-  const r = await request(`https://${ip}:8443/api/compute/capacity/byDomain`, {
+  const r = await request(`${await controllerUrl()}/api/compute/capacity/byDomain`, {
     method: 'POST',
     ca: fs.readFileSync(caFile),
     servername: `better-compute-controller.${SYSTEM_NS}.svc`,
@@ -172,6 +183,7 @@ describe('DRA hand-off, on the installed product with the default kube-scheduler
   }, 1_800_000);
 
   afterAll(async () => {
+    forward?.close();
     await kubectlResult(['delete', 'namespace', NS, '--wait=true', '--timeout=120s'], { timeoutMs: 130_000 });
     await removeNodePool(POOL);
     if (process.env.BC_KEEP_INSTALLED !== '1') await uninstallProduct();

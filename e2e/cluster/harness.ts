@@ -36,7 +36,7 @@ export interface ClusterInfo {
   kubectl: string;
   /**
    * The cluster's Kubernetes release (e.g. v1.37.2): the process cluster's pin (e2e/cluster/versions.env), or on an
-   * external cluster BC_K8S_VERSION (kind's pin, e2e/kind/lib.sh); empty when unknown. The product's kube-scheduler
+   * external cluster BC_K8S_VERSION (the release kind runs, e2e/kind/lib.sh); empty when unknown. The product's kube-scheduler
    * image is installed at this tag (install.ts), as kube-scheduler must not be newer than the API server.
    */
   k8sVersion: string;

@@ -6,6 +6,8 @@
 # Then the process cluster's containerd (versions.env: CONTAINERD_DEB_*): Debian forky's .deb, downloaded once from
 # the Debian mirror (BC_DEBIAN_MIRROR), checked against its pinned sha256 and unpacked (not installed) into
 # $BC_CACHE/containerd-<version>/, where lib.sh runs it from. Bookworm's containerd 1.6 stays the host's (Docker's).
+# `install-deps.sh containerd` does only that, and prints the directory (kind's node image takes its binaries from it,
+# e2e/kind/build.sh).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 # shellcheck source=versions.env
@@ -29,6 +31,12 @@ install_containerd() {
   mv "$tmp/root" "$containerd_dir"
   echo "$CONTAINERD_DEB_SHA256" >"$containerd_dir/.sha256"
 }
+
+if [[ "${1:-}" == containerd ]]; then
+  install_containerd
+  echo "$containerd_dir"
+  exit 0
+fi
 
 pkgs=(runc containernetworking-plugins iptables iproute2 busybox-static openssl curl conntrack socat util-linux mount chromium)
 missing=()

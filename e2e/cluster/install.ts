@@ -157,8 +157,8 @@ export function writeTestOverlay(o: InstallOptions = {}): string {
     resources: [path.relative(dir, path.join(ROOT, 'deploy', 'overlays', base))],
     ...(o.draAgent ? { components: [path.relative(dir, path.join(ROOT, 'deploy', 'dra', 'agent'))] } : {}),
     configMapGenerator: [{ name: 'better-compute-simulated-gpus', namespace: SYSTEM_NS, files: deviceFiles }],
-    // The product's kube-scheduler at the cluster's own release: deploy/base names the tested one (v1.37.x), kind runs
-    // the oldest supported (v1.34.x), and kube-scheduler must not be newer than the API server.
+    // The product's kube-scheduler at the cluster's own release: deploy/base names the tested one (v1.37.x), kind's
+    // smaller suite runs the oldest supported (v1.34.x), and kube-scheduler must not be newer than the API server.
     ...(c.k8sVersion ? { images: [{ name: 'bettercompute.local/kube-scheduler', newTag: c.k8sVersion }] } : {}),
     ...(o.databaseUrl
       ? {

@@ -1,28 +1,53 @@
 #!/usr/bin/env bash
-# `npm run test:kind`: the product installed into kind the way users install it, and the cluster suites on it.
-#   1. npm run kind:up (e2e/kind/up.sh): the cluster bc-e2e, offline;
-#   2. npm run image (scripts/image/build.sh), then `kind load image-archive` of the product's images into every node;
+# `npm run test:kind`: the product installed into kind the way users install it, and the cluster suites on it, on two
+# Kubernetes releases one after the other (one kind cluster bc-e2e at a time; ADR 0052):
+#   - the tested release (the process cluster's, e2e/cluster/versions.env), both hand-off modes: the hand-off suite
+#     (e2e/cluster/extender-agent.test.ts), the reservation suite (controller.test.ts, deploy/overlays/external on a
+#     PostgreSQL of this host, which the pods reach at the kind network's gateway), DRA's hand-off on the installed
+#     product (dra.test.ts) and DRA to containers through CDI on both workers (dra-kind.test.ts);
+#   - then the oldest supported release (e2e/kind/versions.env, OLDEST_*), device-plugin mode: the hand-off suite alone,
+#     with 3 rounds.
+# BC_KIND_RELEASE=tested|oldest runs that release alone, with its files or the test files given as arguments
+# (`npm run test:kind -- e2e/cluster/x.test.ts`: the tested release alone unless BC_KIND_RELEASE says otherwise).
+# For each release:
+#   1. npm run kind:up (e2e/kind/up.sh): the cluster bc-e2e at that release, offline (a cluster of the other release
+#      is deleted first);
+#   2. npm run image (scripts/image/build.sh, kube-scheduler at that release), then `kind load image-archive` of the
+#      product's images into every node;
 #   3. vitest's cluster project against kind (BC_EXTERNAL_CLUSTER=1): the suites install deploy/ from the image with
-#      `kubectl apply -k`, as on the process cluster. By default the hand-off suite (e2e/cluster/extender-agent.test.ts)
-#      and the reservation suite (e2e/cluster/controller.test.ts, deploy/overlays/external on a PostgreSQL of this host,
-#      which the pods reach at the kind network's gateway); other test files as arguments
-#      (`npm run test:kind -- e2e/cluster/x.test.ts`). Tests that restart the process cluster's own components skip themselves on kind.
-#      The hand-off suite's two round tests run 10 rounds here (BC_HANDOFF_ROUNDS), not the process cluster's 50: kind
-#      proves that the installed image and deploy/ hand over across two nodes; the rounds that hunt races run once.
+#      `kubectl apply -k`, as on the process cluster. Tests that restart the process cluster's own components skip
+#      themselves on kind. The hand-off suite's round test runs 10 rounds on the tested release (BC_HANDOFF_ROUNDS), 3 on
+#      the oldest, not the process cluster's 50: kind proves that the installed image and deploy/ hand over across two
+#      nodes; the rounds that hunt races run once.
 #   4. checks that no image was pulled: every image in every node's containerd is one built here, and no kubelet
 #      reported pulling one;
-#   5. npm run kind:down, unless KEEP=1 (or the cluster existed before).
+#   5. npm run kind:down, unless KEEP=1 (or the cluster existed before, at that release).
 set -euo pipefail
+if [[ -z "${BC_KIND_RELEASE:-}" && $# == 0 ]]; then
+  t0=$SECONDS
+  rc_tested=0 rc_oldest=0
+  # The project's Docker engine stays up between the two (KEEP_DOCKERD): the second cluster starts in it.
+  BC_KIND_RELEASE=tested KEEP_DOCKERD=1 bash "$0" || rc_tested=$?
+  s_tested=$((SECONDS - t0))
+  BC_KIND_RELEASE=oldest BC_HANDOFF_ROUNDS="${BC_OLDEST_HANDOFF_ROUNDS:-3}" bash "$0" e2e/cluster/extender-agent.test.ts || rc_oldest=$?
+  printf '[test:kind] tested release: rc=%s in %ss; oldest release: rc=%s in %ss; %ss in all\n' \
+    "$rc_tested" "$s_tested" "$rc_oldest" "$((SECONDS - t0 - s_tested))" "$((SECONDS - t0))" >&2
+  ((rc_tested == 0 && rc_oldest == 0))
+  exit
+fi
 # shellcheck source=lib.sh
 source "$(dirname "$0")/lib.sh"
 t0=$SECONDS
-say() { printf '[test:kind %4ds] %s\n' "$((SECONDS - t0))" "$*" >&2; }
+say() { printf '[test:kind %s %4ds] %s\n' "$K8S_VERSION" "$((SECONDS - t0))" "$*" >&2; }
 
-files=(e2e/cluster/extender-agent.test.ts e2e/cluster/controller.test.ts)
+files=(e2e/cluster/extender-agent.test.ts e2e/cluster/controller.test.ts e2e/cluster/dra.test.ts e2e/cluster/dra-kind.test.ts)
+[[ "$KIND_RELEASE" != oldest ]] || files=(e2e/cluster/extender-agent.test.ts)
 if (($# > 0)); then files=("$@"); fi
 
+# A cluster that was up before, at this release, is left up.
 existed=0
-if bc_docker version >/dev/null 2>&1 && [[ -x "$kind" ]] && "$kind" get clusters 2>/dev/null | grep -qx "$name"; then
+if bc_docker version >/dev/null 2>&1 && [[ -x "$kind" ]] && "$kind" get clusters 2>/dev/null | grep -qx "$name" &&
+  [[ "$(bc_docker exec "$name-control-plane" cat /kind/version 2>/dev/null)" == "$K8S_VERSION" ]]; then
   existed=1
 fi
 bash "$here/up.sh" >/dev/null

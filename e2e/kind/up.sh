@@ -6,7 +6,9 @@
 # With KIND_NODE_IMAGE set (e.g. a released kindest/node:v1.34.x where a registry is reachable), that image is used and
 # nothing is built but kind itself; kubeadm then takes its control-plane images from registry.k8s.io as usual, so the
 # config's imageRepository patch is left out.
-# Prints the kubeconfig path on stdout. Idempotent: an existing cluster is kept when it is healthy.
+# The release is the one e2e/kind/lib.sh chose (BC_KIND_RELEASE: tested, the default, or oldest; ADR 0052).
+# Prints the kubeconfig path on stdout. Idempotent: an existing cluster is kept when it runs this node image (so this
+# release) and is healthy; one of another release is deleted first (one cluster bc-e2e at a time).
 set -euo pipefail
 # shellcheck source=lib.sh
 source "$(dirname "$0")/lib.sh"
@@ -49,7 +51,11 @@ healthy() {
 }
 if "$kind" get clusters 2>/dev/null | grep -qx "$name"; then
   "$kind" get kubeconfig --name "$name" >"$kubeconfig"
-  if healthy; then
+  running="$(bc_docker inspect -f '{{.Config.Image}}' "$name-control-plane" 2>/dev/null || true)"
+  if [[ "$running" != "$image" ]]; then
+    say "cluster $name runs ${running:-an unknown image}, not $image ($K8S_VERSION); deleting it"
+    "$kind" delete cluster --name "$name" >&2
+  elif healthy; then
     say "cluster $name exists and is healthy; kept"
   else
     say "cluster $name exists and is not healthy; deleting it"
@@ -57,7 +63,7 @@ if "$kind" get clusters 2>/dev/null | grep -qx "$name"; then
   fi
 fi
 if ! "$kind" get clusters 2>/dev/null | grep -qx "$name"; then
-  say "kind create cluster $name on $image ..."
+  say "kind create cluster $name on $image (Kubernetes $K8S_VERSION) ..."
   "$kind" create cluster --config "$config" --kubeconfig "$kubeconfig" --wait 300s >&2
   "$kind" get kubeconfig --name "$name" >"$kubeconfig"
 fi

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Writes the wrapper modules e2e/cluster/build/kubernetes/<K8S_VERSION> and e2e/cluster/build/etcd/<ETCD_VERSION> that
 # e2e/cluster/build.sh builds from. The versions are the process cluster's pins (e2e/cluster/versions.env) unless given:
-#   update-gomod.sh [K8S_VERSION ETCD_VERSION]      e.g. update-gomod.sh v1.34.12 v3.6.4 for kind's pins
+#   update-gomod.sh [K8S_VERSION ETCD_VERSION]      e.g. update-gomod.sh v1.34.12 v3.6.4 for kind's oldest release
 # k8s.io/kubernetes cannot be `go install`ed directly: its go.mod requires the k8s.io/* staging modules at v0.0.0 and
 # replaces them with ./staging/... paths that do not exist outside its repository. The wrapper module requires
 # k8s.io/kubernetes and replaces every staging module with its published version of the same release (v1.X.Y -> v0.X.Y).
 # Needs the Go module proxy; run it by hand when a pin changes and commit the result. One directory per version, so
-# the process cluster and kind can pin different releases.
+# the tested release and the oldest supported one (kind's smaller suite) are built side by side.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 # shellcheck source=../versions.env
