@@ -47,7 +47,7 @@ step typecheck npm run -s typecheck || stop_early
 step lint npm run -s lint || stop_early
 step unit+db npx vitest run --project unit --project db || stop_early
 # Both releases: the tested one (e2e/cluster/versions.env) and the oldest supported (e2e/kind/versions.env's OLDEST_*,
-# ADR 0052), each with its kube-scheduler image (scripts/image/build.sh builds the Kubernetes components it needs
+# ADR 0053), each with its kube-scheduler image (scripts/image/build.sh builds the Kubernetes components it needs
 # through build.sh).
 oldest_release='source e2e/kind/versions.env && export BC_K8S_VERSION="$OLDEST_K8S_VERSION" BC_ETCD_VERSION="$OLDEST_ETCD_VERSION"'
 step builds bash -c "npm run -s image && ($oldest_release && bash scripts/image/build.sh)" || stop_early

@@ -3,7 +3,7 @@ import { draDeviceName } from '../../src/core/dra-names.ts';
 import { apply, clusterInfo, kubectl, kubectlJson, kubectlResult, uniqueName, waitFor, type List } from './harness.ts';
 import { applyNodePool, installProduct, NODE_POOL_LABEL, removeNodePool, reserveAndWait, SYSTEM_NS, uninstallProduct } from './install.ts';
 
-// DRA mode's hand-off to containers on kind (ADR 0052): kind's nodes run the tested Kubernetes release with containerd
+// DRA mode's hand-off to containers on kind (ADR 0053): kind's nodes run the tested Kubernetes release with containerd
 // 2.1 and CDI (e2e/kind/build.sh), so the installed product with the Component deploy/dra/agent hands devices over to
 // real kubelets on two workers: the agent's DRA plugin checks each claim with the controller and writes its CDI spec,
 // containerd puts the spec's environment into the container, and the container prints it. A pod got exactly what its

@@ -14,7 +14,7 @@ import { applyNodePool, installProduct, removeNodePool, SYSTEM_NS, uninstallProd
 // pods starts: the suite reads what the hand-off is made of —
 // the claim's status.allocation, the pod's spec.nodeName, and the ledger as the product shows it (the capacity API's
 // byDomain, computed from the ledger at the call; the Reservation's status for its atoms).
-// It runs on kind too (e2e/kind/test.sh, Kubernetes at the same release: ADR 0052), on the first worker.
+// It runs on kind too (e2e/kind/test.sh, Kubernetes at the same release: ADR 0053), on the first worker.
 const c = () => clusterInfo();
 const NS = uniqueName('dra');
 const TENANT = NS;

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds, without pulling any image, the kind node image for the release e2e/kind/lib.sh chose (BC_KIND_RELEASE: the
-# tested one of e2e/cluster/versions.env, or the oldest supported; ADR 0052) and everything inside it (pins in
+# tested one of e2e/cluster/versions.env, or the oldest supported; ADR 0053) and everything inside it (pins in
 # e2e/kind/versions.env), into the project's own Docker engine (scripts/docker/dockerd.sh):
 #
 #   tools       kind, crictl, coredns, local-path-provisioner: `go install` from the Go module proxy; flanneld from the

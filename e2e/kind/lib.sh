@@ -2,7 +2,7 @@
 # Sourced by the scripts of e2e/kind/: where things are, the pins, the project's Docker engine
 # (scripts/docker/dockerd.sh) and the kind cluster's name and files.
 #
-# The release kind runs (ADR 0052), chosen by BC_KIND_RELEASE:
+# The release kind runs (ADR 0053), chosen by BC_KIND_RELEASE:
 #   tested (default)  the process cluster's pins, e2e/cluster/versions.env (K8S_VERSION, ETCD_VERSION), with
 #                     e2e/kind/versions.env's COREDNS_VERSION and PAUSE_VERSION: the main suite, both hand-off modes;
 #   oldest            e2e/kind/versions.env's OLDEST_* pins: the oldest supported release, device-plugin mode only.

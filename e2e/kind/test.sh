@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `npm run test:kind`: the product installed into kind the way users install it, and the cluster suites on it, on two
-# Kubernetes releases one after the other (one kind cluster bc-e2e at a time; ADR 0052):
+# Kubernetes releases one after the other (one kind cluster bc-e2e at a time; ADR 0053):
 #   - the tested release (the process cluster's, e2e/cluster/versions.env), both hand-off modes: the hand-off suite
 #     (e2e/cluster/extender-agent.test.ts), the reservation suite (controller.test.ts, deploy/overlays/external on a
 #     PostgreSQL of this host, which the pods reach at the kind network's gateway), DRA's hand-off on the installed

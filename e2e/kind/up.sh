@@ -6,7 +6,7 @@
 # With KIND_NODE_IMAGE set (e.g. a released kindest/node:v1.34.x where a registry is reachable), that image is used and
 # nothing is built but kind itself; kubeadm then takes its control-plane images from registry.k8s.io as usual, so the
 # config's imageRepository patch is left out.
-# The release is the one e2e/kind/lib.sh chose (BC_KIND_RELEASE: tested, the default, or oldest; ADR 0052).
+# The release is the one e2e/kind/lib.sh chose (BC_KIND_RELEASE: tested, the default, or oldest; ADR 0053).
 # Prints the kubeconfig path on stdout. Idempotent: an existing cluster is kept when it runs this node image (so this
 # release) and is healthy; one of another release is deleted first (one cluster bc-e2e at a time).
 set -euo pipefail
