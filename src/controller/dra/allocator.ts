@@ -163,7 +163,7 @@ export class ClaimAllocator {
       // Our finalizer first: from now on the claim cannot go before the ledger released what it books.
       const finalizers = [...(claim.metadata.finalizers ?? []), CLAIM_FINALIZER];
       const updated = await this.d.fenced(() => this.d.kube.setFinalizers(claim.metadata.namespace, claim.metadata.name, finalizers, claim.metadata.resourceVersion ?? ''));
-      this.supersede(claim);
+      this.supersede(claim, updated.metadata.resourceVersion);
       claim.metadata.resourceVersion = updated.metadata.resourceVersion;
       claim.metadata.finalizers = finalizers;
     }
@@ -209,16 +209,17 @@ export class ClaimAllocator {
       return { backoff: true };
     }
     this.d.log.info('dra: claim allocated', { claim: nameOf(claim), node: holding.nodeId, atoms: holding.devices.map((x) => x.atomId), owner: holding.owner });
-    const mine = this.supersede(claim);
     const rv = written.metadata.resourceVersion;
+    const mine = this.supersede(claim, rv);
     if (rv !== undefined) mine.allocated = { rv, end: holding.end };
     return lifted ? this.untilEnd(holding.end) : { backoff: true };
   }
 
-  /** Notes that a write of ours replaced the claim's version `claim` was read at (see `written`). */
-  private supersede(claim: ResourceClaim): { superseded: Set<string>; allocated?: { rv: string; end: number | null } } {
+  /** Notes that a write of ours replaced the claim's version `claim` was read at by version `now` (see `written`). */
+  private supersede(claim: ResourceClaim, now: string | undefined): { superseded: Set<string>; allocated?: { rv: string; end: number | null } } {
     const mine = this.written.get(claim.metadata.uid) ?? { superseded: new Set<string>() };
-    if (claim.metadata.resourceVersion !== undefined) mine.superseded.add(claim.metadata.resourceVersion);
+    const was = claim.metadata.resourceVersion;
+    if (was !== undefined && now !== undefined && was !== now) mine.superseded.add(was);
     this.written.set(claim.metadata.uid, mine);
     return mine;
   }
