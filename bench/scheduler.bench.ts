@@ -26,7 +26,8 @@
 // client work is not on its event loop, nor in its scheduling group (startExtenderProcess). Every row runs
 // kube-scheduler with its own API client unthrottled (unthrottled() below). Under each size: the CPU time per pod of
 // kube-scheduler, kube-apiserver, etcd, PostgreSQL and kube-controller-manager in each row, and of the extender
-// process and the allocator process in theirs.
+// process and the allocator process in theirs; and the API server's requests per pod in the plain and the DRA rows
+// (apiserver_request_total, every client's, by verb and resource).
 //   npm run bench:scheduler   (root; brings the test cluster up, or takes its turn on it, like the cluster tests)
 // Env: BENCH_NODES (default 1000,5000), BENCH_PODS (default 1000), BENCH_CREATE_CONCURRENCY (default 16), BENCH_WARMUP,
 //      BENCH_EXTENDER_CPU_PROF (a directory: the extender process writes a V8 CPU profile of each row there),
@@ -147,6 +148,25 @@ async function perfRecord(run: string, processes: CpuReading): Promise<() => Pro
     perf.kill('SIGINT');
     await exited;
   };
+}
+
+/** The API server's requests so far (apiserver_request_total), by `verb resource[/subresource]`, every client's. */
+async function apiRequests(): Promise<Map<string, number>> {
+  const out = new Map<string, number>();
+  for (const line of (await kubectl(['get', '--raw', '/metrics'])).split('\n')) {
+    if (!line.startsWith('apiserver_request_total{')) continue;
+    const label = (k: string) => line.match(new RegExp(`[{,]${k}="([^"]*)"`))?.[1] ?? '';
+    const key = `${label('verb')} ${label('resource')}${label('subresource') ? `/${label('subresource')}` : ''}`;
+    out.set(key, (out.get(key) ?? 0) + Number(line.slice(line.lastIndexOf(' ') + 1)));
+  }
+  return out;
+}
+
+/** The requests per pod between two apiRequests() readings, the most frequent first (those under 0.05 a pod left out). */
+function requestsPerPod(before: Map<string, number>, after: Map<string, number>, pods: number): string {
+  const per = [...after].map(([k, n]): [string, number] => [k, (n - (before.get(k) ?? 0)) / pods]).filter(([, x]) => x >= 0.05);
+  const total = per.reduce((a, [, x]) => a + x, 0);
+  return `${total.toFixed(1)}: ${per.sort((a, b) => b[1] - a[1]).map(([k, x]) => `${k} ${x.toFixed(2)}`).join(', ')}`;
 }
 
 function quantile(sorted: number[], q: number): number {
@@ -557,11 +577,13 @@ async function main() {
 
       await restartScheduler(unthrottled(defaultSchedulerConfig()));
       await schedulePods(kc, `warm-plain${n}`, resourcePod(PLAIN_RESOURCE), WARMUP);
+      const plainRequests = await apiRequests();
       const plainCpu = await cpuSeconds();
       const stopPlainPerf = await perfRecord(`plain${n}`, plainCpu);
       const plain = await schedulePods(kc, `plain${n}`, resourcePod(PLAIN_RESOURCE), PODS);
       await stopPlainPerf();
       const plainCpuPerPod = cpuPerPod(plainCpu, await cpuSeconds(), PODS);
+      const plainRequestsPerPod = requestsPerPod(plainRequests, await apiRequests(), PODS);
       await deletePods(kc);
 
       await restartScheduler(unthrottled(schedulerConfigWithExtender(extender.url)));
@@ -588,16 +610,18 @@ async function main() {
         await new Promise((r) => setTimeout(r, 500));
         await allocator!.stats(); // counted from here
         const claims = watchClaims(kc);
+        const requests = await apiRequests();
         const cpu = await cpuSeconds();
         const stopPerf = await perfRecord(run, cpu);
         const stats = await schedulePods(kc, run, manifest(WARMUP), PODS);
         await stopPerf();
         const cpuMs = cpuPerPod(cpu, await cpuSeconds(), PODS);
+        const requestCounts = requestsPerPod(requests, await apiRequests(), PODS);
         claims.stop();
         const allocatorStats = await allocator!.stats();
         await deletePods(kc);
         await waitClaimsGone(kc);
-        return { stats, cpuMs, madeAt: claims.madeAt, allocatedAt: claims.allocatedAt, allocatorStats };
+        return { stats, cpuMs, requests: requestCounts, madeAt: claims.madeAt, allocatedAt: claims.allocatedAt, allocatorStats };
       };
       const onDemand = await draRow(`dra-od${n}`, () => claimPod(TEMPLATES.onDemand[0]));
       // The row's k-th pod belongs to Reservation floor(k / its GPUs).
@@ -614,6 +638,7 @@ async function main() {
           `its state reloaded ${reloads.nodes} nodes and ${reloads.pods} pods after notifications, ${reloads.skipped} not (a bind applied them)`,
       );
       console.log(`       CPU ms per pod alone: ${plainCpuPerPod}`);
+      console.log(`       API requests per pod alone: ${plainRequestsPerPod}`);
       console.log(`       CPU ms per pod + extender: ${extCpuPerPod}, extender ${((extenderCpu * 1000) / PODS).toFixed(1)}`);
       for (const [what, r] of [['DRA on demand (gpu.bettercompute.io)', onDemand], ['DRA Reservation (reservation.bettercompute.io)', viaReservation]] as const) {
         row(n, what, r.stats, r.stats.podsPerSecond / plain.podsPerSecond);
@@ -624,6 +649,7 @@ async function main() {
             `${a.warnings.length ? `, warnings ${a.warnings.map(([m, k]) => `${m} ×${k}`).join(', ')}` : ''}; its event loop busy ${(a.eventLoopUtilization * 100).toFixed(0)}%`,
         );
         console.log(`       CPU ms per pod: ${r.cpuMs}, allocator and webhook ${((a.cpuSeconds * 1000) / PODS).toFixed(1)}; pods gated at create ${r.stats.gated} of ${PODS}`);
+        console.log(`       API requests per pod: ${r.requests}`);
       }
       await removeBenchNodes(kc);
       nodes = [];
