@@ -116,15 +116,18 @@ async function cpuSeconds(): Promise<CpuReading> {
     const comm = stat.slice(stat.indexOf('(') + 1, stat.lastIndexOf(')'));
     if (!(CPU_OF as readonly string[]).includes(comm)) continue;
     const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-    // utime and stime, fields 14 and 15 of proc(5), in clock ticks (USER_HZ, 100 on Linux).
-    out.set(pid, { comm, seconds: (Number(fields[11]) + Number(fields[12])) / 100 });
+    // utime, stime, cutime and cstime, fields 14 to 17 of proc(5), in clock ticks (USER_HZ, 100 on Linux): with its
+    // children's, so that PostgreSQL's backends that exit during a row (a pool's idle connections are closed after 10 s)
+    // still count, in the postmaster that reaps them.
+    out.set(pid, { comm, seconds: (Number(fields[11]) + Number(fields[12]) + Number(fields[13]) + Number(fields[14])) / 100 });
   }
   return out;
 }
 
 /**
  * What each of CPU_OF spent per pod between two cpuSeconds() readings, in ms: a process started in between counts from
- * its start, one that exited in between is missed (the scheduler restarted before a row has started already).
+ * its start, one that exited in between is missed unless its parent is one of CPU_OF (the scheduler restarted before a
+ * row has started already; a PostgreSQL backend counts in its postmaster).
  */
 function cpuPerPod(before: CpuReading, after: CpuReading, pods: number): string {
   const spent = new Map<string, number>(CPU_OF.map((c) => [c, 0]));
