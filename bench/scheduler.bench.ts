@@ -126,12 +126,14 @@ async function cpuSeconds(): Promise<CpuReading> {
 
 /**
  * What each of CPU_OF spent per pod between two cpuSeconds() readings, in ms: a process started in between counts from
- * its start, one that exited in between is missed unless its parent is one of CPU_OF (the scheduler restarted before a
- * row has started already; a PostgreSQL backend counts in its postmaster).
+ * its start, one that exited in between counts in its parent's children's time when its parent is one of CPU_OF (a
+ * PostgreSQL backend, in its postmaster; the scheduler restarted before a row has started already).
  */
 function cpuPerPod(before: CpuReading, after: CpuReading, pods: number): string {
   const spent = new Map<string, number>(CPU_OF.map((c) => [c, 0]));
   for (const [pid, p] of after) spent.set(p.comm, spent.get(p.comm)! + p.seconds - (before.get(pid)?.seconds ?? 0));
+  // One that exited counts whole in its parent's children's time: what it had spent before is not the row's.
+  for (const [pid, p] of before) if (!after.has(pid)) spent.set(p.comm, spent.get(p.comm)! - p.seconds);
   return CPU_OF.map((c) => `${c} ${((spent.get(c)! * 1000) / pods).toFixed(1)}`).join(', ');
 }
 
