@@ -106,7 +106,7 @@ function unthrottled(config: string): string {
 const CPU_OF = ['kube-scheduler', 'kube-apiserver', 'etcd', 'postgres', 'kube-controller'] as const;
 
 /** pid → a process of CPU_OF and the CPU seconds (user + system) it has spent so far. */
-type CpuReading = Map<string, { comm: string; seconds: number }>;
+type CpuReading = Map<string, { comm: string; ppid: string; seconds: number }>;
 
 async function cpuSeconds(): Promise<CpuReading> {
   const out: CpuReading = new Map();
@@ -119,7 +119,7 @@ async function cpuSeconds(): Promise<CpuReading> {
     // utime, stime, cutime and cstime, fields 14 to 17 of proc(5), in clock ticks (USER_HZ, 100 on Linux): with its
     // children's, so that PostgreSQL's backends that exit during a row (a pool's idle connections are closed after 10 s)
     // still count, in the postmaster that reaps them.
-    out.set(pid, { comm, seconds: (Number(fields[11]) + Number(fields[12]) + Number(fields[13]) + Number(fields[14])) / 100 });
+    out.set(pid, { comm, ppid: fields[1]!, seconds: (Number(fields[11]) + Number(fields[12]) + Number(fields[13]) + Number(fields[14])) / 100 });
   }
   return out;
 }
@@ -132,8 +132,10 @@ async function cpuSeconds(): Promise<CpuReading> {
 function cpuPerPod(before: CpuReading, after: CpuReading, pods: number): string {
   const spent = new Map<string, number>(CPU_OF.map((c) => [c, 0]));
   for (const [pid, p] of after) spent.set(p.comm, spent.get(p.comm)! + p.seconds - (before.get(pid)?.seconds ?? 0));
-  // One that exited counts whole in its parent's children's time: what it had spent before is not the row's.
-  for (const [pid, p] of before) if (!after.has(pid)) spent.set(p.comm, spent.get(p.comm)! - p.seconds);
+  // One that exited counts whole in its parent's children's time when its parent is one of CPU_OF (a PostgreSQL
+  // backend): what it had spent before is not the row's. Others that exited (a kube-scheduler restarted just before
+  // the row, still going at the first reading) are missed, and their time before is not taken off.
+  for (const [pid, p] of before) if (!after.has(pid) && after.has(p.ppid)) spent.set(p.comm, spent.get(p.comm)! - p.seconds);
   return CPU_OF.map((c) => `${c} ${((spent.get(c)! * 1000) / pods).toFixed(1)}`).join(', ');
 }
 
