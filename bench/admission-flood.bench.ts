@@ -66,7 +66,7 @@ const lookups: AdmissionLookups = {
   reservation: async (namespace, name) => (name === 'train' ? { namespace, name, uid: 'u-train', tenant: 'bench', deleting: false } : undefined),
   reservationsIn: async () => [],
   bookings: {
-    byReservationUid: async (tenant, uid) => ({ id: `rsv_01k2${'a'.repeat(22)}`, tenantId: tenant, idempotencyKey: uid, state: 'confirmed', ended: false }),
+    byReservationUid: async (tenant, uid) => ({ id: `rsv_01k2${'a'.repeat(22)}`, tenantId: tenant, idempotencyKey: uid, state: 'confirmed', ended: false, start: 0, end: 3_600_000 }),
     byId: async () => undefined,
   },
 };

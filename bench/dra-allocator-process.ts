@@ -144,9 +144,9 @@ async function main() {
     } else if (m.type === 'stop') stop();
   });
   process.on('disconnect', stop);
-  const webhook = await serveWebhook(
-    podAdmissionDeps({ reservations, namespaces, db, log, claimDeviceClasses: (ns, ref) => new ResourceClaimClient(kc).deviceClassesOf(ns, ref) }),
-  );
+  // One client for the webhook's reads, as the controller has (src/controller/webhooks.ts).
+  const templates = new ResourceClaimClient(kc);
+  const webhook = await serveWebhook(podAdmissionDeps({ reservations, namespaces, db, log, claimDeviceClasses: (ns, ref) => templates.deviceClassesOf(ns, ref) }));
   send({ type: 'ready', webhookUrl: webhook.url, caBundle: webhook.caBundle });
 }
 

@@ -26,7 +26,8 @@
 // client work is not on its event loop, nor in its scheduling group (startExtenderProcess). Every row runs
 // kube-scheduler with its own API client unthrottled (unthrottled() below). Under each size: the CPU time per pod of
 // kube-scheduler, kube-apiserver, etcd, PostgreSQL and kube-controller-manager in each row, and of the extender
-// process and the allocator process in theirs.
+// process and the allocator process in theirs; and the API server's requests per pod in the plain and the DRA rows
+// (apiserver_request_total, every client's, by verb and resource).
 //   npm run bench:scheduler   (root; brings the test cluster up, or takes its turn on it, like the cluster tests)
 // Env: BENCH_NODES (default 1000,5000), BENCH_PODS (default 1000), BENCH_CREATE_CONCURRENCY (default 16), BENCH_WARMUP,
 //      BENCH_EXTENDER_CPU_PROF (a directory: the extender process writes a V8 CPU profile of each row there),
@@ -105,7 +106,7 @@ function unthrottled(config: string): string {
 const CPU_OF = ['kube-scheduler', 'kube-apiserver', 'etcd', 'postgres', 'kube-controller'] as const;
 
 /** pid → a process of CPU_OF and the CPU seconds (user + system) it has spent so far. */
-type CpuReading = Map<string, { comm: string; seconds: number }>;
+type CpuReading = Map<string, { comm: string; ppid: string; seconds: number }>;
 
 async function cpuSeconds(): Promise<CpuReading> {
   const out: CpuReading = new Map();
@@ -115,19 +116,26 @@ async function cpuSeconds(): Promise<CpuReading> {
     const comm = stat.slice(stat.indexOf('(') + 1, stat.lastIndexOf(')'));
     if (!(CPU_OF as readonly string[]).includes(comm)) continue;
     const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-    // utime and stime, fields 14 and 15 of proc(5), in clock ticks (USER_HZ, 100 on Linux).
-    out.set(pid, { comm, seconds: (Number(fields[11]) + Number(fields[12])) / 100 });
+    // utime, stime, cutime and cstime, fields 14 to 17 of proc(5), in clock ticks (USER_HZ, 100 on Linux): with its
+    // children's, so that PostgreSQL's backends that exit during a row (a pool's idle connections are closed after 10 s)
+    // still count, in the postmaster that reaps them.
+    out.set(pid, { comm, ppid: fields[1]!, seconds: (Number(fields[11]) + Number(fields[12]) + Number(fields[13]) + Number(fields[14])) / 100 });
   }
   return out;
 }
 
 /**
  * What each of CPU_OF spent per pod between two cpuSeconds() readings, in ms: a process started in between counts from
- * its start, one that exited in between is missed (the scheduler restarted before a row has started already).
+ * its start, one that exited in between counts in its parent's children's time when its parent is one of CPU_OF (a
+ * PostgreSQL backend, in its postmaster; the scheduler restarted before a row has started already).
  */
 function cpuPerPod(before: CpuReading, after: CpuReading, pods: number): string {
   const spent = new Map<string, number>(CPU_OF.map((c) => [c, 0]));
   for (const [pid, p] of after) spent.set(p.comm, spent.get(p.comm)! + p.seconds - (before.get(pid)?.seconds ?? 0));
+  // One that exited counts whole in its parent's children's time when its parent is one of CPU_OF (a PostgreSQL
+  // backend): what it had spent before is not the row's. Others that exited (a kube-scheduler restarted just before
+  // the row, still going at the first reading) are missed, and their time before is not taken off.
+  for (const [pid, p] of before) if (!after.has(pid) && after.has(p.ppid)) spent.set(p.comm, spent.get(p.comm)! - p.seconds);
   return CPU_OF.map((c) => `${c} ${((spent.get(c)! * 1000) / pods).toFixed(1)}`).join(', ');
 }
 
@@ -147,6 +155,25 @@ async function perfRecord(run: string, processes: CpuReading): Promise<() => Pro
     perf.kill('SIGINT');
     await exited;
   };
+}
+
+/** The API server's requests so far (apiserver_request_total), by `verb resource[/subresource]`, every client's. */
+async function apiRequests(): Promise<Map<string, number>> {
+  const out = new Map<string, number>();
+  for (const line of (await kubectl(['get', '--raw', '/metrics'])).split('\n')) {
+    if (!line.startsWith('apiserver_request_total{')) continue;
+    const label = (k: string) => line.match(new RegExp(`[{,]${k}="([^"]*)"`))?.[1] ?? '';
+    const key = `${label('verb')} ${label('resource')}${label('subresource') ? `/${label('subresource')}` : ''}`;
+    out.set(key, (out.get(key) ?? 0) + Number(line.slice(line.lastIndexOf(' ') + 1)));
+  }
+  return out;
+}
+
+/** The requests per pod between two apiRequests() readings, the most frequent first (those under 0.05 a pod left out). */
+function requestsPerPod(before: Map<string, number>, after: Map<string, number>, pods: number): string {
+  const per = [...after].map(([k, n]): [string, number] => [k, (n - (before.get(k) ?? 0)) / pods]).filter(([, x]) => x >= 0.05);
+  const total = per.reduce((a, [, x]) => a + x, 0);
+  return `${total.toFixed(1)}: ${per.sort((a, b) => b[1] - a[1]).map(([k, x]) => `${k} ${x.toFixed(2)}`).join(', ')}`;
 }
 
 function quantile(sorted: number[], q: number): number {
@@ -273,11 +300,22 @@ async function schedulePods(kc: k8s.KubeConfig, run: string, manifest: Manifest,
  */
 async function deletePods(kc: k8s.KubeConfig): Promise<void> {
   const core = kc.makeApiClient(k8s.CoreV1Api);
-  await core.deleteCollectionNamespacedPod({ namespace: NAMESPACE, gracePeriodSeconds: 0 });
+  // A thousand DRA pods (their claims deleted and released meanwhile) once took the call past the client's 30 s
+  // timeout on the loaded machine: the call is made again until it answers (what it deleted stays deleted).
+  const deleteAll = () =>
+    core.deleteCollectionNamespacedPod({ namespace: NAMESPACE, gracePeriodSeconds: 0 }).then(
+      () => true,
+      (e: unknown) => {
+        process.stderr.write(`[bench] deleting the pods: ${String(e)}; again\n`);
+        return false;
+      },
+    );
   const deadline = performance.now() + 300_000;
+  let deleted = await deleteAll();
   while ((await core.listNamespacedPod({ namespace: NAMESPACE, limit: 1 })).items.length > 0) {
     if (performance.now() > deadline) throw new Error(`pods of namespace ${NAMESPACE} are still listed 5 minutes after their deletion`);
-    await new Promise((r) => setTimeout(r, 500));
+    if (!deleted) deleted = await deleteAll();
+    else await new Promise((r) => setTimeout(r, 500));
   }
 }
 
@@ -546,11 +584,13 @@ async function main() {
 
       await restartScheduler(unthrottled(defaultSchedulerConfig()));
       await schedulePods(kc, `warm-plain${n}`, resourcePod(PLAIN_RESOURCE), WARMUP);
+      const plainRequests = await apiRequests();
       const plainCpu = await cpuSeconds();
       const stopPlainPerf = await perfRecord(`plain${n}`, plainCpu);
       const plain = await schedulePods(kc, `plain${n}`, resourcePod(PLAIN_RESOURCE), PODS);
       await stopPlainPerf();
       const plainCpuPerPod = cpuPerPod(plainCpu, await cpuSeconds(), PODS);
+      const plainRequestsPerPod = requestsPerPod(plainRequests, await apiRequests(), PODS);
       await deletePods(kc);
 
       await restartScheduler(unthrottled(schedulerConfigWithExtender(extender.url)));
@@ -577,16 +617,18 @@ async function main() {
         await new Promise((r) => setTimeout(r, 500));
         await allocator!.stats(); // counted from here
         const claims = watchClaims(kc);
+        const requests = await apiRequests();
         const cpu = await cpuSeconds();
         const stopPerf = await perfRecord(run, cpu);
         const stats = await schedulePods(kc, run, manifest(WARMUP), PODS);
         await stopPerf();
         const cpuMs = cpuPerPod(cpu, await cpuSeconds(), PODS);
+        const requestCounts = requestsPerPod(requests, await apiRequests(), PODS);
         claims.stop();
         const allocatorStats = await allocator!.stats();
         await deletePods(kc);
         await waitClaimsGone(kc);
-        return { stats, cpuMs, madeAt: claims.madeAt, allocatedAt: claims.allocatedAt, allocatorStats };
+        return { stats, cpuMs, requests: requestCounts, madeAt: claims.madeAt, allocatedAt: claims.allocatedAt, allocatorStats };
       };
       const onDemand = await draRow(`dra-od${n}`, () => claimPod(TEMPLATES.onDemand[0]));
       // The row's k-th pod belongs to Reservation floor(k / its GPUs).
@@ -603,6 +645,7 @@ async function main() {
           `its state reloaded ${reloads.nodes} nodes and ${reloads.pods} pods after notifications, ${reloads.skipped} not (a bind applied them)`,
       );
       console.log(`       CPU ms per pod alone: ${plainCpuPerPod}`);
+      console.log(`       API requests per pod alone: ${plainRequestsPerPod}`);
       console.log(`       CPU ms per pod + extender: ${extCpuPerPod}, extender ${((extenderCpu * 1000) / PODS).toFixed(1)}`);
       for (const [what, r] of [['DRA on demand (gpu.bettercompute.io)', onDemand], ['DRA Reservation (reservation.bettercompute.io)', viaReservation]] as const) {
         row(n, what, r.stats, r.stats.podsPerSecond / plain.podsPerSecond);
@@ -613,6 +656,7 @@ async function main() {
             `${a.warnings.length ? `, warnings ${a.warnings.map(([m, k]) => `${m} ×${k}`).join(', ')}` : ''}; its event loop busy ${(a.eventLoopUtilization * 100).toFixed(0)}%`,
         );
         console.log(`       CPU ms per pod: ${r.cpuMs}, allocator and webhook ${((a.cpuSeconds * 1000) / PODS).toFixed(1)}; pods gated at create ${r.stats.gated} of ${PODS}`);
+        console.log(`       API requests per pod: ${r.requests}`);
       }
       await removeBenchNodes(kc);
       nodes = [];

@@ -1,7 +1,7 @@
 // What admission asks the ledger about a reservation: which booking a Reservation's uid made (the reconciler books
-// with idempotency key = metadata.uid under the Reservation's tenant, src/controller/reservation/reconciler.ts), and
-// whose a booking id is. Read straight from the reservations table; status fields of the Reservation are never
-// trusted for this.
+// with idempotency key = metadata.uid under the Reservation's tenant, src/controller/reservation/reconciler.ts), whose
+// a booking id is, and its window (what the DRA claim allocator decides on, in the same read). Read straight from the
+// reservations table; status fields of the Reservation are never trusted for this.
 import type { Db } from '../db/pool.ts';
 
 export interface Booking {
@@ -13,6 +13,9 @@ export interface Booking {
   state: 'held' | 'confirmed' | 'released' | 'expired';
   /** Released, expired, its hold ran out, or its window is over (the database's clock). */
   ended: boolean;
+  /** Its window, epoch milliseconds. */
+  start: number;
+  end: number;
 }
 
 export interface BookingLookup {
@@ -24,7 +27,8 @@ export interface BookingLookup {
 
 const COLUMNS = `id, tenant_id, idempotency_key, state,
   (state IN ('released', 'expired') OR ends_at <= compute_now()
-   OR (state = 'held' AND lease_expires_at <= compute_now())) AS ended`;
+   OR (state = 'held' AND lease_expires_at <= compute_now())) AS ended,
+  (extract(epoch FROM starts_at) * 1000)::float8 AS start_ms, (extract(epoch FROM ends_at) * 1000)::float8 AS end_ms`;
 
 interface Row {
   id: string;
@@ -32,10 +36,12 @@ interface Row {
   idempotency_key: string;
   state: Booking['state'];
   ended: boolean;
+  start_ms: number;
+  end_ms: number;
 }
 
 const toBooking = (r: Row | undefined): Booking | undefined =>
-  r && { id: r.id, tenantId: r.tenant_id, idempotencyKey: r.idempotency_key, state: r.state, ended: r.ended };
+  r && { id: r.id, tenantId: r.tenant_id, idempotencyKey: r.idempotency_key, state: r.state, ended: r.ended, start: r.start_ms, end: r.end_ms };
 
 /**
  * Lookups on the ledger's database (one indexed read each: the idempotency key's unique index, the primary key; a

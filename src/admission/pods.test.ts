@@ -20,14 +20,14 @@ const RESERVATIONS: ReservationRef[] = [
   { namespace: 'team-b', name: 'other', uid: 'u-other', tenant: 'bcorp', deleting: false },
 ];
 const BOOKINGS: Booking[] = [
-  { id: id('a'), tenantId: 'acme', idempotencyKey: 'u-train', state: 'confirmed', ended: false },
-  { id: id('b'), tenantId: 'acme', idempotencyKey: 'u-over', state: 'released', ended: true },
-  { id: id('c'), tenantId: 'acme', idempotencyKey: 'u-leaving', state: 'confirmed', ended: false },
-  { id: id('d'), tenantId: 'bcorp', idempotencyKey: 'u-other', state: 'held', ended: false },
+  { id: id('a'), tenantId: 'acme', idempotencyKey: 'u-train', state: 'confirmed', ended: false, start: 0, end: 3_600_000 },
+  { id: id('b'), tenantId: 'acme', idempotencyKey: 'u-over', state: 'released', ended: true, start: 0, end: 3_600_000 },
+  { id: id('c'), tenantId: 'acme', idempotencyKey: 'u-leaving', state: 'confirmed', ended: false, start: 0, end: 3_600_000 },
+  { id: id('d'), tenantId: 'bcorp', idempotencyKey: 'u-other', state: 'held', ended: false, start: 0, end: 3_600_000 },
   // Booked through the capacity API by another tenant with team-a's Reservation uid as its idempotency key.
-  { id: id('e'), tenantId: 'evil', idempotencyKey: 'u-train', state: 'confirmed', ended: false },
+  { id: id('e'), tenantId: 'evil', idempotencyKey: 'u-train', state: 'confirmed', ended: false, start: 0, end: 3_600_000 },
   // An on-demand pod's booking (idempotency key: the pod's uid).
-  { id: id('f'), tenantId: 'acme', idempotencyKey: 'pod-uid-1', state: 'held', ended: false },
+  { id: id('f'), tenantId: 'acme', idempotencyKey: 'pod-uid-1', state: 'held', ended: false, start: 0, end: 3_600_000 },
 ];
 
 const lookups: AdmissionLookups = {
@@ -468,8 +468,8 @@ describe('a forged AdmissionReview (issue 35: strangers learn nothing, ADR 0034)
     { namespace: 'team-b', name: 'leaving', uid: 'u-b-leaving', tenant: 'bcorp', deleting: true },
   ];
   const moreBookings: Booking[] = [
-    { id: id('m'), tenantId: 'bcorp', idempotencyKey: 'u-b-over', state: 'released', ended: true },
-    { id: id('n'), tenantId: 'bcorp', idempotencyKey: 'u-b-leaving', state: 'confirmed', ended: false },
+    { id: id('m'), tenantId: 'bcorp', idempotencyKey: 'u-b-over', state: 'released', ended: true, start: 0, end: 3_600_000 },
+    { id: id('n'), tenantId: 'bcorp', idempotencyKey: 'u-b-leaving', state: 'confirmed', ended: false, start: 0, end: 3_600_000 },
   ];
   const all = [...RESERVATIONS, ...more];
   const allBookings = [...BOOKINGS, ...moreBookings];

@@ -18,7 +18,7 @@ const lookups: AdmissionLookups = {
   reservation: async (namespace, name) => (looked++, namespace === 'team-a' && name === 'train' ? { namespace, name, uid: 'u-train', tenant: 'acme', deleting: false } : undefined),
   reservationsIn: async () => (looked++, []),
   bookings: {
-    byReservationUid: async (tenant, uid) => (tenant === 'acme' && uid === 'u-train' ? { id: `rsv_01k2${'a'.repeat(22)}`, tenantId: 'acme', idempotencyKey: 'u-train', state: 'confirmed', ended: false } : undefined),
+    byReservationUid: async (tenant, uid) => (tenant === 'acme' && uid === 'u-train' ? { id: `rsv_01k2${'a'.repeat(22)}`, tenantId: 'acme', idempotencyKey: 'u-train', state: 'confirmed', ended: false, start: 0, end: 3_600_000 } : undefined),
     byId: async () => undefined,
   },
 };

@@ -34,6 +34,11 @@ class FakeCluster {
   readonly writes: string[] = [];
   failGateLifts = 0;
   podReads = 0;
+  /** fenced() transactions opened, and the ledger's claimHolding reads. */
+  fences = 0;
+  holdingReads = 0;
+  /** Each claim version a finalizer write replaced or made, in order (what a late watch event can still bring). */
+  readonly versions: ResourceClaimObject[] = [];
   rv = 1;
 
   pod(o: { gated?: boolean; templates?: string[]; label?: string; otherGates?: string[] } = {}): FakePod {
@@ -90,8 +95,10 @@ class FakeCluster {
         },
         setFinalizers: async (namespace, name, finalizers) => {
           const c = this.claims.get(`${namespace}/${name}`)!;
+          this.versions.push(structuredClone(c));
           c.metadata.finalizers = finalizers;
           c.metadata.resourceVersion = String(this.rv++);
+          this.versions.push(structuredClone(c));
           return structuredClone(c);
         },
         removeSchedulingGate: async (_ns, name, uid, index, gate) => {
@@ -107,9 +114,20 @@ class FakeCluster {
         },
         event: async (_obj, _kind, e) => void this.writes.push(`event ${e.reason}`),
       },
-      ledger,
+      ledger: {
+        bookClaim: (...a) => ledger.bookClaim(...a),
+        assignClaim: (...a) => ledger.assignClaim(...a),
+        releaseClaim: (...a) => ledger.releaseClaim(...a),
+        claimHolding: (...a) => {
+          this.holdingReads++;
+          return ledger.claimHolding(...a);
+        },
+      },
       bookings: ledgerBookings(ctx.db),
-      fenced: (fn) => fn(),
+      fenced: (fn) => {
+        this.fences++;
+        return fn();
+      },
       nowMs: () => ctx.clock.now(),
       tenancyByName: false,
       log: silentLogger,
@@ -234,5 +252,69 @@ describe('the scheduling gate: lifted by the allocator only after allocation (AD
     await alloc.reconcile(key);
     expect(k.writes).toEqual(['event WaitingForReservationWindow', `status ${pod.metadata.name}-gpu`, `gate ${pod.metadata.name}`]);
     expect(k.gates(pod)).toEqual([]);
+  });
+});
+
+describe('the allocator’s own writes: their events cost no work', () => {
+  let ledger: Ledger;
+  beforeAll(async () => {
+    ledger = new Ledger(ctx.db);
+    draPool = await makePool('dra-own-writes').handoff('dra').create(ctx.db);
+    await makeNode('own-a').gpus(8).domain('a').create(ctx.db, draPool);
+  });
+
+  it('the allocation and the gate’s lifting are one fenced transaction, after the finalizer’s', async () => {
+    const k = new FakeCluster();
+    const pod = k.pod();
+    await k.allocator(ledger).reconcile(k.claimFor(pod, 'gpu', 'gpu.bettercompute.io'));
+    expect(k.writes).toEqual([`status ${pod.metadata.name}-gpu`, `gate ${pod.metadata.name}`]);
+    expect(k.fences).toBe(2);
+  });
+
+  it('a late event of a version its writes replaced is skipped: no pod read, no second allocation', async () => {
+    const k = new FakeCluster();
+    const pod = k.pod();
+    const key = k.claimFor(pod, 'gpu', 'gpu.bettercompute.io');
+    const alloc = k.allocator(ledger);
+    await alloc.reconcile(key);
+    const allocated = k.claims.get(key)!;
+    const reads = k.podReads;
+    // The informer shows the claim as made, then with the finalizer only, each after the allocation was written.
+    for (const stale of k.versions) {
+      k.claims.set(key, structuredClone(stale));
+      expect(await alloc.reconcile(key)).toBeUndefined();
+    }
+    expect(k.versions.map((v) => v.metadata.finalizers ?? [])).toEqual([[], [CLAIM_FINALIZER]]);
+    expect(k.podReads).toBe(reads);
+    expect(k.writes).toEqual([`status ${pod.metadata.name}-gpu`, `gate ${pod.metadata.name}`]);
+    k.claims.set(key, allocated);
+  });
+
+  it('the allocation’s own event and kube-scheduler’s reservedFor read nothing; a claim nobody reserves any more reads the ledger', async () => {
+    const k = new FakeCluster();
+    const uid = `rsv-cr-uid-own-${seq}`;
+    const booked = await ledger.reserve(reservation(draPool, { start: ctx.clock.now(), duration: 600, idempotencyKey: uid }), ctx.clock.now());
+    if (!booked.ok) throw new Error(booked.message);
+    k.reservations.set(`${NS}/train`, { apiVersion: 'bettercompute.io/v1alpha1', kind: 'Reservation', metadata: { name: 'train', namespace: NS, uid }, spec: {} } as unknown as Reservation);
+    const pod = k.pod({ label: 'train' });
+    const key = k.claimFor(pod, 'gpu', 'reservation.bettercompute.io');
+    const alloc = k.allocator(ledger);
+    const end = booked.reservation.end;
+    // The allocation asks to be looked at again after the window's end, as its later events do.
+    const untilEnd = { requeueAfterMs: expect.closeTo(end - ctx.clock.now() + 1000, -3) };
+    expect(await alloc.reconcile(key)).toEqual(untilEnd);
+    const reads = k.holdingReads;
+    expect(await alloc.reconcile(key)).toEqual(untilEnd); // the allocation's own event
+    const claim = k.claims.get(key)!;
+    claim.status = { ...claim.status, reservedFor: [{ resource: 'pods', name: pod.metadata.name, uid: pod.metadata.uid }] };
+    claim.metadata.resourceVersion = String(k.rv++);
+    expect(await alloc.reconcile(key)).toEqual(untilEnd); // kube-scheduler's reservedFor
+    expect(k.holdingReads).toBe(reads);
+    // The pod gone from reservedFor: whether the booking still holds is the ledger's to say.
+    claim.status = { ...claim.status, reservedFor: [] };
+    claim.metadata.resourceVersion = String(k.rv++);
+    expect(await alloc.reconcile(key)).toEqual(untilEnd);
+    expect(k.holdingReads).toBe(reads + 1);
+    expect(k.writes).toEqual([`status ${pod.metadata.name}-gpu`, `gate ${pod.metadata.name}`]);
   });
 });

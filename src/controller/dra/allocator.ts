@@ -54,7 +54,7 @@ export interface ClaimAllocatorDeps {
     setFinalizers(namespace: string, name: string, finalizers: string[], resourceVersion: string): Promise<ResourceClaimObject>;
     event(obj: KubeObject, kind: string, e: EventInput): Promise<void>;
   };
-  ledger: Pick<Ledger, 'bookClaim' | 'assignClaim' | 'claimHolding' | 'releaseClaim' | 'get'>;
+  ledger: Pick<Ledger, 'bookClaim' | 'assignClaim' | 'claimHolding' | 'releaseClaim'>;
   bookings: BookingLookup;
   /** Runs a Kubernetes write inside a transaction that checked the leader's fence (fence.ts fenced). */
   fenced: <T>(fn: () => Promise<T>) => Promise<T>;
@@ -84,6 +84,14 @@ export class ClaimAllocator {
   private readonly told = new Set<string>();
   /** Uids of allocated claims whose pod is not (or no longer) gated by us: their events need no read of the pod. */
   private readonly gateDone = new Set<string>();
+  /**
+   * What this leader wrote of each claim (by uid): `superseded`, the resourceVersions that its own writes replaced (the
+   * one it put the finalizer on, the finalizer's own once the allocation is written): such a version's event, when it
+   * comes late, is of a claim that has moved on, and the newer version's event follows; `allocated`, the allocation's
+   * resourceVersion and the booking's end (epoch ms, null: open-ended): an event of that very version brings nothing
+   * this leader did not know when it wrote it.
+   */
+  private readonly written = new Map<string, { superseded: Set<string>; allocated?: { rv: string; end: number | null } }>();
 
   constructor(private readonly d: ClaimAllocatorDeps) {}
 
@@ -94,6 +102,8 @@ export class ClaimAllocator {
     if (!parsed.success) return; // not a claim we can read: not one of ours to serve
     const claim = parsed.data;
     if (classifyClaim(claim).kind === 'foreign' && !claim.metadata.finalizers?.includes(CLAIM_FINALIZER)) return;
+    const rv = claim.metadata.resourceVersion;
+    if (rv !== undefined && this.written.get(claim.metadata.uid)?.superseded.has(rv)) return; // a later write of ours follows
     if (claim.metadata.deletionTimestamp) return this.letGo(claim);
     if (claim.status?.allocation) return this.allocated(claim);
     return this.unallocated(claim);
@@ -105,6 +115,7 @@ export class ClaimAllocator {
     if (!finalizers.includes(CLAIM_FINALIZER)) return;
     const released = await this.d.ledger.releaseClaim(claim.metadata.uid);
     this.gateDone.delete(claim.metadata.uid);
+    this.written.delete(claim.metadata.uid);
     await this.d.fenced(() =>
       this.d.kube.setFinalizers(claim.metadata.namespace, claim.metadata.name, finalizers.filter((f) => f !== CLAIM_FINALIZER), claim.metadata.resourceVersion ?? ''),
     );
@@ -114,6 +125,13 @@ export class ClaimAllocator {
   /** An allocated claim of ours: kept while reserved; cleared when nobody reserves it and its booking is over. */
   private async allocated(claim: ResourceClaim): Promise<ReconcileResult> {
     if (!isOurAllocation(claim)) return;
+    // Nothing to read when the answer is known: the pod let through, and the claim either as this leader's allocation
+    // left it or reserved by a pod (decideAllocated keeps a reserved claim whatever the ledger says); only the wake-up
+    // at the booking's end is set again, the ledger read once that end has come.
+    const uid = claim.metadata.uid;
+    const mine = this.written.get(uid)?.allocated;
+    const unchanged = mine?.rv === claim.metadata.resourceVersion || (claim.status?.reservedFor ?? []).length > 0;
+    if (mine && unchanged && this.gateDone.has(uid) && (mine.end === null || mine.end > this.d.nowMs())) return this.untilEnd(mine.end);
     const holding = await this.d.ledger.claimHolding(claim.metadata.uid);
     const verdict = decideAllocated({ claim, holds: holding?.now === true });
     if (verdict === 'keep') {
@@ -122,9 +140,11 @@ export class ClaimAllocator {
         const pod = ref && (await this.readPod(claim.metadata.namespace, ref.name));
         if (!(await this.liftGate(claim, pod && pod.gated.uid === ref.uid ? pod : undefined))) return { backoff: true };
       }
-      return holding?.end != null ? { requeueAfterMs: Math.max(1000, holding.end - this.d.nowMs() + 1000) } : undefined;
+      if (mine && holding) mine.end = holding.end;
+      return this.untilEnd(holding?.end ?? null);
     }
     this.gateDone.delete(claim.metadata.uid);
+    this.written.delete(claim.metadata.uid);
     await this.d.ledger.releaseClaim(claim.metadata.uid);
     const { allocation: _gone, ...status } = claim.status ?? {};
     await this.d.fenced(() => this.d.kube.replaceStatus({ ...(claim as ResourceClaimObject), status: { ...status, allocation: null } }));
@@ -143,6 +163,7 @@ export class ClaimAllocator {
       // Our finalizer first: from now on the claim cannot go before the ledger released what it books.
       const finalizers = [...(claim.metadata.finalizers ?? []), CLAIM_FINALIZER];
       const updated = await this.d.fenced(() => this.d.kube.setFinalizers(claim.metadata.namespace, claim.metadata.name, finalizers, claim.metadata.resourceVersion ?? ''));
+      this.supersede(claim, updated.metadata.resourceVersion);
       claim.metadata.resourceVersion = updated.metadata.resourceVersion;
       claim.metadata.finalizers = finalizers;
     }
@@ -168,8 +189,16 @@ export class ClaimAllocator {
   private async handOver(claim: ResourceClaim, holding: ClaimHolding, pod: ReadPod): Promise<ReconcileResult> {
     const a = allocationFor(claim, holding, this.d.nowMs());
     if (!a.ok) return this.wait(claim, { do: 'wait', reason: 'LedgerMismatch', message: a.message });
+    let written: ResourceClaimObject;
+    let lifted = true;
     try {
-      await this.d.fenced(() => this.d.kube.replaceStatus({ ...(claim as ResourceClaimObject), status: { ...(claim.status ?? {}), allocation: a.allocation } }));
+      // One fenced transaction for both writes. Written first; only then may kube-scheduler have the pod. A lift that
+      // fails (it says so and is tried again on the claim's next reconcile, the allocated path) leaves the allocation.
+      written = await this.d.fenced(async () => {
+        const w = await this.d.kube.replaceStatus({ ...(claim as ResourceClaimObject), status: { ...(claim.status ?? {}), allocation: a.allocation } });
+        lifted = await this.liftGate(claim, pod, true, (fn) => fn());
+        return w;
+      });
     } catch (e) {
       if (statusOf(e) === 404) {
         await this.d.ledger.releaseClaim(claim.metadata.uid);
@@ -180,16 +209,32 @@ export class ClaimAllocator {
       return { backoff: true };
     }
     this.d.log.info('dra: claim allocated', { claim: nameOf(claim), node: holding.nodeId, atoms: holding.devices.map((x) => x.atomId), owner: holding.owner });
-    // Written first; only now may kube-scheduler have the pod. A lift that fails is tried again on the claim's next
-    // reconcile (the allocated path).
-    if (!(await this.liftGate(claim, pod, true))) return { backoff: true };
+    const rv = written.metadata.resourceVersion;
+    const mine = this.supersede(claim, rv);
+    if (rv !== undefined) mine.allocated = { rv, end: holding.end };
+    return lifted ? this.untilEnd(holding.end) : { backoff: true };
+  }
+
+  /** Notes that a write of ours replaced the claim's version `claim` was read at by version `now` (see `written`). */
+  private supersede(claim: ResourceClaim, now: string | undefined): { superseded: Set<string>; allocated?: { rv: string; end: number | null } } {
+    const mine = this.written.get(claim.metadata.uid) ?? { superseded: new Set<string>() };
+    const was = claim.metadata.resourceVersion;
+    if (was !== undefined && now !== undefined && was !== now) mine.superseded.add(was);
+    this.written.set(claim.metadata.uid, mine);
+    return mine;
+  }
+
+  /** Looked at again just after the booking's end (null: open-ended, no wake-up). */
+  private untilEnd(end: number | null): ReconcileResult {
+    return end !== null ? { requeueAfterMs: Math.max(1000, end - this.d.nowMs() + 1000) } : undefined;
   }
 
   /**
    * Lifts ALLOCATION_GATE from the claim's pod once every claim of ours it uses is allocated (gateVerdict); `justAllocated`:
-   * this claim's allocation was just written (the informer may not show it yet). False when the write failed (retried).
+   * this claim's allocation was just written (the informer may not show it yet); `write` runs the pod's patch (fenced,
+   * unless the caller's transaction is). False when the write failed (retried).
    */
-  private async liftGate(claim: ResourceClaim, pod: ReadPod | undefined, justAllocated = false): Promise<boolean> {
+  private async liftGate(claim: ResourceClaim, pod: ReadPod | undefined, justAllocated = false, write: <T>(fn: () => Promise<T>) => Promise<T> = this.d.fenced): Promise<boolean> {
     const uid = claim.metadata.uid;
     if (!pod) {
       this.gateDone.add(uid); // no pod of this claim: nothing to let through
@@ -211,7 +256,7 @@ export class ClaimAllocator {
     if (!verdict.lift) return true; // a claim of ours is still to come: its own allocation lifts the gate
     try {
       const index = pod.gated.schedulingGates.indexOf(ALLOCATION_GATE);
-      await this.d.fenced(() => this.d.kube.removeSchedulingGate(claim.metadata.namespace, pod.view.name, pod.gated.uid, index, ALLOCATION_GATE));
+      await write(() => this.d.kube.removeSchedulingGate(claim.metadata.namespace, pod.view.name, pod.gated.uid, index, ALLOCATION_GATE));
     } catch (e) {
       if (statusOf(e) !== 404) {
         this.d.log.warn('dra: lifting the scheduling gate failed; retried', { claim: nameOf(claim), pod: pod.view.name, ...errorFields(e) });
@@ -270,8 +315,7 @@ export class ClaimAllocator {
     const deleting = Boolean(cr.metadata.deletionTimestamp);
     const b = await this.d.bookings.byReservationUid(tenant, cr.metadata.uid);
     if (!b) return { name: label, ended: false, deleting };
-    const view = await this.d.ledger.get(b.id);
-    return { name: label, bookingId: b.id, ended: b.ended, deleting, ...(view ? { start: view.start, end: view.end } : {}) };
+    return { name: label, bookingId: b.id, ended: b.ended, deleting, start: b.start, end: b.end };
   }
 }
 
