@@ -128,6 +128,12 @@ export async function recordOnDemandClaim(
 ): Promise<ClaimHolding> {
   const existing = await claimHolding(c, id.claimUid);
   if (existing) return existing;
+  // The pod's booking is one allocation: it answers one claim. A second on-demand claim of ours is refused, not booked.
+  const other = await c.query<{ claim_name: string }>(
+    'SELECT claim_name FROM claim_atoms WHERE pod_uid = $1 AND allocation_id IS NOT NULL AND claim_uid <> $2 AND released_at IS NULL LIMIT 1',
+    [id.podUid, id.claimUid],
+  );
+  if (other.rows[0]) throw new ClaimRefusal(`pod ${id.podName} already holds on-demand claim ${other.rows[0].claim_name} of ours: one on-demand claim per pod`);
   const { rows } = await c.query<{ id: string; class: string }>('SELECT id, class FROM devices WHERE id = ANY ($1) ORDER BY id', [booking.atoms]);
   const devices = matchRequests(requests, rows);
   if (!devices) throw new Error(`the booking of pod ${id.podUid} (${booking.atoms.join(', ')}) does not answer the requests of claim ${id.namespace}/${id.claimName}`);

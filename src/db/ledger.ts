@@ -603,13 +603,18 @@ export class Ledger {
       durationSeconds: number | null;
     },
     now: number,
-  ): Promise<{ ok: true; holding: claims.ClaimHolding } | Extract<PodBookingOutcome, { ok: false }>> {
+  ): Promise<{ ok: true; holding: claims.ClaimHolding } | Extract<PodBookingOutcome, { ok: false }> | { ok: false; code: 'CLAIM_REFUSED'; message: string }> {
     const held = await claims.claimHolding(this.db, p.id.claimUid);
     if (held) return { ok: true, holding: held };
     const booking = (await this.podBooking(p.id.podUid)) ?? (await this.bookClaimPod(p, now));
     if ('ok' in booking) return booking;
-    const holding = await this.tx((c) => claims.recordOnDemandClaim(c, p.id, p.requests, booking));
-    return { ok: true, holding };
+    try {
+      const holding = await this.tx((c) => claims.recordOnDemandClaim(c, p.id, p.requests, booking));
+      return { ok: true, holding };
+    } catch (e) {
+      if (e instanceof claims.ClaimRefusal) return { ok: false, code: e.code, message: e.message };
+      throw e;
+    }
   }
 
   /** bookClaim's booking: the first DRA pool of the tenant's where the placer finds room. */

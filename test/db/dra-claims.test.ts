@@ -210,4 +210,16 @@ describe('DRA claims in the ledger', () => {
     expect(await assign()).toMatchObject({ ok: false });
     for (const h of holdings) await ledger.releaseClaim(h.claimUid);
   });
+
+  it("a pod's second on-demand claim of ours is refused (its booking answers one claim); the first keeps its atoms", async () => {
+    const first = claim();
+    const second = claim({ podUid: first.podUid, podName: first.podName });
+    const book = (id: ClaimIdentity) => ledger.bookClaim({ id, tenantId: 'acme', requests: [{ name: 'gpu', count: 1, class: 'gpu' }], durationSeconds: null }, ctx.clock.now());
+    const a = await book(first);
+    if (!a.ok) throw new Error(a.message);
+    expect(await book(second)).toMatchObject({ ok: false, code: 'CLAIM_REFUSED', message: expect.stringContaining('one on-demand claim per pod') });
+    expect(await claimHolding(ctx.db, second.claimUid)).toBeUndefined();
+    expect(await claimHolding(ctx.db, first.claimUid)).toEqual(a.holding);
+    expect(await ledger.releaseClaim(first.claimUid)).toBe(true);
+  });
 });

@@ -179,7 +179,9 @@ export class ClaimAllocator {
     if (tenantId === undefined) return { ok: false, reason: 'NoTenant', message: `namespace ${claim.metadata.namespace} is no tenant` };
     if (decision.do === 'book') {
       const r = await this.d.ledger.bookClaim({ id, tenantId, requests: decision.requests, nodeSelector: decision.nodeSelector, durationSeconds: decision.durationSeconds }, this.d.nowMs());
-      return r.ok ? r : { ok: false, reason: r.code === 'QUOTA_EXCEEDED' ? 'QuotaExceeded' : 'NoCapacity', message: r.message };
+      if (r.ok) return r;
+      const reason = r.code === 'QUOTA_EXCEEDED' ? 'QuotaExceeded' : r.code === 'CLAIM_REFUSED' ? 'UnsupportedClaim' : 'NoCapacity';
+      return { ok: false, reason, message: r.message };
     }
     const r = await this.d.ledger.assignClaim({ id, reservationId: decision.reservationId, tenantId, requests: decision.requests });
     return r.ok ? r : { ok: false, reason: 'ReservationRefused', message: r.reason };
