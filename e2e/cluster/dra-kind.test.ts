@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { draDeviceName } from '../../src/core/dra-names.ts';
 import { apply, clusterInfo, kubectl, kubectlJson, kubectlResult, uniqueName, waitFor, type List } from './harness.ts';
-import { applyNodePool, installProduct, NODE_POOL_LABEL, removeNodePool, reserveAndWait, SYSTEM_NS, uninstallProduct } from './install.ts';
+import { applyNodePool, claimTemplate, installProduct, NODE_POOL_LABEL, removeDraSuite, reservationJob, reserveAndWait, SYSTEM_NS } from './install.ts';
 
 // DRA mode's hand-off to containers on kind (ADR 0053): kind's nodes run the tested Kubernetes release with containerd
 // 2.1 and CDI (e2e/kind/build.sh), so the installed product with the Component deploy/dra/agent hands devices over to
@@ -36,14 +36,6 @@ interface Handed {
   claimDevices: { request: string; driver: string; pool: string; device: string }[];
 }
 
-function claimTemplate(name: string, deviceClassName: string) {
-  return {
-    apiVersion: 'resource.k8s.io/v1',
-    kind: 'ResourceClaimTemplate',
-    metadata: { name, namespace: NS },
-    spec: { spec: { devices: { requests: [{ name: 'gpu', exactly: { deviceClassName, count: 1 } }] } } },
-  };
-}
 
 /** A pod spec that prints the atoms CDI gave its container, then waits. */
 function printingSpec(template: string) {
@@ -96,7 +88,7 @@ describe.runIf(external)('DRA mode on kind: the installed product hands claims o
     const [first, ...others] = c().gpuNodes;
     await applyNodePool(POOL, [{ tenant: NS, quota: { gpu: GPUS_PER_NODE * c().gpuNodes.length } }], first, { handoff: 'dra' });
     if (others.length) await kubectl(['label', 'node', ...others, `${NODE_POOL_LABEL}=${POOL}`, '--overwrite']);
-    await apply([claimTemplate('gpu', 'gpu.bettercompute.io'), claimTemplate('rsv', 'reservation.bettercompute.io')]);
+    await apply([claimTemplate(NS, 'gpu', 'gpu.bettercompute.io'), claimTemplate(NS, 'rsv', 'reservation.bettercompute.io')]);
     const st = await reserveAndWait(NS, RESERVATION, POOL, 2, '2h');
     reserved = st.allocations.flatMap((a) => a.atoms.map((atom) => ({ node: a.node, atom })));
     expect(reserved).toHaveLength(2);
@@ -108,24 +100,10 @@ describe.runIf(external)('DRA mode on kind: the installed product hands claims o
     }, { timeoutMs: 90_000, intervalMs: 1000 });
   }, 1_800_000);
 
-  afterAll(async () => {
-    await kubectlResult(['delete', 'namespace', NS, '--wait=true', '--timeout=120s'], { timeoutMs: 130_000 });
-    await removeNodePool(POOL);
-    if (process.env.BC_KEEP_INSTALLED !== '1') await uninstallProduct({ draAgent: true });
-  }, 400_000);
+  afterAll(() => removeDraSuite(NS, POOL), 400_000);
 
   it("a Job of 2 pods naming the Reservation: each container gets its claim's one device through CDI, on that atom's node; together the Reservation's atoms", async () => {
-    await apply({
-      apiVersion: 'batch/v1',
-      kind: 'Job',
-      metadata: { name: 'pair', namespace: NS },
-      spec: {
-        parallelism: 2,
-        completions: 2,
-        backoffLimit: 0,
-        template: { metadata: { labels: { 'bettercompute.io/reservation': RESERVATION } }, spec: printingSpec('rsv') },
-      },
-    });
+    await apply(reservationJob(NS, 'pair', RESERVATION, printingSpec('rsv')));
     const pods = await waitFor("the Job's 2 pods", async () => {
       const l = await kubectlJson<List<{ metadata: { name: string } }>>(['-n', NS, 'get', 'pods', '-l', 'job-name=pair']);
       return l.items.length === 2 ? l.items.map((p) => p.metadata.name) : undefined;

@@ -4,7 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { claimCdiFileName } from '../../src/core/dra-cdi.ts';
 import { draDeviceName } from '../../src/core/dra-names.ts';
 import { apply, clusterInfo, deletePodsNow, kubectl, kubectlJson, kubectlResult, restartKubelet, uniqueName, waitFor, type KubeEvent, type List } from './harness.ts';
-import { applyNodePool, installProduct, removeNodePool, reserveAndWait, SYSTEM_NS, uninstallProduct } from './install.ts';
+import { applyNodePool, claimTemplate, installProduct, removeDraSuite, reservationJob, reserveAndWait, SYSTEM_NS } from './install.ts';
 
 // DRA mode's node path (issue 32, docs/dra-node.md) on the installed product with the Component deploy/dra/agent: the
 // real kubelet (v1.37, the process cluster's) calls the agent's DRA plugin, which checks each claim with the controller
@@ -39,14 +39,6 @@ interface DraPod {
 /** What the container prints: the environment the CDI spec injected. */
 const PRINT = 'env | grep -E "^(BETTERCOMPUTE_ATOMS|NVIDIA_VISIBLE_DEVICES)="; echo printed';
 
-function template(name: string, deviceClassName: string) {
-  return {
-    apiVersion: 'resource.k8s.io/v1',
-    kind: 'ResourceClaimTemplate',
-    metadata: { name, namespace: NS },
-    spec: { spec: { devices: { requests: [{ name: 'gpu', exactly: { deviceClassName, count: 1 } }] } } },
-  };
-}
 
 /** The pod spec of one claim (from a template, or a claim by name) that prints what it got and sleeps. */
 function podSpec(from: { template: string } | { claim: string }) {
@@ -167,7 +159,7 @@ describe.skipIf(external)('DRA mode on the node: the real kubelet, the agent\'s 
     process.stderr.write(`[dra-node] deploy/overlays/trial + deploy/dra/agent to Ready in ${installed.readySeconds.toFixed(1)}s\n`);
     await apply({ apiVersion: 'v1', kind: 'Namespace', metadata: { name: NS, labels: { 'bettercompute.io/tenant': NS } } });
     await applyNodePool(POOL, [{ tenant: NS, quota: { gpu: WHOLE, 'gpu.mig': 2, 'gpu.slot': 4 } }], c().nodeName, { handoff: 'dra' });
-    await apply([template('gpu', 'gpu.bettercompute.io'), template('rsv', 'reservation.bettercompute.io'), template('mig', 'mig.gpu.bettercompute.io'), template('slot', 'slot.gpu.bettercompute.io')]);
+    await apply([claimTemplate(NS, 'gpu', 'gpu.bettercompute.io'), claimTemplate(NS, 'rsv', 'reservation.bettercompute.io'), claimTemplate(NS, 'mig', 'mig.gpu.bettercompute.io'), claimTemplate(NS, 'slot', 'slot.gpu.bettercompute.io')]);
     const st = await reserveAndWait(NS, RESERVATION, POOL, 2, '2h');
     reserved = st.allocations.flatMap((a) => a.atoms).sort();
     expect(reserved).toHaveLength(2);
@@ -175,24 +167,10 @@ describe.skipIf(external)('DRA mode on the node: the real kubelet, the agent\'s 
     await waitFor('the kubelet registered the DRA plugin', async () => registrations(await agentLog()) > 0, { timeoutMs: 60_000, intervalMs: 1000 });
   }, 1_800_000);
 
-  afterAll(async () => {
-    await kubectlResult(['delete', 'namespace', NS, '--wait=true', '--timeout=120s'], { timeoutMs: 130_000 });
-    await removeNodePool(POOL);
-    if (process.env.BC_KEEP_INSTALLED !== '1') await uninstallProduct({ draAgent: true });
-  }, 400_000);
+  afterAll(() => removeDraSuite(NS, POOL), 400_000);
 
   it('a Job of 2 pods naming the Reservation runs on exactly its atoms, one each, read from what CDI gave each container', async () => {
-    await apply({
-      apiVersion: 'batch/v1',
-      kind: 'Job',
-      metadata: { name: 'job', namespace: NS },
-      spec: {
-        parallelism: 2,
-        completions: 2,
-        backoffLimit: 0,
-        template: { metadata: { labels: { 'bettercompute.io/reservation': RESERVATION } }, spec: podSpec({ template: 'rsv' }) },
-      },
-    });
+    await apply(reservationJob(NS, 'job', RESERVATION, podSpec({ template: 'rsv' })));
     const pods = await waitFor('the Job\'s 2 pods', async () => {
       const l = await kubectlJson<List<DraPod>>(['-n', NS, 'get', 'pods', '-l', 'job-name=job']);
       return l.items.length === 2 ? l.items.map((p) => p.metadata.name) : undefined;

@@ -5,7 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { draDeviceName } from '../../src/core/dra-names.ts';
 import { request } from '../../test/support/http.ts';
 import { apply, clusterInfo, deletePodsNow, kubectl, kubectlJson, kubectlResult, portForward, uniqueName, waitFor, type KubeEvent, type List } from './harness.ts';
-import { applyNodePool, installProduct, removeNodePool, SYSTEM_NS, uninstallProduct, type Installed, type ReservedStatus } from './install.ts';
+import { applyNodePool, claimTemplate, installProduct, removeNodePool, SYSTEM_NS, uninstallProduct, type Installed, type ReservedStatus } from './install.ts';
 
 // DRA mode (issue 32, ADR 0043, docs/dra.md) on the installed product (deploy/overlays/trial from the image) against
 // the real API server (resource.k8s.io/v1), kube-controller-manager's resourceclaim controller and the DEFAULT
@@ -64,14 +64,6 @@ const gatesOf = (p: DraPod) => (p.spec.schedulingGates ?? []).map((g) => g.name)
 /** Creates the object and returns it as the API server stored it: after admission (the webhook's gate). */
 const create = async <T>(obj: object): Promise<T> => JSON.parse(await kubectl(['create', '-f', '-', '-o', 'json'], { input: JSON.stringify(obj) })) as T;
 
-function claimTemplate(name: string, deviceClassName: string) {
-  return {
-    apiVersion: 'resource.k8s.io/v1',
-    kind: 'ResourceClaimTemplate',
-    metadata: { name, namespace: NS },
-    spec: { spec: { devices: { requests: [{ name: 'gpu', exactly: { deviceClassName, count: 1 } }] } } },
-  };
-}
 
 /** A pod of one claim: made from `template`, or the standalone claim `claim`. No schedulerName: the default one. */
 function claimPod(name: string, from: { template: string } | { claim: string }, labels: Record<string, string> = {}) {
@@ -177,7 +169,7 @@ describe('DRA hand-off, on the installed product with the default kube-scheduler
       },
     ]);
     await applyNodePool(POOL, [{ tenant: TENANT, quota: { gpu: GPUS } }], c().nodeName, { handoff: 'dra' });
-    await apply([claimTemplate('gpu', 'gpu.bettercompute.io'), claimTemplate('rsv', 'reservation.bettercompute.io')]);
+    await apply([claimTemplate(NS, 'gpu', 'gpu.bettercompute.io'), claimTemplate(NS, 'rsv', 'reservation.bettercompute.io')]);
     // The node's GPUs in the Pool, and the namespace's default ServiceAccount made (its token asks the capacity API).
     await waitFor('the Pool\'s GPUs in the ledger', async () => (await gpusBookedNow()).allocatable === GPUS, { timeoutMs: 90_000, intervalMs: 1000 });
   }, 1_800_000);
@@ -331,7 +323,7 @@ describe('DRA hand-off, on the installed product with the default kube-scheduler
   }, 180_000);
 
   it("the gate (ADR 0049): not put on another driver's pods nor on a claim of ours named directly; the controller may remove it, and no other gate", async () => {
-    await apply(claimTemplate('theirs', 'gpu.example.com'));
+    await apply(claimTemplate(NS, 'theirs', 'gpu.example.com'));
     expect(gatesOf(await create<DraPod>(claimPod('theirs', { template: 'theirs' })))).toEqual([]);
     await apply({
       apiVersion: 'resource.k8s.io/v1',

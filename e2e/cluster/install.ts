@@ -410,3 +410,30 @@ export async function reserveAndWait(namespace: string, name: string, pool: stri
     return r.status?.phase === 'Reserved' ? (r.status as ReservedStatus) : undefined;
   }, { timeoutMs: 120_000, intervalMs: 500 });
 }
+
+/** A Job of `pods` pods at once, each labelled with the Reservation it names, with the given pod spec. */
+export function reservationJob(namespace: string, name: string, reservation: string, spec: object, pods = 2) {
+  return {
+    apiVersion: 'batch/v1',
+    kind: 'Job',
+    metadata: { name, namespace },
+    spec: { parallelism: pods, completions: pods, backoffLimit: 0, template: { metadata: { labels: { 'bettercompute.io/reservation': reservation } }, spec } },
+  };
+}
+
+/** The end of a suite on the product with the DRA agent: its namespace, its Pool, and the install (unless kept). */
+export async function removeDraSuite(namespace: string, pool: string): Promise<void> {
+  await kubectlResult(['delete', 'namespace', namespace, '--wait=true', '--timeout=120s'], { timeoutMs: 130_000 });
+  await removeNodePool(pool);
+  if (process.env.BC_KEEP_INSTALLED !== '1') await uninstallProduct({ draAgent: true });
+}
+
+/** A ResourceClaimTemplate of one device (request `gpu`) of the given DeviceClass. */
+export function claimTemplate(namespace: string, name: string, deviceClassName: string) {
+  return {
+    apiVersion: 'resource.k8s.io/v1',
+    kind: 'ResourceClaimTemplate',
+    metadata: { name, namespace },
+    spec: { spec: { devices: { requests: [{ name: 'gpu', exactly: { deviceClassName, count: 1 } }] } } },
+  };
+}

@@ -11,6 +11,7 @@ import path from 'node:path';
 import * as k8s from '@kubernetes/client-node';
 import { DRA_DRIVER, type AgentBackend, type NodeAtom, type NodeState } from '../agentapi/wire.ts';
 import type { DeviceClass } from '../core/types.ts';
+import type { SliceAtom } from '../core/dra-slices.ts';
 import { GENERIC_RESOURCES, RESERVATION_GROUP, RESOURCE_OF_CLASS, reservationIdOfResource } from '../extender/resources.ts';
 import { errorFields, type Logger } from '../log.ts';
 import { containerAllocateResponse, DEFAULT_DEVICE_LIST_SETTINGS, HandoffError, type ContainerAllocateResponse, type DeviceListSettings } from '../core/device-list.ts';
@@ -23,22 +24,9 @@ import { systemClock } from '../clock.ts';
 export const API_GROUP = 'bettercompute.io';
 export const API_VERSION = 'v1alpha1';
 
-export interface AtomInfo {
-  id: string;
+/** An atom of the node as the agent keeps it: the slice's fields (src/core/dra-slices.ts), any class of ours. */
+export interface AtomInfo extends Omit<SliceAtom, 'class'> {
   class: DeviceClass;
-  /** The GPU the atom is (or is part of). */
-  gpu: string;
-  /** What the toolkit and CDI name it by: the GPU UUID, the MIG UUID, or for a slot its GPU's UUID. */
-  visible: string;
-  healthy: boolean;
-  numaNode?: number;
-  /** What the node's ResourceSlices say of the atom besides (SliceAtom, src/core/dra-slices.ts). */
-  product?: string;
-  model?: string;
-  vramGiB?: number;
-  memoryMiB?: number;
-  nvlinkDomain?: string;
-  migProfile?: string;
 }
 
 export type { AgentBackend } from '../agentapi/wire.ts';
