@@ -24,7 +24,7 @@ export const iso = (ms: number | null | undefined): string | undefined =>
  */
 export const isoEnd = (ms: number | null | undefined): string | undefined => iso(ms === null || ms === undefined ? ms : Math.ceil(ms));
 
-const ReleaseIfUnusedSeconds = z.number().int().min(60).max(31_622_400).optional();
+const ReleaseIfUnused = z.object({ releaseIfUnusedSeconds: z.number().int().min(60).max(31_622_400).optional() });
 
 /** releaseIfUnusedMs for a Reservation already booked (validated before booking): an invalid value counts as none. */
 export function unusedAfterMs(r: Reservation): number | undefined {
@@ -37,7 +37,7 @@ export function unusedAfterMs(r: Reservation): number | undefined {
 
 /** spec.releaseIfUnusedSeconds in milliseconds (the CRD's bounds, checked again at this boundary), or undefined. */
 export function releaseIfUnusedMs(r: Reservation): number | undefined {
-  const seconds = parseInput(z.object({ releaseIfUnusedSeconds: ReleaseIfUnusedSeconds }), { releaseIfUnusedSeconds: r.spec.releaseIfUnusedSeconds })
+  const seconds = parseInput(ReleaseIfUnused, { releaseIfUnusedSeconds: r.spec.releaseIfUnusedSeconds })
     .releaseIfUnusedSeconds;
   return seconds === undefined ? undefined : seconds * 1000;
 }
