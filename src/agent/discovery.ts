@@ -39,7 +39,9 @@ export class DiscoveryError extends Error {}
 /** What nvidia-smi prints in a field it cannot read: the GPU is unhealthy, and the field unknown. */
 const BAD_VALUE = /^\[?(ERR!|Unknown Error|GPU requires reset|GPU is lost)\]?$/i;
 const NOT_AVAILABLE = /^\[?N\/A\]?$/;
-const GPU_UUID = /^GPU-[0-9a-fA-F]{8}(-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}$/;
+/** A UUID's 36 characters, as NVML prints them (a GPU's after `GPU-`, a fabric's cluster UUID alone). */
+const UUID_BODY = '[0-9a-fA-F]{8}(-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}';
+const GPU_UUID = new RegExp(`^GPU-${UUID_BODY}$`);
 
 const bad = (c: string) => BAD_VALUE.test(c);
 const QueryGpuRow = z.tuple([
@@ -216,7 +218,7 @@ export function parseTopology(text: string): Topology {
 export const QUERY_FABRIC_FIELDS = ['uuid', 'fabric.state', 'fabric.status', 'fabric.clusterUuid', 'fabric.cliqueId'] as const;
 export const QUERY_FABRIC_ARGS = [`--query-gpu=${QUERY_FABRIC_FIELDS.join(',')}`, '--format=csv,noheader,nounits'];
 
-const UUID = /^[0-9a-fA-F]{8}(-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}$/;
+const UUID = new RegExp(`^${UUID_BODY}$`);
 /** One GPU's line: its UUID must be one, the other four are values that may say "not there". */
 const FabricRow = z.tuple([z.string().regex(GPU_UUID, 'uuid: not a GPU UUID'), z.string(), z.string(), z.string(), z.string()]);
 /**
