@@ -394,6 +394,9 @@ export interface ReservedStatus {
   phase: 'Reserved';
   reservationId: string;
   resourceName: string;
+  /** The window, as RFC 3339. */
+  start: string;
+  end: string;
   allocations: { node: string; atoms: string[] }[];
 }
 

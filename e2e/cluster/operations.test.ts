@@ -441,14 +441,21 @@ describe('real pods on the real node', () => {
     await kubectl(['-n', tenantNs, 'delete', 'reservation', 'hold-used', 'hold-idle', 'after-idle', '--wait=true', '--timeout=60s']);
   }, 300_000);
 
-  it('a regular reservation displaces two spot ones: notices with one deadline, their pods stopped ahead of it and gone by it, its own pods on exactly the freed atoms within 15 s of it', async () => {
+  it('a regular reservation displaces two spot ones: notices with one deadline, their pods (one with a PDB and a 1-day grace) stopped ahead of it and gone by it, its own pods on exactly the freed atoms within 15 s of it', async () => {
     const pool = nodePool!;
     await poolIdOf(pool, 8);
     await apply([reservation('spot-a', pool, 4, { duration: '1h', spot: true }), reservation('spot-b', pool, 4, { duration: '1h', spot: true })]);
     const spots = [await waitReserved('spot-a'), await waitReserved('spot-b')];
     const freed = spots.flatMap((s) => s.status!.allocations!.flatMap((a) => a.atoms)).sort();
     expect(freed).toHaveLength(8);
-    await apply([reservationPod('spot-a-pod', 'spot-a', 4), reservationPod('spot-b-pod', 'spot-b', 4)]);
+    // spot-a's pod names a day of grace and a PodDisruptionBudget forbids its eviction: neither outranks the deadline.
+    const guarded = reservationPod('spot-a-pod', 'spot-a', 4, 86_400);
+    Object.assign(guarded.metadata.labels, { app: 'spot-a' });
+    await apply([
+      { apiVersion: 'policy/v1', kind: 'PodDisruptionBudget', metadata: { name: 'spot-a', namespace: tenantNs }, spec: { maxUnavailable: 0, selector: { matchLabels: { app: 'spot-a' } } } },
+      guarded,
+      reservationPod('spot-b-pod', 'spot-b', 4),
+    ]);
     for (const p of ['spot-a-pod', 'spot-b-pod']) await waitForPodPhase(tenantNs, p, ['Running'], 120_000);
 
     // The regular one fits only by displacing both.
@@ -480,8 +487,9 @@ describe('real pods on the real node', () => {
     // The regular reservation's pods, made now: Pending until the deadline (its resource appears on the node then).
     await apply([reservationPod('regular-0', 'regular', 4), reservationPod('regular-1', 'regular', 4)]);
 
-    // The pool's stop grace plus the 10 s slack before the deadline, and not before: each victim's pod evicted, with
-    // its own grace (2 s) under the pool's cap; both gone by the deadline.
+    // The pool's stop grace plus the 10 s slack before the deadline, and not before: each victim's pod evicted (spot-a's
+    // deleted: its PDB refuses the eviction), with its own grace (2 s) or the pool's cap (5 s, not a day); both gone
+    // by the deadline.
     const leadMs = (STOP_GRACE_S + 10) * 1000;
     const evictedAt = new Map<string, number>();
     const goneAt = new Map<string, number>();
@@ -495,7 +503,8 @@ describe('real pods on the real node', () => {
           continue;
         }
         const p = JSON.parse(r.stdout) as Pod;
-        if (p.metadata.deletionTimestamp && !evictedAt.has(name)) evictedAt.set(name, Date.parse(p.metadata.deletionTimestamp) - 2000);
+        const grace = name === 'spot-a-pod' ? STOP_GRACE_S * 1000 : 2000;
+        if (p.metadata.deletionTimestamp && !evictedAt.has(name)) evictedAt.set(name, Date.parse(p.metadata.deletionTimestamp) - grace);
       }
       return goneAt.size === 2;
     }, { timeoutMs: (SPOT_NOTICE_S + 60) * 1000, intervalMs: 200 });
@@ -535,6 +544,7 @@ describe('real pods on the real node', () => {
     expect(report).toEqual(CLEAN);
     await kubectlResult(['-n', tenantNs, 'delete', 'pod', 'regular-0', 'regular-1', '--wait=true', '--timeout=60s'], { timeoutMs: 70_000 });
     await kubectl(['-n', tenantNs, 'delete', 'reservation', 'spot-a', 'spot-b', 'regular', '--wait=true', '--timeout=60s']);
+    await kubectlResult(['-n', tenantNs, 'delete', 'pdb', 'spot-a', '--ignore-not-found']);
   }, 300_000);
   it('a started Reservation on the real node put in maintenance: its pod stopped with the capped grace, its atoms booked while it runs, re-placed once it is gone, free again after', async () => {
     const pool = nodePool!;

@@ -59,6 +59,67 @@ async function gone(name: string): Promise<boolean> {
   return Boolean((JSON.parse(r.stdout) as { metadata: { deletionTimestamp?: string } }).metadata.deletionTimestamp);
 }
 
+/** A pod of a Reservation asking `count` of its GPUs, running `command`, with this grace period. */
+function gpuPod(name: string, reservation: string, count: number, command: string, grace: number) {
+  const p = pod(name, { reservation, command });
+  p.spec.terminationGracePeriodSeconds = grace;
+  p.spec.containers[0]!.resources.limits['bettercompute.io/gpu'] = String(count);
+  return p;
+}
+
+interface Booked {
+  start: number;
+  allocations: { atoms: string[] }[];
+  /** When this test saw it Reserved. */
+  bookedAt: number;
+}
+
+async function waitForReserved(name: string, timeoutMs: number): Promise<Booked> {
+  return waitFor(`${name} Reserved`, async () => {
+    const r = await kubectlJson<{ status?: { phase?: string; start?: string; allocations?: { atoms: string[] }[] } }>(['-n', ns, 'get', 'reservation', name]);
+    return r.status?.phase === 'Reserved' ? { start: Date.parse(r.status.start!), allocations: r.status.allocations!, bookedAt: Date.now() } : undefined;
+  }, { timeoutMs, intervalMs: 250 });
+}
+
+/** A Reservation of the pool's 8 GPUs for 10 minutes from `startMs`, once Reserved. */
+async function bookAt(name: string, startMs: number): Promise<Booked> {
+  await apply({
+    apiVersion: 'bettercompute.io/v1alpha1',
+    kind: 'Reservation',
+    metadata: { name, namespace: ns },
+    spec: { pool: POOL, devices: [{ class: 'gpu', count: 8 }], start: new Date(startMs).toISOString(), duration: '10m' },
+  });
+  const r = await waitForReserved(name, 60_000);
+  expect(r.start).toBe(startMs);
+  return r;
+}
+
+/** When the pod was first seen gone from the API server. */
+function waitForGone(name: string, timeoutMs: number): Promise<number> {
+  return waitFor(`${name} gone`, async () => {
+    const r = await kubectlResult(['-n', ns, 'get', 'pod', name]);
+    return r.code !== 0 && /NotFound/.test(r.stderr) ? Date.now() : undefined;
+  }, { timeoutMs, intervalMs: 250 });
+}
+
+/** When the pod was first seen Running; throws as soon as it is seen Failed (a hand-over must never fail it). */
+function waitForRunningNeverFailed(name: string, timeoutMs: number): Promise<number> {
+  return waitFor(`${name} Running`, async () => {
+    const p = await kubectlJson<Pod>(['-n', ns, 'get', 'pod', name]);
+    if (p.status?.phase === 'Failed') throw new Error(`${name} failed: ${JSON.stringify(p.status)}`);
+    return p.status?.phase === 'Running' ? Date.now() : undefined;
+  }, { timeoutMs, intervalMs: 250 });
+}
+
+/** The atoms the pod's container was given (it prints BETTERCOMPUTE_ATOMS). */
+async function atomsOf(name: string): Promise<string[]> {
+  const logs = await waitFor(`${name} logged its atoms`, async () => {
+    const out = await kubectl(['-n', ns, 'logs', name]);
+    return /ATOMS=\S+/.test(out) ? out : undefined;
+  });
+  return /ATOMS=(\S+)/.exec(logs)![1]!.split(',').sort();
+}
+
 describe.skipIf(external)('release, on the installed product', () => {
   beforeAll(async () => {
     hostDb = await startHostDatabase();
@@ -111,65 +172,63 @@ describe.skipIf(external)('release, on the installed product', () => {
     await deletePodsNow(ns, ['timed']);
     await waitFor('timed assignment released', async () => !(await liveAssignment(timed)), { timeoutMs: 30_000 });
   }, 300_000);
-  it('back to back on the same GPUs: the first pod (SIGTERM ignored, a 1-day grace, a PDB of maxUnavailable 0) has stopped by its booking’s end; the second runs on the same atoms within 15 s of its start', async () => {
-    // The pool's 8 GPUs free: what the tests before booked goes.
+  /** What the first booking's pod does against its stop, in each back-to-back test. */
+  const variants = {
+    'a pod that takes 25 s to stop on SIGTERM': { command: `trap 'sleep 25; exit 0' TERM`, grace: 30, pdb: false },
+    'a PodDisruptionBudget of maxUnavailable 0': { command: 'true', grace: 30, pdb: true },
+    'a 1-day grace, SIGTERM ignored': { command: `trap '' TERM`, grace: 86_400, pdb: false },
+  };
+  for (const [variant, v] of Object.entries(variants)) {
+    it(`back to back on the same GPUs, ${variant}: the first pod has stopped by its booking’s end; the second runs on the same atoms within 15 s of its start, never failed`, async () => {
+      const tag = `b2b-${Object.keys(variants).indexOf(variant)}`;
+      await kubectl(['-n', ns, 'delete', 'reservation', '--all', '--wait=true', '--timeout=90s'], { timeoutMs: 100_000 });
+      const first = await reserveAndWait(ns, `${tag}-first`, POOL, 8, '80s');
+      const firstEnd = Date.parse(first.end);
+      const second = await bookAt(`${tag}-second`, firstEnd);
+      const atoms = first.allocations.flatMap((a) => a.atoms).sort();
+      expect(second.allocations.flatMap((a) => a.atoms).sort()).toEqual(atoms);
+      if (v.pdb) {
+        await apply({ apiVersion: 'policy/v1', kind: 'PodDisruptionBudget', metadata: { name: tag, namespace: ns }, spec: { maxUnavailable: 0, selector: { matchLabels: { app: tag } } } });
+      }
+      const stubborn = gpuPod(`${tag}-first-0`, `${tag}-first`, 8, `${v.command}; echo "ATOMS=$BETTERCOMPUTE_ATOMS"; while true; do sleep 1; done`, v.grace);
+      Object.assign(stubborn.metadata, { labels: { ...stubborn.metadata.labels, app: tag } });
+      await apply(stubborn);
+      await waitForPodPhase(ns, `${tag}-first-0`, ['Running'], 120_000);
+      // The second booking's pod, made now: Pending until its start.
+      await apply(gpuPod(`${tag}-second-0`, `${tag}-second`, 8, `echo "ATOMS=$BETTERCOMPUTE_ATOMS"; while true; do sleep 1; done`, 30));
+      const goneAt = await waitForGone(`${tag}-first-0`, Math.max(0, firstEnd - Date.now()) + 60_000);
+      const runningAt = await waitForRunningNeverFailed(`${tag}-second-0`, Math.max(0, second.start - Date.now()) + 60_000);
+      process.stderr.write(`[release] back to back, ${variant}: the first pod gone ${((firstEnd - goneAt) / 1000).toFixed(1)}s before its end; the second Running ${((runningAt - second.start) / 1000).toFixed(1)}s after its start\n`);
+      expect(goneAt).toBeLessThanOrEqual(firstEnd);
+      expect(runningAt).toBeLessThanOrEqual(second.start + 15_000);
+      expect(await atomsOf(`${tag}-second-0`)).toEqual(atoms);
+      await deletePodsNow(ns, [`${tag}-second-0`]);
+      await kubectlResult(['-n', ns, 'delete', 'pdb', tag, '--ignore-not-found']);
+    }, 300_000);
+  }
+
+  it('a Reservation deleted while its pod stops slowly, another booked at once: that one waits for the pod, then its pod runs on the same atoms, never failed', async () => {
     await kubectl(['-n', ns, 'delete', 'reservation', '--all', '--wait=true', '--timeout=90s'], { timeoutMs: 100_000 });
-    const first = await reserveAndWait(ns, 'b2b-first', POOL, 8, '100s');
-    const firstEnd = Date.parse((await kubectlJson<{ status: { end: string } }>(['-n', ns, 'get', 'reservation', 'b2b-first'])).status.end);
-    await apply({
-      apiVersion: 'bettercompute.io/v1alpha1',
-      kind: 'Reservation',
-      metadata: { name: 'b2b-second', namespace: ns },
-      spec: { pool: POOL, devices: [{ class: 'gpu', count: 8 }], start: new Date(firstEnd).toISOString(), duration: '10m' },
-    });
-    const second = await waitFor('b2b-second Reserved', async () => {
-      const r = await kubectlJson<{ status?: { phase?: string; start?: string; allocations?: { atoms: string[] }[] } }>(['-n', ns, 'get', 'reservation', 'b2b-second']);
-      return r.status?.phase === 'Reserved' ? r.status : undefined;
-    }, { timeoutMs: 60_000, intervalMs: 500 });
-    const secondStart = Date.parse(second.start!);
-    expect(secondStart).toBe(firstEnd);
+    const first = await reserveAndWait(ns, 'del-first', POOL, 8, '1h');
     const atoms = first.allocations.flatMap((a) => a.atoms).sort();
-    expect(second.allocations!.flatMap((a) => a.atoms).sort()).toEqual(atoms);
+    await apply(gpuPod('del-first-0', 'del-first', 8, `trap 'sleep 25; exit 0' TERM; while true; do sleep 1; done`, 30));
+    await waitForPodPhase(ns, 'del-first-0', ['Running'], 120_000);
 
-    // The first booking's pod: ignores SIGTERM, names a day of grace, and a PodDisruptionBudget forbids its eviction.
-    await apply({
-      apiVersion: 'policy/v1',
-      kind: 'PodDisruptionBudget',
-      metadata: { name: 'b2b-first', namespace: ns },
-      spec: { maxUnavailable: 0, selector: { matchLabels: { app: 'b2b-first' } } },
-    });
-    const stubborn = pod('b2b-first-0', { reservation: 'b2b-first', command: `trap '' TERM; echo "ATOMS=$BETTERCOMPUTE_ATOMS"; while true; do sleep 1; done` });
-    Object.assign(stubborn.metadata, { labels: { ...stubborn.metadata.labels, app: 'b2b-first' } });
-    Object.assign(stubborn.spec, { terminationGracePeriodSeconds: 86_400 });
-    stubborn.spec.containers[0]!.resources.limits['bettercompute.io/gpu'] = '8';
-    await apply(stubborn);
-    await waitForPodPhase(ns, 'b2b-first-0', ['Running'], 120_000);
-    // The second booking's pod, made now: Pending until its start; it ignores SIGTERM for 15 s.
-    const next = pod('b2b-second-0', { reservation: 'b2b-second', command: `trap 'sleep 15; exit 0' TERM; echo "ATOMS=$BETTERCOMPUTE_ATOMS"; while true; do sleep 1; done` });
-    next.spec.containers[0]!.resources.limits['bettercompute.io/gpu'] = '8';
-    await apply(next);
-
-    const goneAt = await waitFor('b2b-first-0 gone', async () => {
-      const r = await kubectlResult(['-n', ns, 'get', 'pod', 'b2b-first-0']);
-      return r.code !== 0 && /NotFound/.test(r.stderr) ? Date.now() : undefined;
-    }, { timeoutMs: Math.max(0, firstEnd - Date.now()) + 60_000, intervalMs: 250 });
-    const runningAt = await waitFor('b2b-second-0 Running', async () => {
-      const p = await kubectlJson<Pod>(['-n', ns, 'get', 'pod', 'b2b-second-0']);
-      if (p.status?.phase === 'Failed') throw new Error(`b2b-second-0 failed: ${JSON.stringify(p.status)}`);
-      return p.status?.phase === 'Running' ? Date.now() : undefined;
-    }, { timeoutMs: Math.max(0, secondStart - Date.now()) + 60_000, intervalMs: 250 });
+    const deletedAt = Date.now();
+    await kubectl(['-n', ns, 'delete', 'reservation', 'del-first', '--wait=false']);
+    await apply({ apiVersion: 'bettercompute.io/v1alpha1', kind: 'Reservation', metadata: { name: 'del-next', namespace: ns }, spec: { pool: POOL, devices: [{ class: 'gpu', count: 8 }], duration: '10m' } });
+    // Its atoms stay booked while the first pod's container runs: the next Reservation is booked once it is gone.
+    const next = await waitForReserved('del-next', 120_000);
+    const goneAt = await waitForGone('del-first-0', 60_000);
+    expect(next.allocations.flatMap((a) => a.atoms).sort()).toEqual(atoms);
+    await apply(gpuPod('del-next-0', 'del-next', 8, `echo "ATOMS=$BETTERCOMPUTE_ATOMS"; while true; do sleep 1; done`, 30));
+    const runningAt = await waitForRunningNeverFailed('del-next-0', 60_000);
     process.stderr.write(
-      `[release] back to back: the first pod gone ${((firstEnd - goneAt) / 1000).toFixed(1)}s before its end; the second Running ${((runningAt - secondStart) / 1000).toFixed(1)}s after its start\n`,
+      `[release] deleted while stopping: the first pod gone ${((goneAt - deletedAt) / 1000).toFixed(1)}s after the delete, the next Reservation booked ${((next.bookedAt - deletedAt) / 1000).toFixed(1)}s after it, its pod Running ${((runningAt - deletedAt) / 1000).toFixed(1)}s after it\n`,
     );
-    expect(goneAt).toBeLessThanOrEqual(firstEnd);
-    expect(runningAt).toBeLessThanOrEqual(secondStart + 15_000);
-    const logs = await waitFor('b2b-second-0 logged its atoms', async () => {
-      const out = await kubectl(['-n', ns, 'logs', 'b2b-second-0']);
-      return /ATOMS=\S+/.test(out) ? out : undefined;
-    });
-    expect(/ATOMS=(\S+)/.exec(logs)![1]!.split(',').sort()).toEqual(atoms);
-    await deletePodsNow(ns, ['b2b-second-0']);
-    await kubectlResult(['-n', ns, 'delete', 'pdb', 'b2b-first', '--ignore-not-found']);
-    await kubectl(['-n', ns, 'delete', 'reservation', 'b2b-first', 'b2b-second', '--ignore-not-found', '--wait=true', '--timeout=60s']);
-  }, 420_000);
+    expect(next.bookedAt).toBeGreaterThanOrEqual(goneAt - 1000);
+    expect(await atomsOf('del-next-0')).toEqual(atoms);
+    await deletePodsNow(ns, ['del-next-0']);
+    await kubectl(['-n', ns, 'delete', 'reservation', 'del-next', '--ignore-not-found', '--wait=true', '--timeout=60s']);
+  }, 300_000);
 });

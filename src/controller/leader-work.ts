@@ -160,7 +160,17 @@ export class LeaderWork {
    */
   private async startReleaserAndDrift(): Promise<void> {
     const { config, db, ledger, kc, kube, log, controllers } = this.d;
-    const releaser = await startPodReleaser({ db, ledger, kube: new ClientNodeExtenderKube(kc), kubeConfig: kc, log, orphanGraceMs: config.orphanGraceMs });
+    const { ctx } = controllers;
+    const releaser = await startPodReleaser({
+      db,
+      ledger,
+      kube: new ClientNodeExtenderKube(kc),
+      kubeConfig: kc,
+      log,
+      orphanGraceMs: config.orphanGraceMs,
+      // Atoms given back (a deleted Reservation's last pod gone): the Pool's pending Reservations try again.
+      onFreed: (poolIds) => poolIds.forEach((id) => ctx.wakePending(ctx.poolNameOf(id))),
+    });
     this.services.push(releaser);
     this.services.push(
       startDriftReconcile({

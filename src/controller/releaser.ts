@@ -42,6 +42,8 @@ export interface ReleaserDeps {
   retryMinMs?: number;
   /** ... up to this (default 30 s). */
   retryMaxMs?: number;
+  /** Told the pools where a release gave bookings back (an ended Reservation's last pod gone, or an on-demand pod's). */
+  onFreed?: (poolIds: readonly string[]) => void;
   /** The pod watch's server-side timeout and liveness (the Informer's defaults when unset). */
   watchTimeoutSeconds?: number;
   watchLivenessMs?: number;
@@ -91,6 +93,7 @@ export async function startPodReleaser(deps: ReleaserDeps): Promise<Releaser> {
     retryMinMs: deps.retryMinMs ?? 500,
     retryMaxMs: deps.retryMaxMs ?? 30_000,
     stopped: () => stopped,
+    onFreed: deps.onFreed,
   });
   const podPages: PageFetcher<k8s.V1Pod> = (p) =>
     core.listPodForAllNamespaces({ limit: p.limit, ...(p.continue ? { _continue: p.continue } : {}) }) as Promise<ListPage<k8s.V1Pod>>;
@@ -134,7 +137,14 @@ export async function startPodReleaser(deps: ReleaserDeps): Promise<Releaser> {
 }
 
 /** Releases, retried until they commit: one attempt per pod at a time; a failed one again after a doubling backoff. */
-function retryingRelease(o: { ledger: Ledger; log: Logger; retryMinMs: number; retryMaxMs: number; stopped: () => boolean }): {
+function retryingRelease(o: {
+  ledger: Ledger;
+  log: Logger;
+  retryMinMs: number;
+  retryMaxMs: number;
+  stopped: () => boolean;
+  onFreed: ReleaserDeps['onFreed'];
+}): {
   release: Release;
   retries: Map<string, { attempt: number; timer: NodeJS.Timeout }>;
 } {
@@ -144,7 +154,8 @@ function retryingRelease(o: { ledger: Ledger; log: Logger; retryMinMs: number; r
 
   const attempt = async (uid: string, why: string): Promise<boolean> => {
     try {
-      const held = await o.ledger.releasePod(uid);
+      const { held, pools } = await o.ledger.releasePodFreeing(uid);
+      if (pools.length) o.onFreed?.(pools);
       const r = retries.get(uid);
       if (r) clearTimeout(r.timer);
       retries.delete(uid);

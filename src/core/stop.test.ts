@@ -27,7 +27,7 @@ describe('when the pods of a booking stop', () => {
     expect(stopGraceSeconds(END, END - 20_000, 0, POLICY)).toBe(1);
   });
 
-  it('a booking that already ended (deleted, expired) stops its pods with the capped grace', () => {
+  it('a pod with no deadline (on a node in maintenance, its booking kept until it is gone) gets the capped grace', () => {
     expect(stopGraceSeconds(null, END, 86_400, POLICY)).toBe(30);
     expect(stopGraceSeconds(null, END, 10, POLICY)).toBe(10);
     expect(stopGraceSeconds(null, END, undefined, { stopGraceSeconds: 5, slackSeconds: 10 })).toBe(5);

@@ -31,8 +31,9 @@ export function stopBeginsAt(deadlineMs: number, policy: StopPolicy): number {
 /**
  * The grace period for a pod stopped at `nowMs`: its own (Kubernetes' default when it names none), capped by the pool,
  * and ending at least the kill margin before the deadline; at least 1 s, never 0 (a grace of 0 deletes the pod object
- * before its container has stopped, and the pod's atoms would be released while it still runs). A booking that has
- * already ended with no deadline ahead (`deadlineMs` null: deleted, expired) gets the capped grace.
+ * before its container has stopped, and the pod's atoms would be released while it still runs). A deadline already
+ * past (a pod found after its booking's end) leaves 1 s; no deadline (`deadlineMs` null: a node in maintenance, whose
+ * bookings are kept until the pod is gone) gets the capped grace.
  */
 export function stopGraceSeconds(deadlineMs: number | null, nowMs: number, podGraceSeconds: number | undefined, policy: StopPolicy): number {
   const own = podGraceSeconds ?? KUBERNETES_DEFAULT_GRACE_SECONDS;

@@ -3,7 +3,8 @@
 // (its window). Part of the ledger gateway: callers outside src/db/ reach these through Ledger (src/db/ledger.ts),
 // which adds the leader's fence; the agent API reads a claim's holding with claimHolding directly.
 import type pg from 'pg';
-import { assignPod, releaseAssignment } from './handoff.ts';
+import { assignPod, releaseAfterPod } from './handoff.ts';
+import { atomsHeld, waitsForMessage } from './reads.ts';
 
 interface Queryable {
   query: pg.ClientBase['query'];
@@ -134,6 +135,9 @@ export async function recordOnDemandClaim(
     [id.podUid, id.claimUid],
   );
   if (other.rows[0]) throw new ClaimRefusal(`pod ${id.podName} already holds on-demand claim ${other.rows[0].claim_name} of ours: one on-demand claim per pod`);
+  // Atoms whose earlier holder's container may still run: the claim waits (its pod keeps the booking) until it is gone.
+  const held = await atomsHeld(c, booking.nodeId, booking.atoms, id.podUid, null);
+  if (held.length) throw new ClaimRefusal(waitsForMessage(held));
   const { rows } = await c.query<{ id: string; class: string }>('SELECT id, class FROM devices WHERE id = ANY ($1) ORDER BY id', [booking.atoms]);
   const devices = matchRequests(requests, rows);
   if (!devices) throw new Error(`the booking of pod ${id.podUid} (${booking.atoms.join(', ')}) does not answer the requests of claim ${id.namespace}/${id.claimName}`);
@@ -200,7 +204,7 @@ export async function assignReservationClaim(
 export interface ClaimRelease {
   /** Whether the claim held atoms. */
   released: boolean;
-  /** On-demand allocations given back with it (their nodes and pools, for cache upkeep). */
+  /** Allocations given back with it (on demand, or an ended Reservation's last on the node), for cache upkeep. */
   bookings: { node_id: string; pool_id: string }[];
 }
 
@@ -219,10 +223,7 @@ export async function releaseClaim(c: Queryable, claimUid: string): Promise<Clai
   if (!first) return { released: false, bookings: [] };
   const others = await c.query('SELECT 1 FROM claim_atoms WHERE pod_uid = $1 AND released_at IS NULL LIMIT 1', [first.pod_uid]);
   if (others.rows.length) return { released: true, bookings: [] };
-  if (first.reservation_id) {
-    await releaseAssignment(c, first.pod_uid);
-    return { released: true, bookings: [] };
-  }
+  if (first.reservation_id) return { released: true, bookings: (await releaseAfterPod(c, first.pod_uid)).bookings };
   const allocs = await c.query<{ id: string; node_id: string; pool_id: string }>(
     `SELECT id, node_id, pool_id FROM allocations WHERE id = $1 AND released_at IS NULL`,
     [first.allocation_id],

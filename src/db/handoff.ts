@@ -4,6 +4,7 @@
 // agent API drops admissions with dropAdmission directly (it holds no booking).
 import type pg from 'pg';
 import { confirmHold } from './holds.ts';
+import { reservationAtomsHeld, waitsForMessage } from './reads.ts';
 
 interface Queryable {
   query: pg.ClientBase['query'];
@@ -69,6 +70,10 @@ export async function assignPod(c: Queryable, a: AssignmentRequest): Promise<Ass
   if (r.used + a.count > r.held) {
     return { ok: false, reason: `reservation ${a.reservationId} holds ${r.held} atoms on ${a.nodeId}, ${r.used} assigned; pod asks ${a.count}` };
   }
+  // A pod of an earlier booking that still holds some of these atoms (its container stopping past its booking's
+  // end): this pod waits, unbound, rather than be refused by the node (guard 6) and fail.
+  const held = await reservationAtomsHeld(c, a.reservationId, a.nodeId, a.podUid);
+  if (held.length) return { ok: false, reason: waitsForMessage(held) };
   // The pod's assignment elsewhere is left over from a bind that stopped before its Binding (the pod is not bound:
   // the caller checked): freed in this transaction, so the pod never holds two and never loses one to a failed move.
   if (r.existing) await releaseAssignment(c, a.podUid);
@@ -82,13 +87,38 @@ export async function assignPod(c: Queryable, a: AssignmentRequest): Promise<Ass
   return { ok: true, existing: false, ...(r.existing ? { movedFrom: r.existing as string } : {}), ...(confirmed ? { confirmed } : {}) };
 }
 
-/** Frees a pod's live assignment. Returns whether there was one. */
-export async function releaseAssignment(c: Queryable, podUid: string): Promise<boolean> {
-  const { rowCount } = await c.query(
-    `UPDATE reservation_pod_assignments SET released_at = compute_now() WHERE pod_uid = $1 AND released_at IS NULL`,
+/** Frees a pod's live assignment. Returns its reservation when there was one. */
+export async function releaseAssignment(c: Queryable, podUid: string): Promise<string | undefined> {
+  const { rows } = await c.query<{ reservation_id: string }>(
+    `UPDATE reservation_pod_assignments SET released_at = compute_now() WHERE pod_uid = $1 AND released_at IS NULL
+     RETURNING reservation_id`,
     [podUid],
   );
-  return (rowCount ?? 0) > 0;
+  return rows[0]?.reservation_id;
+}
+
+/**
+ * Releases the allocations of an ended reservation (released or expired) on the nodes where none of its pods holds
+ * them any more (no live assignment there): the rest keep their bookings, so that no other booking is placed on atoms
+ * a stopping container still holds, and are released with their last pod (releaseAfterPod). Returns what it released.
+ */
+export async function releaseIdleAllocations(c: Queryable, reservationId: string): Promise<{ node_id: string; pool_id: string }[]> {
+  const { rows } = await c.query<{ id: string; node_id: string; pool_id: string }>(
+    `SELECT al.id, al.node_id, al.pool_id FROM allocations al JOIN reservations r ON r.id = al.reservation_id
+     WHERE al.reservation_id = $1 AND al.released_at IS NULL AND r.state IN ('released', 'expired')
+       AND NOT EXISTS (SELECT 1 FROM reservation_pod_assignments a
+                       WHERE a.reservation_id = al.reservation_id AND a.node_id = al.node_id AND a.released_at IS NULL)
+     ORDER BY al.id`,
+    [reservationId],
+  );
+  if (rows.length) await c.query('SELECT bc_release_allocations($1)', [rows.map((r) => r.id)]);
+  return rows.map((r) => ({ node_id: r.node_id, pool_id: r.pool_id }));
+}
+
+/** Frees a pod's live assignment, and its ended reservation's bookings on that node when it was the last pod there. */
+export async function releaseAfterPod(c: Queryable, podUid: string): Promise<{ assignment: boolean; bookings: { node_id: string; pool_id: string }[] }> {
+  const reservationId = await releaseAssignment(c, podUid);
+  return { assignment: reservationId !== undefined, bookings: reservationId ? await releaseIdleAllocations(c, reservationId) : [] };
 }
 
 /**
@@ -129,17 +159,17 @@ export interface PodRelease {
 
 /**
  * Everything a pod holds, given back in the caller's transaction: its ResourceClaims' atoms, its reservation
- * assignment freed, its on-demand booking truncated (counters and rollup with it, bc_release_allocations), its admission lease dropped. Idempotent.
+ * assignment freed (and its ended reservation's bookings on the node, when it was the last pod there), its on-demand booking truncated (counters and rollup with it, bc_release_allocations), its admission lease dropped. Idempotent.
  */
 export async function releasePodHoldings(c: Queryable, podUid: string): Promise<PodRelease> {
   // Its ResourceClaims' atoms too (DRA, migrations/0019): what stands behind them is released just below.
   await c.query('UPDATE claim_atoms SET released_at = compute_now() WHERE pod_uid = $1 AND released_at IS NULL', [podUid]);
-  const assignment = await releaseAssignment(c, podUid);
+  const after = await releaseAfterPod(c, podUid);
   const { rows } = await c.query<{ id: string; node_id: string; pool_id: string }>(
     `SELECT id, node_id, pool_id FROM allocations WHERE pod_uid = $1 AND kind = 'pod' AND released_at IS NULL`,
     [podUid],
   );
   if (rows.length) await c.query('SELECT bc_release_allocations($1)', [rows.map((r) => r.id)]);
   const admission = await dropAdmission(c, null, podUid);
-  return { assignment, bookings: rows.map((r) => ({ node_id: r.node_id, pool_id: r.pool_id })), admission };
+  return { assignment: after.assignment, bookings: [...after.bookings, ...rows.map((r) => ({ node_id: r.node_id, pool_id: r.pool_id }))], admission };
 }

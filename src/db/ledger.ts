@@ -567,9 +567,14 @@ export class Ledger {
    * a booking.
    */
   async releasePod(podUid: string): Promise<boolean> {
+    return (await this.releasePodFreeing(podUid)).held;
+  }
+
+  /** releasePod, with the pools where bookings were given back (their pending Reservations may fit now). */
+  async releasePodFreeing(podUid: string): Promise<{ held: boolean; pools: string[] }> {
     const r = await this.tx((c) => handoff.releasePodHoldings(c, podUid));
     for (const b of r.bookings) if (this.pools.has(b.pool_id)) await this.reloadNodes(b.pool_id, [b.node_id]);
-    return r.assignment || r.bookings.length > 0;
+    return { held: r.assignment || r.bookings.length > 0, pools: [...new Set(r.bookings.map((b) => b.pool_id))] };
   }
 
   /** Assigns a reservation's pod to atoms of its reservation on a node (handoff.assignPod), in one transaction. */
@@ -1036,7 +1041,10 @@ export class Ledger {
     return `cannot ${verb} reservation ${reservationId} in state ${r.state}${r.state === 'held' ? ' (lease ran out)' : ''}`;
   }
 
-  /** Ends a reservation now: its bookings are truncated at compute_now(), its quota and scalars given back. */
+  /**
+   * Ends a reservation now: its bookings are truncated at compute_now(), its quota and scalars given back, except on
+   * the nodes where its pods still hold atoms: there they stay booked until the last pod is gone (docs/booking-end.md).
+   */
   async release(reservationId: string): Promise<boolean> {
     return this.end(reservationId, 'released');
   }
@@ -1067,12 +1075,8 @@ export class Ledger {
         [reservationId, state],
       );
       if (rows.length === 0) return undefined;
-      const allocs = await c.query<{ id: string; node_id: string; pool_id: string }>(
-        'SELECT id, node_id, pool_id FROM allocations WHERE reservation_id = $1',
-        [reservationId],
-      );
-      await c.query('SELECT bc_release_allocations($1)', [allocs.rows.map((a) => a.id)]);
-      return allocs.rows;
+      // Where its pods still run, the bookings stay until the last of them is gone (handoff.releaseAfterPod).
+      return handoff.releaseIdleAllocations(c, reservationId);
     });
     if (!nodes) return false;
     const byPool = new Map<string, string[]>();

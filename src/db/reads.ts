@@ -23,6 +23,57 @@ export async function reservationAtoms(db: Queryable, reservationId: string): Pr
   return (await loadReservations(db, [reservationId])).get(reservationId);
 }
 
+/** An atom that a live pod of another booking still holds (bc_atoms_held), and that pod. */
+export interface HeldAtom {
+  atomId: string;
+  podUid: string;
+  /** The pod's namespace and name: unknown (null) for an on-demand pod's booking. */
+  namespace: string | null;
+  podName: string | null;
+}
+
+/**
+ * Which of `atoms` on a node a live pod other than `podUid` may still hold (its booking ended, was cut or released,
+ * and its containers are not yet known to be gone): what the pod must wait for. `reservationId`: the pod's reservation
+ * (its other pods do not count), null for an on-demand pod.
+ */
+export async function atomsHeld(c: Queryable, nodeId: string, atoms: readonly string[], podUid: string, reservationId: string | null): Promise<HeldAtom[]> {
+  if (atoms.length === 0) return [];
+  const { rows } = await c.query('SELECT atom_id, pod_uid, namespace, pod_name FROM bc_atoms_held($1, $2, $3, $4)', [nodeId, atoms, podUid, reservationId]);
+  return rows.map(heldAtom);
+}
+
+/** atomsHeld for a reservation's pod: the reservation's live atoms on the node (its live bookings there, not ended). */
+export async function reservationAtomsHeld(c: Queryable, reservationId: string, nodeId: string, podUid: string): Promise<HeldAtom[]> {
+  const { rows } = await c.query(
+    `SELECT atom_id, pod_uid, namespace, pod_name FROM bc_atoms_held($2, ARRAY(
+       SELECT b.device_id FROM allocations al JOIN device_bookings b ON b.allocation_id = al.id
+       WHERE al.reservation_id = $1 AND al.node_id = $2 AND al.released_at IS NULL AND NOT isempty(b.during)
+         AND upper(b.during) > compute_now()), $3, $1)`,
+    [reservationId, nodeId, podUid],
+  );
+  return rows.map(heldAtom);
+}
+
+const heldAtom = (r: { atom_id: string; pod_uid: string; namespace: string | null; pod_name: string | null }): HeldAtom => ({
+  atomId: r.atom_id,
+  podUid: r.pod_uid,
+  namespace: r.namespace,
+  podName: r.pod_name,
+});
+
+/** The reason that starts waitsForMessage's text (a scheduling event's, a claim's condition). */
+export const WAITING_FOR_POD = 'WaitingForPod';
+
+/** Why a pod is not bound while another pod holds its atoms: the pod it waits for, and the atoms (a scheduling event). */
+export function waitsForMessage(held: readonly HeldAtom[]): string {
+  const first = held[0]!;
+  const who = first.podName ? `pod ${first.namespace}/${first.podName} (uid ${first.podUid})` : `pod uid ${first.podUid}`;
+  const others = new Set(held.map((h) => h.podUid)).size - 1;
+  const holders = others > 0 ? `${who} and ${others} other pod${others > 1 ? 's' : ''} of an earlier booking still hold` : `${who} of an earlier booking still holds`;
+  return `${WAITING_FOR_POD}: ${holders} ${held.map((h) => h.atomId).join(', ')}; this pod is bound once that is gone from the node`;
+}
+
 export interface Admission {
   nodeId: string;
   podUid: string;
@@ -59,7 +110,11 @@ export interface PodToStop {
   namespace: string;
   podName: string;
   reservationId: string;
-  /** When its booking ends (a spot notice's deadline, else the window's end); null when it has ended already. */
+  /**
+   * When its booking on the node ends: a spot notice's deadline, else the window's end (a deleted Reservation's
+   * bookings stay until its pods are gone, so its end too); when that booking has ended already, that instant (past:
+   * the pod gets the shortest grace). Null on a node in maintenance (its bookings there are kept until it is gone).
+   */
   deadlineMs: number | null;
   /** The ledger's now (compute_now()), on the same clock as the deadline. */
   nowMs: number;
@@ -70,22 +125,25 @@ export interface PodToStop {
 /**
  * Live pod assignments of reservations whose booking ends within their pool's stop grace plus `slackSeconds` (the
  * window's end, or a spot notice's deadline), or that ended already (released, expired): their pods are stopped
- * ahead of the end (core/stop.ts; docs/booking-end.md). And, stopped at once (no deadline), the pods whose booking
- * ends through repair (docs/repair.md): on a node in maintenance (their bookings there are kept until they are gone,
- * then re-placed), or on a node where their reservation has no live booking any more (re-placed while the node was
- * NotReady, and back).
+ * ahead of the end (core/stop.ts; docs/booking-end.md), a deleted one's with its window's end as the deadline. And,
+ * stopped at once, the pods whose booking ends through repair (docs/repair.md): on a node in maintenance (no deadline:
+ * their bookings there are kept until they are gone, then re-placed), or on a node where their reservation has no
+ * live booking any more (re-placed while the node was NotReady, and back; or found after their booking's end: the
+ * deadline is that end, past).
  */
 export async function podsToStop(c: Queryable, slackSeconds: number): Promise<PodToStop[]> {
   const { rows } = await c.query(
     `SELECT a.pod_uid, a.namespace, a.pod_name, r.id AS reservation_id, p.stop_grace_seconds,
-            CASE WHEN r.state IN ('released', 'expired') OR n.maintenance OR NOT live.held THEN NULL
+            CASE WHEN n.maintenance THEN NULL
+                 WHEN NOT live.held THEN (extract(epoch FROM coalesce(live.ended, compute_now())) * 1000)::float8
                  ELSE (extract(epoch FROM least(r.ends_at, r.preempt_at)) * 1000)::float8 END AS deadline_ms,
             (extract(epoch FROM compute_now()) * 1000)::float8 AS now_ms
      FROM reservation_pod_assignments a JOIN reservations r ON r.id = a.reservation_id JOIN pools p ON p.id = r.pool_id
        JOIN nodes n ON n.id = a.node_id
        CROSS JOIN LATERAL (
-         SELECT EXISTS (SELECT 1 FROM allocations al JOIN device_bookings b ON b.allocation_id = al.id
-                        WHERE al.reservation_id = r.id AND al.node_id = a.node_id AND b.during @> compute_now()) AS held
+         SELECT bool_or(b.during @> compute_now()) IS TRUE AS held, max(upper(b.during)) AS ended
+         FROM allocations al JOIN device_bookings b ON b.allocation_id = al.id
+         WHERE al.reservation_id = r.id AND al.node_id = a.node_id AND NOT isempty(b.during)
        ) live
      WHERE a.released_at IS NULL
        AND (r.state IN ('released', 'expired') OR n.maintenance OR NOT live.held
@@ -180,7 +238,7 @@ export async function activeReservationsOnNode(
 
 // ---- the extender's in-memory state (state-sync.ts): the same reads, for many keys at once ----------------------
 
-/** Reservations by id (any state), or, with `ids` null, every held or confirmed one. */
+/** Reservations by id (any state), or, with `ids` null, every held or confirmed one and every one with live pods. */
 export async function loadReservations(c: Queryable, ids: readonly string[] | null): Promise<Map<string, ReservationAtoms>> {
   const { rows } = await c.query(
     `SELECT r.id, r.state, r.tenant_id, r.pool_id,
@@ -193,7 +251,11 @@ export async function loadReservations(c: Queryable, ids: readonly string[] | nu
             coalesce((SELECT json_object_agg(y.node_id, y.n) FROM (
                SELECT node_id, sum(count)::int AS n FROM reservation_pod_assignments
                WHERE reservation_id = r.id AND released_at IS NULL GROUP BY node_id) y), '{}') AS assigned
-     FROM reservations r WHERE CASE WHEN $1::text[] IS NULL THEN r.state IN ('held', 'confirmed') ELSE r.id = ANY ($1) END`,
+     FROM reservations r
+     WHERE CASE WHEN $1::text[] IS NULL
+                THEN r.state IN ('held', 'confirmed')
+                     OR EXISTS (SELECT 1 FROM reservation_pod_assignments a WHERE a.reservation_id = r.id AND a.released_at IS NULL)
+                ELSE r.id = ANY ($1) END`,
     [ids],
   );
   return new Map(

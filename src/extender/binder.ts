@@ -4,7 +4,7 @@
 // them. Its cache: the pods filter was last asked about, taken at bind instead of a read from the API server.
 import type { DeviceClass } from '../core/types.ts';
 import type { PodBookingOutcome } from '../db/ledger.ts';
-import { nodePools, podHolding } from '../db/reads.ts';
+import { atomsHeld, nodePools, podHolding, waitsForMessage } from '../db/reads.ts';
 import { errorFields } from '../log.ts';
 import type { AdmittingTracker } from './admitting.ts';
 import { tenantOf } from './judge.ts';
@@ -182,6 +182,12 @@ export class ExtenderBinder {
     let applied = false;
     try {
       if (booked.nodeId !== node) throw new BindError(`pod already holds a booking on ${booked.nodeId}`);
+      // Atoms free in the ledger whose earlier holder's container may still run (its booking ended): the pod waits.
+      // Asked of the ledger when memory cannot rule it out (memory knows reservations' pods, not on-demand ones' atoms).
+      const mem = this.d.memory?.fresh() ? this.d.memory.state : undefined;
+      const ask = booked.written && (!mem || mem.othersAssignedOn(node, booked.atoms, null));
+      const held = ask ? await atomsHeld(this.d.db, node, booked.atoms, uid, null) : [];
+      if (held.length) throw new BindError(waitsForMessage(held));
       // The next filter sees the booking at once: the state applies it, not a reload of what its notifications name.
       if (booked.written) applied = this.d.memory?.applyPodBooking({ podUid: uid, nodeId: node, atoms: booked.atoms, ...booked.written }) ?? false;
       // The atoms on the pod for people and tools, in the Binding's own write (one API call, not two).

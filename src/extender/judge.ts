@@ -5,7 +5,7 @@
 import { judgeFromSummary, overlapsChangeAt, requestScalars, scoreNode, summarizeNode } from '../core/planner.ts';
 import type { NodeSnap, NodeSummary, PlacementRequest } from '../core/types.ts';
 import { toPlacementRequest } from '../db/ledger.ts';
-import { nodePools, podHolding, quotaHeadroom, reservationAtoms } from '../db/reads.ts';
+import { nodePools, podHolding, quotaHeadroom, reservationAtoms, reservationAtomsHeld, waitsForMessage } from '../db/reads.ts';
 import { getPool, isPoolVisible, loadNodes, type PoolInfo } from '../db/snapshot.ts';
 import type { AdmittingTracker } from './admitting.ts';
 import { NoTenantError, type ExtenderDeps } from './deps.ts';
@@ -197,6 +197,13 @@ export class ExtenderJudge {
         const advertised = Number(allocatable?.[want.resource] ?? 0);
         if (advertised < want.count) {
           v.failed[n] = `the kubelet does not advertise ${want.count} of ${want.resource} yet (${advertised})`;
+          return;
+        }
+        // A pod of an earlier booking still stopping on these atoms: this pod waits for it (bind checks again, and
+        // also for an on-demand pod's booking, which memory does not track by atom).
+        const held = mem && !mem.othersAssignedOn(n, atoms, want.id) ? [] : await reservationAtomsHeld(this.d.db, want.id, n, pod.metadata.uid);
+        if (held.length) {
+          v.failed[n] = waitsForMessage(held);
           return;
         }
         // Packing: the node this pod fills best (fewest of the reservation's atoms left over) scores highest.

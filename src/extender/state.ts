@@ -321,6 +321,19 @@ export class ExtenderState {
     return this.reservations.get(id);
   }
 
+  /**
+   * Whether a reservation other than `reservationId` (null: any) has live pod assignments on the node over any of
+   * `atoms`: the first part of bc_atoms_held, from memory (whether filter or bind must ask the ledger which pod a
+   * pod waits for).
+   */
+  othersAssignedOn(nodeId: string, atoms: readonly string[], reservationId: string | null): boolean {
+    for (const [id, r] of this.reservations) {
+      if (id === reservationId || !r.assigned.get(nodeId)) continue;
+      if (r.atoms.get(nodeId)?.some((a) => atoms.includes(a))) return true;
+    }
+    return false;
+  }
+
   podHolding(podUid: string): string | undefined {
     return this.holdings.get(podUid);
   }

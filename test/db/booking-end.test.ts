@@ -125,6 +125,7 @@ describe('the end of a booking is the end of its containers', () => {
     expect(await upsertPool(t.db, { name: 'end-pool', ownerTenant: 'acme', stopGraceSeconds: 5 })).toBe(poolId);
     f.pods.set('slow-2', { uid: 'u-slow-2', grace: 86_400 });
     await toBefore(s.start, -1000); // the second booking has begun
+    await ledger.releasePod('u-slow'); // its container gone, as the releaser sees it (the next pod waits until then)
     await assign(s.id, 'slow-2', 'u-slow-2');
     await toBefore(s.end, 16_000);
     expect(await stop()).toEqual([]);
@@ -157,10 +158,27 @@ describe('the end of a booking is the end of its containers', () => {
     expect(f.calls).toEqual(['evict late 7 u-late']);
   });
 
-  it('a Reservation deleted before its end stops its pods at once with the capped grace', async () => {
+  it('a Reservation deleted before its end stops its pods at once with the capped grace; its atoms stay booked until they are gone', async () => {
     const { r, stop } = await bookedWithPod('gone-early', 600);
     await ledger.release(r.id);
     expect(await stop()).toEqual([{ pod: 'end/gone-early', reservationId: r.id, how: 'evicted', graceSeconds: 30 }]);
+    // Its container may still run: no other booking is placed on its GPUs, until the pod is gone.
+    const blocked = await ledger.reserve(reservation(poolId, { devices: [{ class: 'gpu', count: 2 }], duration: 60 }), t.clock.now());
+    expect(blocked.ok).toBe(false);
+    expect(await ledger.releasePod('u-gone-early')).toBe(true);
+    const { rows } = await t.db.query(`SELECT count(*)::int AS n FROM allocations WHERE reservation_id = $1 AND released_at IS NULL`, [r.id]);
+    expect(rows[0].n).toBe(0);
+    await book(60);
+  });
+
+  it('a pod first found after its booking’s end gets 1 s, not the capped grace', async () => {
+    const r = await book(600);
+    const f = fakeKube();
+    f.pods.set('found-late', { uid: 'u-found-late', grace: 30 });
+    await assign(r.id, 'found-late', 'u-found-late');
+    await toBefore(r.end, -2000);
+    const stop = createStopper({ db: t.db, kube: f.kube, log: silentLogger });
+    expect(await stop()).toEqual([{ pod: 'end/found-late', reservationId: r.id, how: 'evicted', graceSeconds: 1 }]);
   });
 
   it('a node put in maintenance: its reservation pods are stopped at once with the capped grace (their bookings stay until they are gone: docs/repair.md)', async () => {
@@ -173,12 +191,12 @@ describe('the end of a booking is the end of its containers', () => {
     }
   });
 
-  it('a pod on a node where its reservation no longer has a live booking (re-placed while the node was away) is stopped at once', async () => {
+  it('a pod on a node where its reservation no longer has a live booking (re-placed while the node was away) is stopped at once, with 1 s', async () => {
     const { r, stop } = await bookedWithPod('left-behind', 10);
     // What a repair's cut leaves: the reservation's bookings on the node end now.
     await t.db.query(`SELECT bc_repair_cut($1)`, [
       JSON.stringify([{ allocationId: r.allocations[0]!.id, atoms: r.allocations[0]!.atoms }]),
     ]);
-    expect(await stop()).toEqual([{ pod: 'end/left-behind', reservationId: r.id, how: 'evicted', graceSeconds: 10 }]);
+    expect(await stop()).toEqual([{ pod: 'end/left-behind', reservationId: r.id, how: 'evicted', graceSeconds: 1 }]);
   });
 });

@@ -137,6 +137,11 @@ describe('the state follows the ledger through its notifications', () => {
     await ledger.release(id);
     await expectMirrors(sync);
     expect(s.reservation(id)!.state).toBe('released');
+    // Its pod still holds its atoms: they stay booked until it is gone.
+    expect(s.reservation(id)!.atoms.get(node)).toHaveLength(2);
+    await ledger.releasePod('st-pod-2');
+    await expectMirrors(sync);
+    expect(s.reservation(id)!.atoms.get(node)).toBeUndefined();
 
     // A node cordoned, a GPU unhealthy; a pool archived and offered to another tenant.
     await setNodeState(ctx.db, B, { cordoned: true });

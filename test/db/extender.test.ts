@@ -196,6 +196,77 @@ describe('bind', () => {
   });
 });
 
+describe('a pod of a later booking waits for a pod of an earlier one that still holds its atoms', () => {
+  const WAIT_NODE = 'wait-node';
+  let waitPool: string;
+  beforeAll(async () => {
+    waitPool = await makePool('wait-pool').owner('acme').create(ctx.db);
+    await makeNode(WAIT_NODE).gpus(2).create(ctx.db, waitPool);
+  });
+
+  /** Both GPUs of the node for `seconds`, from `start` (now when omitted). */
+  async function both(seconds: number, start?: number) {
+    const out = await new Ledger(ctx.db).reserve(
+      reservation(waitPool, { tenantId: 'acme', devices: [{ class: 'gpu', count: 2 }], duration: seconds, ...(start ? { start } : {}) }),
+      ctx.clock.now(),
+    );
+    if (!out.ok) throw new Error(`${out.code}: ${out.message}`);
+    await ctx.clock.sync();
+    return out.reservation;
+  }
+  /** filter's answer on the node, then bind's. */
+  async function place(p: FakePod) {
+    const f = await service.filter({ Pod: p, NodeNames: [WAIT_NODE] } as never);
+    return { passed: f.NodeNames, failed: f.FailedNodes[WAIT_NODE], bind: (await bind(p, WAIT_NODE)).Error };
+  }
+
+  it('back to back: the next Reservation’s pod is neither passed nor bound while the first one’s pod is live past its end, then is', async () => {
+    const first = await both(60);
+    const next = await both(60, Math.ceil(first.end));
+    const firstResource = reservationResourceName(first.id);
+    kube.allocatable = { [firstResource]: '2' };
+    const old = pod('acme-train', { [firstResource]: '2' });
+    expect((await place(old)).bind).toBe('');
+    await advanceClock(ctx.db, first.end - ctx.clock.now() + 1000);
+    await ctx.clock.sync();
+
+    const resource = reservationResourceName(next.id);
+    kube.allocatable = { [resource]: '2' };
+    const p = pod('acme-train', { [resource]: '2' });
+    const waiting = await place(p);
+    const why = `WaitingForPod: pod acme-train/${old.metadata.name} (uid ${old.metadata.uid}) of an earlier booking still holds GPU-wait-node-00, GPU-wait-node-01`;
+    expect(waiting.passed).toEqual([]);
+    expect(waiting.failed).toContain(why);
+    expect(waiting.bind).toContain(why);
+    expect(await assignments(next.id)).toBe(0);
+    // The first pod is gone (the releaser saw it): the next one is passed and bound at once.
+    await new Ledger(ctx.db).releasePod(old.metadata.uid);
+    expect(await place(p)).toEqual({ passed: [WAIT_NODE], failed: undefined, bind: '' });
+    await new Ledger(ctx.db).releasePod(p.metadata.uid);
+    await advanceClock(ctx.db, next.end - ctx.clock.now() + 1000);
+    await ctx.clock.sync();
+  });
+
+  it('an on-demand pod is not bound on atoms whose earlier pod still runs past its booking, and is once that pod is gone', async () => {
+    const first = await both(60);
+    const firstResource = reservationResourceName(first.id);
+    kube.allocatable = { [firstResource]: '2' };
+    const old = pod('acme-train', { [firstResource]: '2' });
+    expect((await place(old)).bind).toBe('');
+    await advanceClock(ctx.db, first.end - ctx.clock.now() + 1000);
+    await ctx.clock.sync();
+
+    const p = pod('acme-train', { 'bettercompute.io/gpu': '1' });
+    expect((await place(p)).bind).toMatch(new RegExp(`^WaitingForPod: pod acme-train/${old.metadata.name} `));
+    expect(kube.bound.map((b) => b.name)).toEqual([old.metadata.name]);
+    const { rows } = await ctx.db.query(`SELECT count(*)::int AS n FROM allocations WHERE pod_uid = $1 AND released_at IS NULL`, [p.metadata.uid]);
+    expect(rows[0].n).toBe(0);
+    await new Ledger(ctx.db).releasePod(old.metadata.uid);
+    expect((await place(p)).bind).toBe('');
+    await new Ledger(ctx.db).releasePod(p.metadata.uid);
+  });
+});
+
 describe('prioritize of on-demand pods', () => {
   // One admission in flight per node (ADR 0003): a second on-demand pod sent to the node the first was just ranked
   // onto would wait for the first's admission in its bind. Prioritize ranks that node last for the second pod.

@@ -29,6 +29,7 @@ import {
   type ResourceClaim,
 } from '../../core/dra-allocate.ts';
 import type { ClaimHolding } from '../../db/claims.ts';
+import { WAITING_FOR_POD } from '../../db/reads.ts';
 import type { Ledger } from '../../db/ledger.ts';
 import { statusOf, type EventInput } from '../../kube/client.ts';
 import type { Informer } from '../../kube/informer.ts';
@@ -181,10 +182,10 @@ export class ClaimAllocator {
       const r = await this.d.ledger.bookClaim({ id, tenantId, requests: decision.requests, nodeSelector: decision.nodeSelector, durationSeconds: decision.durationSeconds }, this.d.nowMs());
       if (r.ok) return r;
       const reason = r.code === 'QUOTA_EXCEEDED' ? 'QuotaExceeded' : r.code === 'CLAIM_REFUSED' ? 'UnsupportedClaim' : 'NoCapacity';
-      return { ok: false, reason, message: r.message };
+      return { ok: false, reason: waitingFor(r.message) ?? reason, message: r.message };
     }
     const r = await this.d.ledger.assignClaim({ id, reservationId: decision.reservationId, tenantId, requests: decision.requests });
-    return r.ok ? r : { ok: false, reason: 'ReservationRefused', message: r.reason };
+    return r.ok ? r : { ok: false, reason: waitingFor(r.reason) ?? 'ReservationRefused', message: r.reason };
   }
 
   /** Writes status.allocation from what the ledger holds; a claim gone meanwhile is released. */
@@ -284,7 +285,8 @@ export class ClaimAllocator {
       );
     }
     if (w.retryAt !== undefined) return { requeueAfterMs: Math.max(0, w.retryAt - this.d.nowMs()) };
-    return { requeueAfterMs: w.reason === 'PodNotFound' ? 2000 : WAIT_AGAIN_MS };
+    // A pod gone, or one of an earlier booking about to be: looked at again soon.
+    return { requeueAfterMs: w.reason === 'PodNotFound' || w.reason === WAITING_FOR_POD ? 2000 : WAIT_AGAIN_MS };
   }
 
   private async readPod(namespace: string, name: string): Promise<ReadPod | undefined> {
@@ -328,3 +330,6 @@ interface ReadPod {
 }
 
 const nameOf = (c: ResourceClaim) => `${c.metadata.namespace}/${c.metadata.name}`;
+
+/** WAITING_FOR_POD when the ledger's refusal is a wait for an earlier booking's pod (reads.waitsForMessage). */
+const waitingFor = (message: string) => (message.startsWith(`${WAITING_FOR_POD}:`) ? WAITING_FOR_POD : undefined);
