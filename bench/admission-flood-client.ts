@@ -53,14 +53,22 @@ let url = '';
 let generation = 0;
 let answers: Record<string, number> = {};
 let bytes = 0;
+const CHUNK = 64 * 1024;
+/** What a probe sends of a 3 MiB body before it waits for an answer. */
+const PROBE_FIRST = 16 * 1024;
 let since = performance.now();
 const newAgent = () => new https.Agent({ keepAlive: true, maxSockets: CONNECTIONS, maxCachedSessions: 0, rejectUnauthorized: false });
 let agent = newAgent();
 /** The requests under way (or waiting for a connection), ended when the flood changes. */
 const live = new Set<ClientRequest>();
 
-/** One request of the current flood (or of `kind`); resolves with its status when it is answered or failed. */
-function once(kind: Flood = flood): Promise<string> {
+/**
+ * One request of the current flood (or of `kind`); resolves with its status when it is answered or failed. A probe's
+ * 3 MiB body is sent as its first 16 KiB, the rest only if no answer came within a second: a front that refuses it from
+ * its headers answers and closes before the rest is in flight, so the answer is read, not raced by the reset that a
+ * close with unread bytes sends (a flood writes the whole body and counts such resets as 'error').
+ */
+function once(kind: Flood = flood, probe = false): Promise<string> {
   const chunked = kind === '3mib-chunked';
   const body = kind === '3mib' || chunked ? bodies.threeMiB : bodies.valid;
   const path = kind === 'valid-loop' ? '/admission-loop/pods' : '/admission/pods';
@@ -85,10 +93,16 @@ function once(kind: Flood = flood): Promise<string> {
     live.add(req);
     req.on('error', () => finish('error'));
     req.setTimeout(30_000, () => req.destroy(new Error('timeout')));
-    if (chunked) {
-      for (let at = 0; at < body.length; at += 64 * 1024) req.write(body.subarray(at, at + 64 * 1024));
+    const writeFrom = (from: number) => {
+      for (let at = from; at < body.length; at += CHUNK) req.write(body.subarray(at, at + CHUNK));
       req.end();
-    } else req.end(body);
+    };
+    if (probe && body === bodies.threeMiB) {
+      req.write(body.subarray(0, PROBE_FIRST));
+      const later = setTimeout(() => writeFrom(PROBE_FIRST), 1000);
+      req.once('response', () => clearTimeout(later)).once('close', () => clearTimeout(later));
+    } else if (chunked) writeFrom(0);
+    else req.end(body);
     bytes += body.length;
   });
 }
@@ -112,7 +126,7 @@ process.on('message', (m: FloodMessage) => {
     url = m.url;
     void (async () => {
       const statuses: FloodProbe['statuses'] = {};
-      for (const kind of ['3mib', '3mib-chunked', 'valid-worker', 'valid-loop'] as const) statuses[kind] = await once(kind);
+      for (const kind of ['3mib', '3mib-chunked', 'valid-worker', 'valid-loop'] as const) statuses[kind] = await once(kind, true);
       process.send!({ type: 'probe', statuses } satisfies FloodProbe);
     })();
   } else if (m.type === 'counts') {
