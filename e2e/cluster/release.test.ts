@@ -1,6 +1,19 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Ledger } from '../../src/db/ledger.ts';
-import { type Pod, apply, clusterInfo, deletePodsNow, kubectl, kubectlJson, kubectlResult, uniqueName, waitFor, waitForPodPhase } from './harness.ts';
+import {
+  type Pod,
+  apply,
+  clusterInfo,
+  deletePodsNow,
+  kubectl,
+  kubectlJson,
+  kubectlResult,
+  pauseComponent,
+  resumeComponent,
+  uniqueName,
+  waitFor,
+  waitForPodPhase,
+} from './harness.ts';
 import { startHostDatabase, type HostDatabase } from './host-database.ts';
 import { applyNodePool, installProduct, removeNodePool, reserveAndWait, uninstallProduct } from './install.ts';
 
@@ -93,6 +106,8 @@ async function bookAt(name: string, startMs: number): Promise<Booked> {
   expect(r.start).toBe(startMs);
   return r;
 }
+
+const sleepUntil = (ms: number) => new Promise((resolve) => setTimeout(resolve, Math.max(0, ms - Date.now())));
 
 /** When the pod was first seen gone from the API server. */
 function waitForGone(name: string, timeoutMs: number): Promise<number> {
@@ -206,6 +221,37 @@ describe.skipIf(external)('release, on the installed product', () => {
       await kubectlResult(['-n', ns, 'delete', 'pdb', tag, '--ignore-not-found']);
     }, 300_000);
   }
+
+  it('back to back with a kubelet frozen through the end: the first pod outlives its booking; the second waits for it, unbound, then runs on the same atoms, never failed', async () => {
+    await kubectl(['-n', ns, 'delete', 'reservation', '--all', '--wait=true', '--timeout=90s'], { timeoutMs: 100_000 });
+    const first = await reserveAndWait(ns, 'lag-first', POOL, 8, '80s');
+    const firstEnd = Date.parse(first.end);
+    const second = await bookAt('lag-second', firstEnd);
+    const atoms = first.allocations.flatMap((a) => a.atoms).sort();
+    await apply(gpuPod('lag-first-0', 'lag-first', 8, `trap '' TERM; while true; do sleep 1; done`, 30));
+    await waitForPodPhase(ns, 'lag-first-0', ['Running'], 120_000);
+    await apply(gpuPod('lag-second-0', 'lag-second', 8, `echo "ATOMS=$BETTERCOMPUTE_ATOMS"; while true; do sleep 1; done`, 30));
+    // Told to stop 40 s before the end with 30 s of grace; the kubelet frozen from 15 s before the end to 15 s after
+    // it (inside the node's 40 s grace: no NodeNotReady), so the container outlives its booking.
+    await sleepUntil(firstEnd - 15_000);
+    await pauseComponent('kubelet');
+    try {
+      await sleepUntil(firstEnd + 15_000);
+    } finally {
+      await resumeComponent('kubelet');
+    }
+    const resumedAt = Date.now();
+    const goneAt = await waitForGone('lag-first-0', 60_000);
+    const runningAt = await waitForRunningNeverFailed('lag-second-0', 60_000);
+    const waited = await kubectlJson<{ items: { reason: string; message: string }[] }>(['-n', ns, 'get', 'events', '--field-selector', 'involvedObject.name=lag-second-0']);
+    const said = waited.items.some((e) => e.reason === 'FailedScheduling' && e.message.includes('WaitingForPod: pod'));
+    process.stderr.write(
+      `[release] kubelet frozen through the end: the first pod gone ${((goneAt - resumedAt) / 1000).toFixed(1)}s after the kubelet resumed, the second Running ${((runningAt - resumedAt) / 1000).toFixed(1)}s after it (${(runningAt - second.start) / 1000}s after its start); a WaitingForPod event: ${said}\n`,
+    );
+    expect(runningAt).toBeGreaterThanOrEqual(goneAt - 1000);
+    expect(await atomsOf('lag-second-0')).toEqual(atoms);
+    await deletePodsNow(ns, ['lag-second-0']);
+  }, 300_000);
 
   it('a Reservation deleted while its pod stops slowly, another booked at once: that one waits for the pod, then its pod runs on the same atoms, never failed', async () => {
     await kubectl(['-n', ns, 'delete', 'reservation', '--all', '--wait=true', '--timeout=90s'], { timeoutMs: 100_000 });
