@@ -3,12 +3,16 @@
 // src/db/ reach these through Ledger (src/db/ledger.ts), which adds the leader's fence and its cache upkeep; the
 // agent API drops admissions with dropAdmission directly (it holds no booking).
 import type pg from 'pg';
+import { DEFAULT_STOP_SLACK_SECONDS } from '../core/stop.ts';
 import { confirmHold } from './holds.ts';
 import { reservationAtomsHeld, waitsForMessage } from './reads.ts';
 
 interface Queryable {
   query: pg.ClientBase['query'];
 }
+
+/** The reason that starts a refused bind's text when the booking is already stopping its pods. */
+export const BOOKING_STOPPING = 'BookingStopping';
 
 export interface AssignmentRequest {
   podUid: string;
@@ -28,7 +32,7 @@ export type AssignOutcome =
  * Records a pod's assignment to `count` of its reservation's atoms on a node, if they are not all assigned already.
  * Run inside a transaction. Checked here, under the reservation's row lock, with the database's clock: that the
  * reservation is the pod's tenant's (`tenantId`, of the pod's namespace), held or confirmed, and that now is inside
- * its window. So concurrent binds of one reservation count one after another, and a bind cannot land outside the
+ * its window, before its pods are stopped (its end or preemption deadline less the pool's stop grace and the slack). So concurrent binds of one reservation count one after another, and a bind cannot land outside the
  * window it was filtered in. Idempotent per pod: the pod's live assignment on this node is honoured ('existing'); one
  * on another node (a bind that stopped before its Binding) is moved here in the same transaction. The first pod of a
  * held reservation confirms its hold in this transaction (ADR 0015); a hold whose lease ran out takes no pod (the
@@ -39,8 +43,12 @@ export async function assignPod(c: Queryable, a: AssignmentRequest): Promise<Ass
     `WITH r AS (SELECT id, state, tenant_id, starts_at <= compute_now() AS started, compute_now() < ends_at AS open,
                        (extract(epoch FROM starts_at) * 1000)::float8 AS start_ms, (extract(epoch FROM ends_at) * 1000)::float8 AS end_ms,
                        (state = 'held' AND lease_expires_at <= compute_now()) AS lease_ran_out,
-                       (extract(epoch FROM lease_expires_at) * 1000)::float8 AS lease_ms
-                FROM reservations WHERE id = $2 FOR UPDATE),
+                       (extract(epoch FROM lease_expires_at) * 1000)::float8 AS lease_ms,
+                       least(ends_at, preempt_at) <= compute_now() + make_interval(secs => p.lead_s) AS stopping,
+                       (extract(epoch FROM least(ends_at, preempt_at)) * 1000)::float8 AS deadline_ms, p.lead_s
+                FROM reservations
+                  CROSS JOIN LATERAL (SELECT stop_grace_seconds + $4 AS lead_s FROM pools WHERE pools.id = reservations.pool_id) p
+                WHERE id = $2 FOR UPDATE OF reservations),
      existing AS (SELECT node_id, reservation_id FROM reservation_pod_assignments WHERE pod_uid = $1 AND released_at IS NULL),
      held AS (SELECT count(*)::int AS n FROM allocations al JOIN device_bookings b ON b.allocation_id = al.id
               WHERE al.reservation_id = $2 AND al.node_id = $3 AND al.released_at IS NULL AND NOT isempty(b.during)
@@ -51,10 +59,11 @@ export async function assignPod(c: Queryable, a: AssignmentRequest): Promise<Ass
             (SELECT started FROM r) AS started, (SELECT open FROM r) AS open,
             (SELECT start_ms FROM r) AS start_ms, (SELECT end_ms FROM r) AS end_ms,
             (SELECT lease_ran_out FROM r) AS lease_ran_out, (SELECT lease_ms FROM r) AS lease_ms,
+            (SELECT stopping FROM r) AS stopping, (SELECT deadline_ms FROM r) AS deadline_ms, (SELECT lead_s FROM r) AS lead_s,
             (SELECT node_id FROM existing) AS existing, (SELECT reservation_id FROM existing) AS existing_reservation,
             held.n AS held, used.n AS used
      FROM held, used`,
-    [a.podUid, a.reservationId, a.nodeId],
+    [a.podUid, a.reservationId, a.nodeId, DEFAULT_STOP_SLACK_SECONDS],
   );
   const r = rows[0]!;
   if (!r.state) return { ok: false, reason: `reservation ${a.reservationId} not found` };
@@ -67,6 +76,12 @@ export async function assignPod(c: Queryable, a: AssignmentRequest): Promise<Ass
   if (!r.started) return { ok: false, reason: `reservation ${a.reservationId} starts at ${new Date(r.start_ms as number).toISOString()}` };
   if (!r.open) return { ok: false, reason: `reservation ${a.reservationId} ended at ${new Date(r.end_ms as number).toISOString()}` };
   if (r.existing === a.nodeId && r.existing_reservation === a.reservationId) return { ok: true, existing: true };
+  // Its pods are being stopped (core/stop.ts: the pool's stop grace plus the slack before its end or its preemption
+  // deadline): a pod bound now would be told to stop at once, and one the kubelet admits after the end would fail.
+  if (r.stopping) {
+    const deadline = new Date(r.deadline_ms as number).toISOString();
+    return { ok: false, reason: `${BOOKING_STOPPING}: reservation ${a.reservationId} ends at ${deadline} and stops its pods from ${r.lead_s} s before; no new pod starts on it` };
+  }
   if (r.used + a.count > r.held) {
     return { ok: false, reason: `reservation ${a.reservationId} holds ${r.held} atoms on ${a.nodeId}, ${r.used} assigned; pod asks ${a.count}` };
   }

@@ -111,6 +111,24 @@ describe('the end of a booking is the end of its containers', () => {
     expect(f.calls).toHaveLength(1);
   });
 
+  it('a booking that stops its pods takes no new one: refused from its end (or preemption deadline) less the stop grace and slack, with the reason', async () => {
+    const r = await book(600);
+    await toBefore(r.end, 41_000);
+    await assign(r.id, 'in-time', 'u-in-time');
+    await toBefore(r.end, 39_000);
+    const late = await ledger.assignPod({ podUid: 'u-late', reservationId: r.id, tenantId: 'acme', nodeId: NODE, namespace: 'end', podName: 'late', count: 1 });
+    expect(late).toEqual({ ok: false, reason: expect.stringMatching(new RegExp(`^BookingStopping: reservation ${r.id} ends at ${new Date(r.end).toISOString()} and stops its pods from 40 s before`)) });
+    // The pod already bound is honoured again (a bind retried), not refused.
+    expect(await ledger.assignPod({ podUid: 'u-in-time', reservationId: r.id, tenantId: 'acme', nodeId: NODE, namespace: 'end', podName: 'in-time', count: 1 })).toEqual({ ok: true, existing: true });
+
+    const spot = await book(600, r.end + 1000);
+    await toBefore(spot.start, -1000);
+    await t.db.query(`UPDATE reservations SET spot = true, preempt_at = compute_now() + interval '30 seconds' WHERE id = $1`, [spot.id]);
+    const victim = await ledger.assignPod({ podUid: 'u-victim', reservationId: spot.id, tenantId: 'acme', nodeId: NODE, namespace: 'end', podName: 'victim', count: 1 });
+    expect(victim.ok).toBe(false);
+    expect(!victim.ok && victim.reason).toMatch(/^BookingStopping: /);
+  });
+
   it('a day-long grace is capped by the pool (30 s by default, then 5 s when the Pool says so)', async () => {
     const r = await book(600);
     const f = fakeKube();
