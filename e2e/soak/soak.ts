@@ -95,7 +95,7 @@ interface SimNode {
 interface PodView {
   metadata: { name: string; namespace: string; uid: string; deletionTimestamp?: string; annotations?: Record<string, string> };
   spec: { nodeName?: string; containers: { resources?: { limits?: Record<string, string> } }[] };
-  status?: { phase?: string };
+  status?: { phase?: string; reason?: string; message?: string };
 }
 
 export async function runSoak(o: SoakOptions): Promise<SoakReport> {
@@ -210,12 +210,23 @@ export async function runSoak(o: SoakOptions): Promise<SoakReport> {
   // --- churn -------------------------------------------------------------------------------------------------------
   const reservations: string[] = [];
   const pods: { name: string; kind: 'ondemand' | 'reservation' }[] = [];
-  const podSpec = (limits: Record<string, string>, seconds: number, tolerate: boolean) => ({
+  // `stubborn`: the pod ignores SIGTERM and names a day of grace, so only the booking's cap stops it at its end.
+  const podSpec = (limits: Record<string, string>, seconds: number, tolerate: boolean, stubborn = false) => ({
     restartPolicy: 'Never',
-    terminationGracePeriodSeconds: 1,
+    terminationGracePeriodSeconds: stubborn ? 86_400 : 1,
     ...(tolerate ? { tolerations: [SIMULATED_TOLERATION] } : {}),
-    containers: [{ name: 'main', image: c.busyboxImage, command: ['sh', '-c', `echo "ATOMS=$BETTERCOMPUTE_ATOMS"; sleep ${seconds}`], resources: { limits } }],
+    containers: [
+      {
+        name: 'main',
+        image: c.busyboxImage,
+        command: ['sh', '-c', `${stubborn ? "trap '' TERM; " : ''}echo "ATOMS=$BETTERCOMPUTE_ATOMS"; sleep ${seconds}`],
+        resources: { limits },
+      },
+    ],
   });
+  // Reservation pods labelled so are covered by a PodDisruptionBudget that refuses every eviction.
+  const GUARDED = { 'soak.bettercompute.io/guarded': 'true' };
+  await apply({ apiVersion: 'policy/v1', kind: 'PodDisruptionBudget', metadata: { name: 'guarded', namespace: tenant }, spec: { maxUnavailable: 0, selector: { matchLabels: GUARDED } } });
   const churnOps: [number, string, () => Promise<void>][] = [
     [3, 'reserve', async () => {
       const name = uniqueName('r');
@@ -223,7 +234,13 @@ export async function runSoak(o: SoakOptions): Promise<SoakReport> {
         apiVersion: 'bettercompute.io/v1alpha1',
         kind: 'Reservation',
         metadata: { name, namespace: tenant },
-        spec: { pool: poolName, devices: [{ class: 'gpu', count: 1 + Math.floor(random() * 2) }], duration: `${5 + Math.floor(random() * 10)}m` },
+        // Some end while their pods run (1-2 min), some are spot ones that a later Reservation may preempt.
+        spec: {
+          pool: poolName,
+          devices: [{ class: 'gpu', count: 1 + Math.floor(random() * 2) }],
+          duration: random() < 0.3 ? `${60 + Math.floor(random() * 60)}s` : `${5 + Math.floor(random() * 10)}m`,
+          ...(random() < 0.2 ? { spot: true } : {}),
+        },
       });
       reservations.push(name);
     }],
@@ -244,15 +261,24 @@ export async function runSoak(o: SoakOptions): Promise<SoakReport> {
       const r = await kubectlJson<{ status?: { phase?: string; resourceName?: string } }>(['-n', tenant, 'get', 'reservation', name]).catch(() => undefined);
       if (r?.status?.phase !== 'Reserved' || !r.status.resourceName) return;
       const pod = uniqueName('rp');
-      await apply({ apiVersion: 'v1', kind: 'Pod', metadata: { name: pod, namespace: tenant }, spec: podSpec({ [r.status.resourceName]: '1' }, 20 + Math.floor(random() * 60), true) });
+      const guarded = random() < 0.3;
+      await apply({
+        apiVersion: 'v1',
+        kind: 'Pod',
+        metadata: { name: pod, namespace: tenant, ...(guarded ? { labels: GUARDED } : {}) },
+        spec: podSpec({ [r.status.resourceName]: '1' }, 20 + Math.floor(random() * 60), true, guarded || random() < 0.3),
+      });
       pods.push({ name: pod, kind: 'reservation' });
     }],
     [3, 'pod-delete', async () => {
       const p = pick(pods);
       if (!p) return;
       pods.splice(pods.indexOf(p), 1);
-      // Pods on simulated nodes have no kubelet to confirm a graceful deletion.
-      await deletePodsNow(tenant, [p.name]);
+      // Pods on simulated nodes have no kubelet to confirm a graceful deletion; on the real node a pod is deleted
+      // gracefully, as a user would: forced, its container would outlive its pod and its release.
+      const got = await kubectlJson<PodView>(['-n', tenant, 'get', 'pod', p.name]).catch(() => undefined);
+      if (got?.spec.nodeName === c.nodeName) await kubectl(['-n', tenant, 'delete', 'pod', p.name, '--wait=false', '--ignore-not-found']);
+      else await deletePodsNow(tenant, [p.name]);
     }],
     [1, 'cordon', async () => {
       const n = pick(simNodes);
@@ -456,9 +482,19 @@ export async function runSoak(o: SoakOptions): Promise<SoakReport> {
        WHERE p.released_at IS NULL GROUP BY p.pod_uid`);
     const bookedNow = new Map(reservationAtoms.map((r) => [r.pod_uid, new Set(r.atoms ?? [])]));
     let runningChecked = 0;
-    for (const p of alive.filter((x) => x.status?.phase === 'Running' && x.spec.nodeName === c.nodeName)) {
+    // Every container that runs on the real node, those still stopping (a deletionTimestamp) included: no atom is
+    // held by two of them. A stopping one may be past its booking; only one that is not stopping must be inside it.
+    const holderOf = new Map<string, string>();
+    const running = listed.filter((x) => x.status?.phase === 'Running' && x.spec.nodeName === c.nodeName);
+    for (const p of running) {
       const log = await kubectlResult(['-n', tenant, 'logs', p.metadata.name]);
       const atoms = /ATOMS=(\S*)/.exec(log.stdout)?.[1]?.split(',').filter(Boolean).sort() ?? [];
+      for (const a of atoms) {
+        const other = holderOf.get(a);
+        if (other) violations.push(`atom ${a} is held by both ${other} and ${p.metadata.name}${p.metadata.deletionTimestamp ? ' (stopping)' : ''}`);
+        holderOf.set(a, p.metadata.name);
+      }
+      if (p.metadata.deletionTimestamp) continue;
       const h = byUid.get(p.metadata.uid);
       const onDemand = p.spec.containers.some((ct) => ct.resources?.limits?.[OUR_GPU]);
       if (onDemand && JSON.stringify(atoms) !== JSON.stringify(h?.atoms ?? [])) {
@@ -470,6 +506,10 @@ export async function runSoak(o: SoakOptions): Promise<SoakReport> {
       const outside = atoms.filter((a) => !own.has(a));
       if (outside.length) violations.push(`pod ${p.metadata.name} holds ${outside.join(',')} outside a live booking of its own`);
       runningChecked++;
+    }
+    // A hand-over never fails a pod: the kubelet's admission refused none (guard 6 is the last line, never the path).
+    for (const p of listed.filter((x) => x.status?.phase === 'Failed' && x.status.reason === 'UnexpectedAdmissionError')) {
+      violations.push(`pod ${p.metadata.name} failed at the node's admission: ${p.status?.message ?? ''}`);
     }
     // Orphans after the reconcile: holdings of pods that are gone, reservations whose Reservation is gone, nodes that
     // are gone but still in a pool.
