@@ -3,7 +3,8 @@
 # Kubernetes releases one after the other (one kind cluster bc-e2e at a time; ADR 0053):
 #   - the tested release (the process cluster's, e2e/cluster/versions.env), both hand-off modes: the hand-off suite
 #     (e2e/cluster/extender-agent.test.ts), the reservation suite (controller.test.ts, deploy/overlays/external on a
-#     PostgreSQL of this host, which the pods reach at the kind network's gateway), DRA's hand-off on the installed
+#     PostgreSQL of this host, which the pods reach at the kind network's gateway), the release and hand-over suite
+#     (release.test.ts: back to back, a deleted Reservation, a booking that is stopping), DRA's hand-off on the installed
 #     product (dra.test.ts) and DRA to containers through CDI on both workers (dra-kind.test.ts);
 #   - then the oldest supported release (e2e/kind/versions.env, OLDEST_*), device-plugin mode: the hand-off suite alone,
 #     with 3 rounds.
@@ -40,7 +41,7 @@ source "$(dirname "$0")/lib.sh"
 t0=$SECONDS
 say() { printf '[test:kind %s %4ds] %s\n' "$K8S_VERSION" "$((SECONDS - t0))" "$*" >&2; }
 
-files=(e2e/cluster/extender-agent.test.ts e2e/cluster/controller.test.ts e2e/cluster/dra.test.ts e2e/cluster/dra-kind.test.ts)
+files=(e2e/cluster/extender-agent.test.ts e2e/cluster/controller.test.ts e2e/cluster/release.test.ts e2e/cluster/dra.test.ts e2e/cluster/dra-kind.test.ts)
 [[ "$KIND_RELEASE" != oldest ]] || files=(e2e/cluster/extender-agent.test.ts)
 if (($# > 0)); then files=("$@"); fi
 
