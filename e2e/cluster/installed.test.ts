@@ -207,6 +207,70 @@ describe('installed from the image with helm install of the chart (deploy/, rend
     }
   });
 
+  it('refuses an envFrom that could set NVIDIA_VISIBLE_DEVICES (no prefix, or NVIDIA_) in any container, and CUDA_VERSION alone (a legacy CUDA image); the exempt namespaces pass (docs/node-isolation.md)', async () => {
+    const dryRun = (o: object) => kubectlResult(['apply', '--dry-run=server', '-f', '-'], { input: JSON.stringify(o) });
+    const podWith = (name: string, namespace: string, main: Record<string, unknown>, spec: Record<string, unknown> = {}) => ({
+      apiVersion: 'v1',
+      kind: 'Pod',
+      metadata: { name, namespace },
+      spec: { containers: [{ name: 'main', image: c().busyboxImage, command: ['sleep', '1'], ...main }], ...spec },
+    });
+    // envFrom: admission cannot read the ConfigMap or Secret; a prefix that NVIDIA_VISIBLE_DEVICES does not start with passes.
+    for (const source of [{ configMapRef: { name: 'settings' } }, { secretRef: { name: 'creds' } }]) {
+      const bare = await dryRun(podWith(uniqueName('envfrom'), NS, { envFrom: [source] }));
+      expect(bare.code).not.toBe(0);
+      expect(bare.stderr).toMatch(/takes variables from a ConfigMap or Secret \(envFrom\) without a safe prefix in container main/);
+      const nvidia = await dryRun(podWith(uniqueName('envfrom-nvidia'), NS, { envFrom: [{ prefix: 'NVIDIA_', ...source }] }));
+      expect(nvidia.code).not.toBe(0);
+      expect(nvidia.stderr).toMatch(/without a safe prefix in container main/);
+      const app = await dryRun(podWith(uniqueName('envfrom-app'), NS, { envFrom: [{ prefix: 'APP_', ...source }] }));
+      expect(app.code, app.stderr).toBe(0);
+    }
+    const init = await dryRun(podWith(uniqueName('envfrom-init'), NS, {}, { initContainers: [{ name: 'setup', image: c().busyboxImage, command: ['true'], envFrom: [{ configMapRef: { name: 'settings' } }] }] }));
+    expect(init.code).not.toBe(0);
+    expect(init.stderr).toMatch(/without a safe prefix in container setup/);
+    // CUDA_VERSION without NVIDIA_REQUIRE_CUDA: the toolkit's legacy rule gives such a container every GPU.
+    const cuda = { name: 'CUDA_VERSION', value: '12.4.1' };
+    const legacy = await dryRun(podWith(uniqueName('cuda'), NS, { env: [cuda] }));
+    expect(legacy.code).not.toBe(0);
+    expect(legacy.stderr).toMatch(/sets CUDA_VERSION without NVIDIA_REQUIRE_CUDA in container main/);
+    const required = await dryRun(podWith(uniqueName('cuda-require'), NS, { env: [cuda, { name: 'NVIDIA_REQUIRE_CUDA', value: 'cuda>=12.4' }] }));
+    expect(required.code, required.stderr).toBe(0);
+    const voided = await dryRun(podWith(uniqueName('cuda-void'), NS, { env: [cuda, { name: 'NVIDIA_VISIBLE_DEVICES', value: 'void' }] }));
+    expect(voided.code, voided.stderr).toBe(0);
+    // Our GPU: the agent's Allocate sets NVIDIA_VISIBLE_DEVICES for the container.
+    const booked = await dryRun(gpuPod(uniqueName('cuda-gpu'), { spec: { containers: [{ ...gpuPodSpec(1, 1).containers[0], env: [cuda] }] } }));
+    expect(booked.code, booked.stderr).toBe(0);
+    // An ephemeral container added (kubectl debug: the pods/ephemeralcontainers subresource) is judged the same way.
+    const target = uniqueName('debug-target');
+    await apply({ apiVersion: 'v1', kind: 'Pod', metadata: { name: target, namespace: NS }, spec: { containers: [{ name: 'main', image: c().busyboxImage, command: ['sleep', '3600'] }], terminationGracePeriodSeconds: 0 } });
+    try {
+      const current = await kubectlJson<Pod & { spec: Record<string, unknown> }>(['-n', NS, 'get', 'pod', target]);
+      const debug = (envFrom: object[]) =>
+        kubectlResult(['replace', '--raw', `/api/v1/namespaces/${NS}/pods/${target}/ephemeralcontainers?dryRun=All`, '-f', '-'], {
+          input: JSON.stringify({ ...current, spec: { ...current.spec, ephemeralContainers: [{ name: 'debugger', image: c().busyboxImage, command: ['sh'], envFrom }] } }),
+        });
+      const refused = await debug([{ secretRef: { name: 'creds' } }]);
+      expect(refused.code).not.toBe(0);
+      expect(refused.stderr).toMatch(/without a safe prefix in container debugger/);
+      const prefixed = await debug([{ prefix: 'APP_', secretRef: { name: 'creds' } }]);
+      expect(prefixed.code, prefixed.stderr).toBe(0);
+    } finally {
+      await deletePodsNow(NS, [target]);
+    }
+    // A namespace labelled for NVIDIA's components is exempt from these rules too.
+    const exempt = uniqueName('gpu-operator');
+    await apply({ apiVersion: 'v1', kind: 'Namespace', metadata: { name: exempt, labels: { 'bettercompute.io/allow-visible-devices': 'true' } } });
+    try {
+      const envFrom = await dryRun(podWith(uniqueName('operator-envfrom'), exempt, { envFrom: [{ configMapRef: { name: 'settings' } }] }));
+      expect(envFrom.code, envFrom.stderr).toBe(0);
+      const old = await dryRun(podWith(uniqueName('operator-cuda'), exempt, { env: [cuda] }));
+      expect(old.code, old.stderr).toBe(0);
+    } finally {
+      await kubectlResult(['delete', 'namespace', exempt, '--wait=false']);
+    }
+  });
+
   it("the controller's identity may patch a pod only for its annotation: not the image (policy bettercompute-controller-pod-annotation-only)", async () => {
     await apply({
       apiVersion: 'v1',

@@ -3,7 +3,7 @@
 // e2e/cluster/admission.test.ts, runs them on a real API server).
 import fs from 'node:fs';
 import path from 'node:path';
-import { describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import YAML from 'yaml';
 import { loadConfig } from '../../src/config.ts';
 import { goToolVerdicts } from '../support/go-tool.ts';
@@ -132,10 +132,22 @@ describe('bettercompute-no-visible-devices-env: no pod sets NVIDIA_VISIBLE_DEVIC
     ]);
     // No matchConditions: it is not only for pods that request our resources.
     expect(policy.spec.matchConditions).toBeUndefined();
-    const setters = policy.spec.variables.find((v: Obj) => v.name === 'setters').expression as string;
-    for (const list of ['object.spec.containers', 'object.spec.initContainers', 'object.spec.ephemeralContainers']) expect(setters).toContain(list);
-    expect(setters).toContain("e.name == 'NVIDIA_VISIBLE_DEVICES'");
-    expect(setters).toContain('has(e.valueFrom)');
+    const vars = Object.fromEntries(policy.spec.variables.map((v: Obj) => [v.name, v.expression as string]));
+    for (const list of ['object.spec.containers', 'object.spec.initContainers', 'object.spec.ephemeralContainers']) expect(vars.containers).toContain(list);
+    // Every rule judges the same containers: those of the request (the ephemeral ones only when they are added).
+    for (const rule of ['setters', 'envFromUnsafe', 'cudaSetters']) expect(vars[rule], rule).toMatch(/^variables\.containers\.filter\(/);
+    expect(vars.legacyCuda).toMatch(/^variables\.cudaSetters\.filter\(/);
+    expect(vars.setters).toContain("e.name == 'NVIDIA_VISIBLE_DEVICES'");
+    expect(vars.setters).toContain('has(e.valueFrom)');
+    expect(vars.envFromUnsafe).toContain("'NVIDIA_VISIBLE_DEVICES'.startsWith(f.prefix)");
+    expect(vars.cudaSetters).toContain("e.name == 'CUDA_VERSION'");
+    expect(vars.legacyCuda).toContain("'NVIDIA_REQUIRE_CUDA'");
+    // One validation per rule, each with its own message.
+    expect(policy.spec.validations.map((v: Obj) => v.expression)).toEqual([
+      'size(variables.setters) == 0',
+      'size(variables.envFromUnsafe) == 0',
+      'size(variables.legacyCuda) == 0',
+    ]);
   });
 
   it('exempts the product’s namespace and namespaces labelled bettercompute.io/allow-visible-devices=true (the binding)', () => {
@@ -148,10 +160,14 @@ describe('bettercompute-no-visible-devices-env: no pod sets NVIDIA_VISIBLE_DEVIC
 });
 
 describe('tools/celcheck: the policies (deploy/admission, deploy/dra, deploy/dra/agent) on sample requests, with the API server’s CEL (k8s.io/apiserver v0.34.12)', () => {
-  it('every expression compiles and every sample is decided as intended; NVIDIA_VISIBLE_DEVICES: refused, allowed, exempt', async () => {
-    const verdicts = await goToolVerdicts('celcheck', ['../../deploy/admission/policies.yaml', '../../deploy/admission/webhook.yaml', '../../deploy/dra/policies.yaml', '../../deploy/dra/agent/policies.yaml']);
+  let verdicts: string[] = [];
+  beforeAll(async () => {
+    verdicts = await goToolVerdicts('celcheck', ['../../deploy/admission/policies.yaml', '../../deploy/admission/webhook.yaml', '../../deploy/dra/policies.yaml', '../../deploy/dra/agent/policies.yaml']);
+  }, 900_000);
+  const ok = (prefix: string) => expect(verdicts.some((l) => l.startsWith(`ok:   ${prefix}`)), prefix).toBe(true);
+
+  it('every expression compiles and every sample is decided as intended; NVIDIA_VISIBLE_DEVICES: refused, allowed, exempt', () => {
     expect(verdicts.filter((l) => l.startsWith('FAIL'))).toEqual([]);
-    const ok = (prefix: string) => expect(verdicts.some((l) => l.startsWith(`ok:   ${prefix}`)), prefix).toBe(true);
     ok('controller-pod: changes the image → denied=true');
     ok('controller-pod: sets preempt-at → denied=false');
     ok('visible-devices: NVIDIA_VISIBLE_DEVICES=all → denied=true "pod team-a/p sets NVIDIA_VISIBLE_DEVICES in container main');
@@ -184,7 +200,60 @@ describe('tools/celcheck: the policies (deploy/admission, deploy/dra, deploy/dra
     ok("dra-slices: agent A publishes node B's pool on its node → denied=true");
     ok('dra-slices: agent without node extra → denied=true');
     ok("dra-slices: the kubelet of node B deletes its node's slice → denied=false");
-  }, 900_000);
+    // The largest pod etcd stores, every container on the longest path, stays within the API server's cost limits.
+    ok('visible-devices: a pod larger than etcd stores (');
+    expect(verdicts.find((l) => l.includes('a pod larger than etcd stores'))).toMatch(/80 containers, 96160 env and 4000 envFrom entries\) within the API server's cost limits → denied=false ""$/);
+  });
+
+  it('envFrom (a ConfigMap or Secret admission cannot read): refused without a prefix, with an empty one, or one NVIDIA_VISIBLE_DEVICES starts with; allowed with APP_', () => {
+    for (const source of ['ConfigMap', 'Secret']) {
+      ok(`visible-devices: envFrom a ${source} without a prefix → denied=true "pod team-a/p takes variables from a ConfigMap or Secret (envFrom) without a safe prefix in container main: admission cannot read them`);
+      ok(`visible-devices: envFrom a ${source} with prefix NVIDIA_ → denied=true`);
+      ok(`visible-devices: envFrom a ${source} with prefix APP_ → denied=false`);
+    }
+    ok('visible-devices: envFrom a ConfigMap with an empty prefix → denied=true');
+    ok('visible-devices: envFrom with prefix NVIDIA_VISIBLE_DEVICES → denied=true');
+    ok('visible-devices: envFrom with prefix NVIDIA_DRIVER_ → denied=false');
+    ok('visible-devices: envFrom one with prefix APP_, one without → denied=true');
+  });
+
+  it('envFrom: in an init container, an ephemeral container (added) and a container with our GPU too; the message names the containers and the fixes', () => {
+    ok('visible-devices: envFrom without a prefix in an init container → denied=true "pod team-a/p takes variables from a ConfigMap or Secret (envFrom) without a safe prefix in container setup');
+    ok('visible-devices: ephemeral container with envFrom without a prefix → denied=true "pod team-a/p takes variables from a ConfigMap or Secret (envFrom) without a safe prefix in container debugger');
+    ok('visible-devices: ephemeral container with envFrom prefix APP_ → denied=false');
+    ok('visible-devices: envFrom without a prefix in a container that requests bettercompute.io/gpu → denied=true');
+    ok('visible-devices: envFrom without a prefix in two containers → denied=true "pod team-a/p takes variables from a ConfigMap or Secret (envFrom) without a safe prefix in container main, side');
+    const fix = verdicts.find((l) => l.startsWith('ok:   visible-devices: envFrom message says how to fix it'));
+    expect(fix).toContain('Give each envFrom a prefix that NVIDIA_VISIBLE_DEVICES does not start with (e.g. APP_), or list the variables in env instead');
+    expect(fix).toContain('may be labelled bettercompute.io/allow-visible-devices=true');
+  });
+
+  it('legacy CUDA images: CUDA_VERSION alone refused (value, valueFrom, init, ephemeral); allowed with NVIDIA_REQUIRE_CUDA, NVIDIA_VISIBLE_DEVICES=void or none, or our GPU requested', () => {
+    ok('visible-devices: CUDA_VERSION alone → denied=true "pod team-a/p sets CUDA_VERSION without NVIDIA_REQUIRE_CUDA in container main (in env, or by an envFrom prefix that CUDA_VERSION starts with): the NVIDIA container toolkit takes it for a legacy CUDA image and gives it every GPU of the node');
+    const fix = verdicts.find((l) => l.startsWith('ok:   visible-devices: CUDA_VERSION alone, the fix in the message'));
+    expect(fix).toContain('Set NVIDIA_REQUIRE_CUDA (e.g. cuda>=12.0) or NVIDIA_VISIBLE_DEVICES=void in its env, remove CUDA_VERSION, or request bettercompute.io/gpu');
+    ok('visible-devices: CUDA_VERSION from valueFrom → denied=true');
+    ok('visible-devices: CUDA_VERSION in an init container → denied=true "pod team-a/p sets CUDA_VERSION without NVIDIA_REQUIRE_CUDA in container setup');
+    ok('visible-devices: ephemeral container with CUDA_VERSION alone → denied=true "pod team-a/p sets CUDA_VERSION without NVIDIA_REQUIRE_CUDA in container debugger');
+    ok('visible-devices: ephemeral container with CUDA_VERSION and NVIDIA_VISIBLE_DEVICES=void → denied=false');
+    ok('visible-devices: CUDA_VERSION with NVIDIA_REQUIRE_CUDA → denied=false');
+    ok('visible-devices: CUDA_VERSION with NVIDIA_VISIBLE_DEVICES=void → denied=false');
+    ok('visible-devices: CUDA_VERSION with NVIDIA_VISIBLE_DEVICES=none → denied=false');
+    ok('visible-devices: CUDA_VERSION empty → denied=false');
+    ok('visible-devices: CUDA_VERSION in a container that requests bettercompute.io/gpu → denied=false');
+    ok("visible-devices: CUDA_VERSION in a container that requests its Reservation's resource → denied=false");
+    ok('visible-devices: CUDA_VERSION in a container that requests nvidia.com/gpu → denied=true');
+    ok('visible-devices: CUDA_VERSION in one container, bettercompute.io/gpu in another → denied=true');
+  });
+
+  it('legacy CUDA images: NVIDIA_REQUIRE_CUDA counts only with a value in every entry of that name; an envFrom prefix CUDA_VERSION starts with counts as setting it', () => {
+    ok('visible-devices: CUDA_VERSION with NVIDIA_REQUIRE_CUDA empty → denied=true');
+    ok('visible-devices: CUDA_VERSION with NVIDIA_REQUIRE_CUDA set, then emptied → denied=true');
+    ok('visible-devices: CUDA_VERSION with NVIDIA_REQUIRE_CUDA from valueFrom → denied=true');
+    ok('visible-devices: only NVIDIA_REQUIRE_CUDA → denied=false');
+    ok('visible-devices: envFrom with prefix CUDA_ → denied=true');
+    ok('visible-devices: envFrom with prefix CUDA_ and NVIDIA_REQUIRE_CUDA in env → denied=false');
+  });
 });
 
 describe('deploy/base/rbac.yaml: the node agent', () => {

@@ -22,6 +22,7 @@ import (
 	"k8s.io/apiserver/pkg/admission/plugin/cel"
 	"k8s.io/apiserver/pkg/admission/plugin/policy/validating"
 	"k8s.io/apiserver/pkg/admission/plugin/webhook/matchconditions"
+	celconfig "k8s.io/apiserver/pkg/apis/cel"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/cel/environment"
 	"sigs.k8s.io/yaml"
@@ -87,6 +88,11 @@ func run(v validating.Validator, gvr schema.GroupVersionResource, kind string, o
 
 // runSub is run for a subresource (e.g. pods/ephemeralcontainers).
 func runSub(v validating.Validator, gvr schema.GroupVersionResource, sub, kind string, op admission.Operation, obj, old runtime.Object, ns string, u user.Info) decision {
+	return runBudget(v, gvr, sub, kind, op, obj, old, ns, u, 1000000000)
+}
+
+// runBudget is runSub under a runtime cost budget (the API server's: celconfig.RuntimeCELCostBudget per binding).
+func runBudget(v validating.Validator, gvr schema.GroupVersionResource, sub, kind string, op admission.Operation, obj, old runtime.Object, ns string, u user.Info, budget int64) decision {
 	attr := admission.NewAttributesRecord(obj, old, schema.GroupVersionKind{Group: gvr.Group, Version: gvr.Version, Kind: kind}, ns, "x", gvr, sub, op, nil, false, u)
 	va := &admission.VersionedAttributes{Attributes: attr, VersionedKind: attr.GetKind(), VersionedObject: obj, VersionedOldObject: old}
 	var nsObj *corev1.Namespace
@@ -94,7 +100,7 @@ func runSub(v validating.Validator, gvr schema.GroupVersionResource, sub, kind s
 		nsObj = &corev1.Namespace{}
 		nsObj.Name = ns
 	}
-	res := v.Validate(context.Background(), gvr, va, nil, nsObj, 1000000000, nil)
+	res := v.Validate(context.Background(), gvr, va, nil, nsObj, budget, nil)
 	d := decision{}
 	for _, x := range res.Decisions {
 		if x.Action == validating.ActionDeny {
@@ -263,6 +269,123 @@ func main() {
 	before := `"containers":[{"name":"main","image":"i","env":[{"name":"NVIDIA_VISIBLE_DEVICES","value":"all"}]}]`
 	d = runSub(v, pods, "ephemeralcontainers", "Pod", admission.Update, pod(before+`,"ephemeralContainers":[{"name":"debugger","image":"i"}]`), pod(before), "team-a", tenant)
 	check(!d.denied && !d.errored, "visible-devices: ephemeral container added to an older pod that sets it → denied=%v %q", d.denied, d.msg)
+
+	// envFrom: a ConfigMap or Secret that admission cannot read may set NVIDIA_VISIBLE_DEVICES unless its prefix rules
+	// that out (prefix + key can be NVIDIA_VISIBLE_DEVICES only if the name starts with the prefix).
+	envFromPod := func(refs string) string {
+		return `"containers":[{"name":"main","image":"i","envFrom":[` + refs + `]}]`
+	}
+	const cm, secret = `"configMapRef":{"name":"cm"}`, `"secretRef":{"name":"s"}`
+	const envFromMsg = "takes variables from a ConfigMap or Secret (envFrom) without a safe prefix in container main: admission cannot read them"
+	for _, c := range []struct {
+		name, spec string
+		deny       bool
+		msg        string
+	}{
+		{"envFrom a ConfigMap without a prefix", envFromPod(`{` + cm + `}`), true, envFromMsg},
+		{"envFrom a Secret without a prefix", envFromPod(`{` + secret + `}`), true, envFromMsg},
+		{"envFrom a ConfigMap with an empty prefix", envFromPod(`{"prefix":"",` + cm + `}`), true, envFromMsg},
+		{"envFrom a ConfigMap with prefix APP_", envFromPod(`{"prefix":"APP_",` + cm + `}`), false, ""},
+		{"envFrom a Secret with prefix APP_", envFromPod(`{"prefix":"APP_",` + secret + `}`), false, ""},
+		{"envFrom a ConfigMap with prefix NVIDIA_", envFromPod(`{"prefix":"NVIDIA_",` + cm + `}`), true, envFromMsg},
+		{"envFrom a Secret with prefix NVIDIA_", envFromPod(`{"prefix":"NVIDIA_",` + secret + `}`), true, envFromMsg},
+		{"envFrom with prefix NVIDIA_VISIBLE_DEVICES", envFromPod(`{"prefix":"NVIDIA_VISIBLE_DEVICES",` + cm + `}`), true, envFromMsg},
+		{"envFrom with prefix NVIDIA_DRIVER_", envFromPod(`{"prefix":"NVIDIA_DRIVER_",` + cm + `}`), false, ""},
+		{"envFrom one with prefix APP_, one without", envFromPod(`{"prefix":"APP_",` + cm + `},{` + secret + `}`), true, envFromMsg},
+		{"envFrom without a prefix in an init container", `"containers":[{"name":"main","image":"i"}],"initContainers":[{"name":"setup","image":"i","envFrom":[{` + cm + `}]}]`, true, "without a safe prefix in container setup"},
+		{"envFrom without a prefix in a container that requests bettercompute.io/gpu", `"containers":[{"name":"main","image":"i","envFrom":[{` + cm + `}],"resources":{"limits":{"bettercompute.io/gpu":"1"}}}]`, true, envFromMsg},
+		{"envFrom without a prefix in two containers", `"containers":[{"name":"main","image":"i","envFrom":[{` + cm + `}]},{"name":"side","image":"i","envFrom":[{` + secret + `}]}]`, true, "without a safe prefix in container main, side"},
+		{"envFrom message says how to fix it", envFromPod(`{` + cm + `}`), true, "Give each envFrom a prefix that NVIDIA_VISIBLE_DEVICES does not start with (e.g. APP_), or list the variables in env instead; a namespace of NVIDIA components (the GPU operator) may be labelled bettercompute.io/allow-visible-devices=true"},
+	} {
+		d := run(v, pods, "Pod", admission.Create, pod(c.spec), nil, "team-a", tenant)
+		check(d.denied == c.deny && !d.errored && strings.Contains(d.msg, c.msg), "visible-devices: %s → denied=%v %q", c.name, d.denied, d.msg)
+	}
+	plain := pod(`"containers":[{"name":"main","image":"i"}]`)
+	d = runSub(v, pods, "ephemeralcontainers", "Pod", admission.Update, pod(`"containers":[{"name":"main","image":"i"}],"ephemeralContainers":[{"name":"debugger","image":"i","envFrom":[{`+secret+`}]}]`), plain, "team-a", tenant)
+	check(d.denied && !d.errored && strings.Contains(d.msg, "without a safe prefix in container debugger"), "visible-devices: ephemeral container with envFrom without a prefix → denied=%v %q", d.denied, d.msg)
+	d = runSub(v, pods, "ephemeralcontainers", "Pod", admission.Update, pod(`"containers":[{"name":"main","image":"i"}],"ephemeralContainers":[{"name":"debugger","image":"i","envFrom":[{"prefix":"APP_",`+secret+`}]}]`), plain, "team-a", tenant)
+	check(!d.denied && !d.errored, "visible-devices: ephemeral container with envFrom prefix APP_ → denied=%v %q", d.denied, d.msg)
+
+	// Legacy CUDA images: CUDA_VERSION without NVIDIA_REQUIRE_CUDA and with NVIDIA_VISIBLE_DEVICES unset gets every GPU
+	// from the NVIDIA container toolkit.
+	const cudaMsg = "sets CUDA_VERSION without NVIDIA_REQUIRE_CUDA in container main"
+	cuda := `{"name":"CUDA_VERSION","value":"12.4.1"}`
+	withRes := func(envs, res string) string {
+		return `"containers":[{"name":"main","image":"i","env":[` + envs + `],"resources":` + res + `}]`
+	}
+	for _, c := range []struct {
+		name, spec string
+		deny       bool
+		msg        string
+	}{
+		{"CUDA_VERSION alone", envPod(cuda), true, cudaMsg + " (in env, or by an envFrom prefix that CUDA_VERSION starts with): the NVIDIA container toolkit takes it for a legacy CUDA image"},
+		{"CUDA_VERSION alone, the fix in the message", envPod(cuda), true, "Set NVIDIA_REQUIRE_CUDA (e.g. cuda>=12.0) or NVIDIA_VISIBLE_DEVICES=void in its env, remove CUDA_VERSION, or request bettercompute.io/gpu"},
+		{"CUDA_VERSION from valueFrom", envPod(`{"name":"CUDA_VERSION","valueFrom":{"configMapKeyRef":{"name":"cm","key":"v"}}}`), true, cudaMsg},
+		{"CUDA_VERSION with NVIDIA_REQUIRE_CUDA", envPod(cuda + `,{"name":"NVIDIA_REQUIRE_CUDA","value":"cuda>=12.4"}`), false, ""},
+		{"CUDA_VERSION with NVIDIA_REQUIRE_CUDA empty", envPod(cuda + `,{"name":"NVIDIA_REQUIRE_CUDA"}`), true, cudaMsg},
+		{"CUDA_VERSION with NVIDIA_REQUIRE_CUDA set, then emptied", envPod(cuda + `,{"name":"NVIDIA_REQUIRE_CUDA","value":"cuda>=12.4"},{"name":"NVIDIA_REQUIRE_CUDA","value":""}`), true, cudaMsg},
+		{"CUDA_VERSION with NVIDIA_REQUIRE_CUDA from valueFrom", envPod(cuda + `,{"name":"NVIDIA_REQUIRE_CUDA","valueFrom":{"configMapKeyRef":{"name":"cm","key":"r"}}}`), true, cudaMsg},
+		{"CUDA_VERSION with NVIDIA_VISIBLE_DEVICES=void", envPod(cuda + `,{"name":"NVIDIA_VISIBLE_DEVICES","value":"void"}`), false, ""},
+		{"CUDA_VERSION with NVIDIA_VISIBLE_DEVICES=none", envPod(cuda + `,{"name":"NVIDIA_VISIBLE_DEVICES","value":"none"}`), false, ""},
+		{"CUDA_VERSION empty", envPod(`{"name":"CUDA_VERSION","value":""}`), false, ""},
+		{"CUDA_VERSION in a container that requests bettercompute.io/gpu", withRes(cuda, `{"limits":{"bettercompute.io/gpu":"1"}}`), false, ""},
+		{"CUDA_VERSION in a container that requests its Reservation's resource", withRes(cuda, `{"requests":{"reservations.bettercompute.io/rsv-01k2aaaaaaaaaaaaaaaaaaaaaa":"1"}}`), false, ""},
+		{"CUDA_VERSION in a container that requests nvidia.com/gpu", withRes(cuda, `{"limits":{"nvidia.com/gpu":"1"}}`), true, cudaMsg},
+		{"CUDA_VERSION in one container, bettercompute.io/gpu in another", `"containers":[{"name":"main","image":"i","env":[` + cuda + `]},{"name":"gpu","image":"i","resources":{"limits":{"bettercompute.io/gpu":"1"}}}]`, true, cudaMsg + " (in env"},
+		{"CUDA_VERSION in an init container", `"containers":[{"name":"main","image":"i"}],"initContainers":[{"name":"setup","image":"i","env":[` + cuda + `]}]`, true, "without NVIDIA_REQUIRE_CUDA in container setup"},
+		{"envFrom with prefix CUDA_", envFromPod(`{"prefix":"CUDA_",` + cm + `}`), true, cudaMsg},
+		{"envFrom with prefix CUDA_ and NVIDIA_REQUIRE_CUDA in env", `"containers":[{"name":"main","image":"i","envFrom":[{"prefix":"CUDA_",` + cm + `}],"env":[{"name":"NVIDIA_REQUIRE_CUDA","value":"cuda>=12.4"}]}]`, false, ""},
+		{"only NVIDIA_REQUIRE_CUDA", envPod(`{"name":"NVIDIA_REQUIRE_CUDA","value":"cuda>=12.4"}`), false, ""},
+	} {
+		d := run(v, pods, "Pod", admission.Create, pod(c.spec), nil, "team-a", tenant)
+		check(d.denied == c.deny && !d.errored && strings.Contains(d.msg, c.msg), "visible-devices: %s → denied=%v %q", c.name, d.denied, d.msg)
+	}
+	d = runSub(v, pods, "ephemeralcontainers", "Pod", admission.Update, pod(`"containers":[{"name":"main","image":"i"}],"ephemeralContainers":[{"name":"debugger","image":"i","env":[`+cuda+`]}]`), plain, "team-a", tenant)
+	check(d.denied && !d.errored && strings.Contains(d.msg, "without NVIDIA_REQUIRE_CUDA in container debugger"), "visible-devices: ephemeral container with CUDA_VERSION alone → denied=%v %q", d.denied, d.msg)
+	d = runSub(v, pods, "ephemeralcontainers", "Pod", admission.Update, pod(`"containers":[{"name":"main","image":"i"}],"ephemeralContainers":[{"name":"debugger","image":"i","env":[`+cuda+`,{"name":"NVIDIA_VISIBLE_DEVICES","value":"void"}]}]`), plain, "team-a", tenant)
+	check(!d.denied && !d.errored, "visible-devices: ephemeral container with CUDA_VERSION and NVIDIA_VISIBLE_DEVICES=void → denied=%v %q", d.denied, d.msg)
+
+	// Cost: a pod larger than etcd stores (1.5 MiB, as protobuf; this JSON is larger still), every container on the
+	// policy's longest path (CUDA_VERSION, NVIDIA_REQUIRE_CUDA last, 50 prefixed envFrom), is judged within the API
+	// server's limits (PerCallLimit per expression and variable, set in the environment; RuntimeCELCostBudget per
+	// binding): decided, not errored.
+	{
+		var b strings.Builder
+		envs, froms := 0, 0
+		container := func(name string) {
+			envs, froms = envs+2+1200, froms+50 // CUDA_VERSION, NVIDIA_REQUIRE_CUDA, 1200 more
+			b.WriteString(`{"name":"` + name + `","image":"i","envFrom":[`)
+			for j := 0; j < 50; j++ {
+				if j > 0 {
+					b.WriteString(",")
+				}
+				fmt.Fprintf(&b, `{"prefix":"APP%d_","configMapRef":{"name":"cm%d"}}`, j, j)
+			}
+			b.WriteString(`],"env":[{"name":"CUDA_VERSION","value":"12.4"}`)
+			for j := 0; j < 1200; j++ {
+				fmt.Fprintf(&b, `,{"name":"V%d"}`, j)
+			}
+			b.WriteString(`,{"name":"NVIDIA_REQUIRE_CUDA","value":"cuda>=12.4"}],"resources":{"limits":{"cpu":"1"}}}`)
+		}
+		b.WriteString(`"containers":[`)
+		for i := 0; i < 40; i++ {
+			if i > 0 {
+				b.WriteString(",")
+			}
+			container(fmt.Sprintf("c%d", i))
+		}
+		b.WriteString(`],"initContainers":[`)
+		for i := 0; i < 40; i++ {
+			if i > 0 {
+				b.WriteString(",")
+			}
+			container(fmt.Sprintf("i%d", i))
+		}
+		b.WriteString(`]`)
+		d := runBudget(v, pods, "", "Pod", admission.Create, pod(b.String()), nil, "team-a", tenant, celconfig.RuntimeCELCostBudget)
+		check(!d.denied && !d.errored && b.Len() > 1536*1024, "visible-devices: a pod larger than etcd stores (%d KiB of JSON: 80 containers, %d env and %d envFrom entries) within the API server's cost limits → denied=%v %q",
+			b.Len()/1024, envs, froms, d.denied, d.msg)
+	}
 
 	// The exemptions are the binding's namespaceSelector (the API server applies it before the CEL runs).
 	vb := bindings["bettercompute-no-visible-devices-env"]
