@@ -245,7 +245,10 @@ describe('installed from the image with helm install of the chart (deploy/, rend
     const target = uniqueName('debug-target');
     await apply({ apiVersion: 'v1', kind: 'Pod', metadata: { name: target, namespace: NS }, spec: { containers: [{ name: 'main', image: c().busyboxImage, command: ['sleep', '3600'] }], terminationGracePeriodSeconds: 0 } });
     try {
-      const current = await kubectlJson<Pod & { spec: Record<string, unknown> }>(['-n', NS, 'get', 'pod', target]);
+      // Sent without its resourceVersion (a pod takes unconditional updates): the kubelet's status writes in between
+      // would otherwise answer 409 Conflict, not the policy's verdict.
+      const current = await kubectlJson<Pod & { metadata: { resourceVersion?: string }; spec: Record<string, unknown> }>(['-n', NS, 'get', 'pod', target]);
+      delete current.metadata.resourceVersion;
       const debug = (envFrom: object[]) =>
         kubectlResult(['replace', '--raw', `/api/v1/namespaces/${NS}/pods/${target}/ephemeralcontainers?dryRun=All`, '-f', '-'], {
           input: JSON.stringify({ ...current, spec: { ...current.spec, ephemeralContainers: [{ name: 'debugger', image: c().busyboxImage, command: ['sh'], envFrom }] } }),
