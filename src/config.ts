@@ -207,12 +207,15 @@ const ConfigSchema = z.object({
   agentReadyFile: z.string().min(1).optional(),
   /**
    * `agent`: how Allocate hands the atoms to the container runtime (docs/node-isolation.md): NVIDIA's device-list
-   * strategies, comma separated (envvar, volume-mounts, cdi-annotations, cdi-cri); the CDI kind of the devices'
+   * strategies, comma separated (envvar, volume-mounts, cdi-annotations, cdi-cri), or `auto` (the default: cdi-cri where
+   * the node's CDI specs name the devices, else volume-mounts); the CDI kind of the devices'
    * names (`<kind>=<GPU or MIG UUID>`) and the prefix of the CDI annotation keys.
    */
   deviceListStrategies: deviceListStrategiesSchema('DEVICE_LIST_STRATEGY'),
   cdiDeviceKind: cdiKindSchema('BETTER_COMPUTE_CDI_DEVICE_KIND'),
   cdiAnnotationPrefix: cdiAnnotationPrefixSchema('CDI_ANNOTATION_PREFIX'),
+  /** `agent`: where it sees the node's CDI spec directories (comma separated), for `auto`. */
+  hostCdiSpecDirs: z.string().transform((v) => v.split(',').map((d) => d.trim()).filter(Boolean)),
   /** `agent`: the host's /dev as the agent sees it, and a procfs showing the NVIDIA driver (GPU minors, MIG capabilities). */
   hostDevDir: z.string().min(1),
   hostProcDir: z.string().min(1),
@@ -368,7 +371,8 @@ function agentEnv(env: NodeJS.ProcessEnv): Record<string, unknown> {
       env.BETTER_COMPUTE_CONTROLLER_SERVER_NAME || `better-compute-controller.${env.BETTER_COMPUTE_NAMESPACE || env.POD_NAMESPACE || 'better-compute-system'}.svc`,
     agentTokenFile: env.BETTER_COMPUTE_AGENT_TOKEN_FILE || '/var/run/secrets/kubernetes.io/serviceaccount/token',
     agentReadyFile: env.BETTER_COMPUTE_AGENT_READY_FILE || undefined,
-    deviceListStrategies: env.DEVICE_LIST_STRATEGY || 'envvar',
+    deviceListStrategies: env.DEVICE_LIST_STRATEGY || 'auto',
+    hostCdiSpecDirs: env.BETTER_COMPUTE_HOST_CDI_SPEC_DIRS || '/etc/cdi,/var/run/cdi',
     cdiDeviceKind: env.BETTER_COMPUTE_CDI_DEVICE_KIND || 'nvidia.com/gpu',
     cdiAnnotationPrefix: env.CDI_ANNOTATION_PREFIX || 'cdi.k8s.io/',
     hostDevDir: env.BETTER_COMPUTE_HOST_DEV_DIR || '/dev',

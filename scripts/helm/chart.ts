@@ -242,8 +242,8 @@ agent:
   # Empty: the manifests' selector (bettercompute.io/gpu-node: "true").
   nodeSelector: {}
   resources: {}
-  # How Allocate hands the GPUs to a container (docs/node-isolation.md): envvar, volume-mounts, cdi-annotations,
-  # cdi-cri; comma separated to combine.
+  # How Allocate hands the GPUs to a container (docs/node-isolation.md): auto (CDI where the node's CDI specs name
+  # the GPUs, else volume-mounts), or envvar, volume-mounts, cdi-annotations, cdi-cri, comma separated to combine.
   deviceListStrategy: ${d.deviceListStrategy}
   # The kubelet's pod-resources directory on the host (another kubelet root dir, e.g. k3s, moves it).
   podResourcesHostPath: ${d.podResourcesHostPath}

@@ -162,7 +162,7 @@ describe('Agent with a backend', () => {
     await expect(allocate('bettercompute.io/gpu', [G0])).rejects.toMatchObject({ code: grpc.status.FAILED_PRECONDITION });
     backend.admission = { podUid: 'uid-1', namespace: 'ns', podName: 'p', atoms: [G0] };
     const res = await allocate('bettercompute.io/gpu', [G0]);
-    expect(res.container_responses[0]!.envs).toMatchObject({ NVIDIA_VISIBLE_DEVICES: G0, BETTERCOMPUTE_ATOMS: G0 });
+    expect(res.container_responses[0]!.envs).toMatchObject({ NVIDIA_VISIBLE_DEVICES: '/var/run/nvidia-container-devices', BETTERCOMPUTE_ATOMS: G0 });
     expect(backend.done).toEqual(['uid-1']);
     expect(backend.calls).toBeGreaterThan(calls);
     // Atoms the pod was not booked are refused.

@@ -14,7 +14,16 @@ import type { DeviceClass } from '../core/types.ts';
 import type { SliceAtom } from '../core/dra-slices.ts';
 import { GENERIC_RESOURCES, RESERVATION_GROUP, RESOURCE_OF_CLASS, reservationIdOfResource } from '../extender/resources.ts';
 import { errorFields, type Logger } from '../log.ts';
-import { containerAllocateResponse, DEFAULT_DEVICE_LIST_SETTINGS, HandoffError, type ContainerAllocateResponse, type DeviceListSettings } from '../core/device-list.ts';
+import {
+  containerAllocateResponse,
+  DEFAULT_DEVICE_LIST_SETTINGS,
+  DEVICE_LIST_AUTO,
+  HandoffError,
+  resolveDeviceList,
+  type ContainerAllocateResponse,
+  type DeviceListSettings,
+} from '../core/device-list.ts';
+import { readCdiNames } from './cdi-specs.ts';
 import { readHostDeviceNodes, type HostDirs } from './device-nodes.ts';
 import { DISCOVERY_STALE_ANNOTATION, DiscoveryHistory, type DeviceSource, type MigDevice, type NodeDevicesSpec } from './discovery.ts';
 import { DevicePluginEndpoint, RefusedError, type EndpointHandler, type PluginDevice } from './plugin.ts';
@@ -51,8 +60,10 @@ export interface AgentOptions {
   readyFile?: string;
   /** Failed discoveries in a row after which the last good report's GPUs are reported unhealthy (default 3). */
   unhealthyAfterFailures?: number;
-  /** How Allocate hands atoms to the runtime (default: envvar, as NVIDIA's plugin; docs/node-isolation.md). */
+  /** How Allocate hands atoms to the runtime (default: auto; docs/node-isolation.md). */
   deviceList?: DeviceListSettings;
+  /** Where the node's CDI specs are seen, for `auto` (the agent's command: /etc/cdi and /var/run/cdi; default none). */
+  cdiSpecDirs?: readonly string[];
   /** Where the host's device nodes and the driver's procfs are seen (default /dev and /proc). */
   hostDirs?: HostDirs;
   /** Told when the node's atoms (or their health) changed: the DRA plugin publishes them as ResourceSlices. */
@@ -153,6 +164,8 @@ export class Agent {
   /** Admission pod UID → atoms this agent has allocated for it so far. */
   private readonly allocatedFor = new Map<string, Set<string>>();
   private kubeletIno?: number;
+  /** Per resource, the last strategy choice logged. */
+  private readonly lastDeviceList = new Map<string, string>();
 
   constructor(private readonly o: AgentOptions) {
     this.podResources = podResourcesReader(o.podResourcesSocket);
@@ -497,18 +510,28 @@ export class Agent {
       this.o.log.warn('no driver minor for these GPUs: handed over without their device node', { resource, gpus: host.unknownGpus });
     }
     const atoms = ids.map((id) => ({ id, visible: this.atoms.get(id)?.visible ?? id.replace(/\/s\d+$/, ''), deviceNodes: host.atomNodes.get(id) ?? [] }));
+    const chosen = await this.chooseDeviceList(resource, atoms.map((a) => a.visible), settings ?? this.o.deviceList ?? DEFAULT_DEVICE_LIST_SETTINGS);
     try {
-      return containerAllocateResponse(
-        { resource, atoms, controlNodes: host.controlNodes, ...(reservationId ? { reservationId } : {}) },
-        settings ?? this.o.deviceList ?? DEFAULT_DEVICE_LIST_SETTINGS,
-      );
+      return containerAllocateResponse({ resource, atoms, controlNodes: host.controlNodes, ...(reservationId ? { reservationId } : {}) }, chosen);
     } catch (e) {
       if (e instanceof HandoffError) throw new RefusedError(e.message);
       throw e;
     }
   }
 
-  /** Guard 6: no atom (nor its GPU, nor a part of it) that another live container holds. */
+  /** The strategies for this container: as configured, or for `auto` from the node's CDI specs, read at each Allocate. */
+  private async chooseDeviceList(resource: string, visible: string[], settings: DeviceListSettings) {
+    const cdi = settings.strategies === DEVICE_LIST_AUTO ? await readCdiNames(this.o.cdiSpecDirs ?? []) : undefined;
+    for (const s of cdi?.skipped ?? []) this.o.log.warn('CDI spec left out', s);
+    const r = resolveDeviceList(settings, [...new Set(visible)], cdi?.names ?? new Set());
+    const key = `${r.settings.strategies.join(',')} ${r.reason}`;
+    if (this.lastDeviceList.get(resource) !== key) {
+      this.lastDeviceList.set(resource, key);
+      this.o.log.info('device list strategy', { resource, strategies: r.settings.strategies, reason: r.reason });
+    }
+    return r.settings;
+  }
+
   /** The kubelet's pods and what their containers hold (PodResources List); a refusal when it does not answer. */
   private async listPods(): Promise<PodResourcesSnapshot> {
     try {

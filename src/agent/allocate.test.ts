@@ -196,6 +196,7 @@ describe('Allocate over gRPC, as the kubelet asks', () => {
       reconcileEveryMs: 3_600_000,
       discoverEveryMs: 3_600_000,
       hostDirs: o.hostDirs ?? host,
+      cdiSpecDirs: [path.join(root, 'etc-cdi'), path.join(root, 'run-cdi')],
       ...(strategies ? { deviceList: { ...DEFAULT_DEVICE_LIST_SETTINGS, strategies } } : {}),
     });
     await agent.start();
@@ -206,8 +207,31 @@ describe('Allocate over gRPC, as the kubelet asks', () => {
     expect(kubeletAllocateRequest(['a', 'b']).toString('hex')).toBe('0a060a01610a0162');
   });
 
-  it('envvar (the default): NVIDIA_VISIBLE_DEVICES with the UUID, the GPU’s node by its driver minor, the control nodes', async () => {
+  it('auto (the default): volume-mounts without a CDI spec naming the GPU; cdi-cri once one does; a broken spec is left out', async () => {
     await startAgent(undefined);
+    admit([G0]);
+    const first = await allocate(socketOf('bettercompute.io/gpu'), kubeletAllocateRequest([G0]));
+    expect(first[0]).toMatchObject({ envs: { NVIDIA_VISIBLE_DEVICES: '/var/run/nvidia-container-devices' }, cdi_devices: [] });
+    expect(first[0]!.mounts).toEqual([{ container_path: `/var/run/nvidia-container-devices/${G0}`, host_path: '/dev/null', read_only: false }]);
+    const run = path.join(root, 'run-cdi');
+    fs.mkdirSync(run, { recursive: true });
+    fs.writeFileSync(path.join(run, 'broken.yaml'), 'kind: nvidia.com/gpu\ndevices: [{ name: "bad name" }]\n');
+    fs.writeFileSync(path.join(run, 'other.json'), JSON.stringify({ cdiVersion: '0.6.0', kind: 'nvidia.com/gpu', devices: [{ name: G1, containerEdits: {} }] }));
+    admit([G0]);
+    expect((await allocate(socketOf('bettercompute.io/gpu'), kubeletAllocateRequest([G0])))[0]!.cdi_devices).toEqual([]);
+    fs.writeFileSync(path.join(run, 'nvidia.yaml'), `cdiVersion: 0.6.0\nkind: nvidia.com/gpu\ndevices:\n  - name: all\n  - name: "${G0}"\n    containerEdits: {}\n`);
+    try {
+      admit([G0]);
+      expect(await allocate(socketOf('bettercompute.io/gpu'), kubeletAllocateRequest([G0]))).toEqual([
+        { envs: { NVIDIA_VISIBLE_DEVICES: 'void', BETTERCOMPUTE_ATOMS: G0 }, mounts: [], devices: rw('/dev/nvidia2', ...CONTROL), annotations: {}, cdi_devices: [{ name: `nvidia.com/gpu=${G0}` }] },
+      ]);
+    } finally {
+      fs.rmSync(run, { recursive: true, force: true });
+    }
+  });
+
+  it('envvar: NVIDIA_VISIBLE_DEVICES with the UUID, the GPU’s node by its driver minor, the control nodes', async () => {
+    await startAgent(['envvar']);
     admit([G0]);
     expect(await allocate(socketOf('bettercompute.io/gpu'), kubeletAllocateRequest([G0]))).toEqual([
       { envs: { NVIDIA_VISIBLE_DEVICES: G0, BETTERCOMPUTE_ATOMS: G0 }, mounts: [], devices: rw('/dev/nvidia2', ...CONTROL), annotations: {}, cdi_devices: [] },

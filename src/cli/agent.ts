@@ -14,7 +14,7 @@ import { SlicePublisher } from '../agent/dra/slices.ts';
 import { sliceAtomsOf } from '../core/dra-slices.ts';
 import { ResourceClaimClient } from '../kube/resource-claims.ts';
 import { ResourceSliceClient } from '../kube/resource-slices.ts';
-import { cdiAnnotationPrefixSchema, cdiKindSchema, deviceListStrategiesSchema, type DeviceListSettings } from '../core/device-list.ts';
+import { cdiAnnotationPrefixSchema, cdiKindSchema, deviceListStrategiesSchema, type DeviceListChoice, type DeviceListSettings } from '../core/device-list.ts';
 import { fileSource, NodeDevicesSpecSchema, nvidiaSmiSource, type DeviceSource } from '../agent/discovery.ts';
 import { formatOutput, outputUsageMessage, parseOutput, type OutputFormat } from './output.ts';
 
@@ -26,8 +26,9 @@ const HELP = `usage: better-compute agent [--node NAME] [--devices-file FILE] [-
 read, 1 when discovery failed (the reason on stderr). It needs neither the controller nor the kubelet; without --node
 or NODE_NAME the NVLink domains are named after the host name.
 
---device-list-strategy (DEVICE_LIST_STRATEGY, default envvar): how Allocate hands the atoms to the container runtime,
-comma separated, as NVIDIA's device plugin names them: envvar (NVIDIA_VISIBLE_DEVICES), volume-mounts (the list as
+--device-list-strategy (DEVICE_LIST_STRATEGY, default auto): how Allocate hands the atoms to the container runtime.
+auto: cdi-cri when the node's CDI specs (BETTER_COMPUTE_HOST_CDI_SPEC_DIRS, default /etc/cdi,/var/run/cdi) define
+every handed device's name, else volume-mounts. Or, comma separated, as NVIDIA's device plugin names them: envvar (NVIDIA_VISIBLE_DEVICES), volume-mounts (the list as
 mounts under /var/run/nvidia-container-devices), cdi-annotations (CDI names in annotations under
 --cdi-annotation-prefix, CDI_ANNOTATION_PREFIX, default cdi.k8s.io/), cdi-cri (CDI names in the CRI's CDIDevices).
 CDI names are <--cdi-device-kind>=<GPU or MIG UUID> (BETTER_COMPUTE_CDI_DEVICE_KIND, default nvidia.com/gpu).
@@ -113,7 +114,7 @@ async function runAgent(
     tokenFile: config.agentTokenFile,
   });
   log.info('agent API', { url: config.controllerUrl, serverName: config.controllerServerName, caFile: config.controllerCaFile });
-  log.info('device hand-over', { ...o.deviceList, hostDevDir: config.hostDevDir, hostProcDir: config.hostProcDir });
+  log.info('device hand-over', { ...o.deviceList, cdiSpecDirs: config.hostCdiSpecDirs, hostDevDir: config.hostDevDir, hostProcDir: config.hostProcDir });
   const kubeConfig = kubeConfigFrom(config.kubeconfig, config.kubeCallTimeoutMs);
   const draOn = o.dra || config.agentDra;
   // The node's atoms as ResourceSlices, with the DRA plugin only (its RBAC comes with deploy/dra/agent).
@@ -128,6 +129,7 @@ async function runAgent(
     kubeConfig,
     ...(config.agentReadyFile ? { readyFile: config.agentReadyFile } : {}),
     deviceList: o.deviceList,
+    cdiSpecDirs: config.hostCdiSpecDirs,
     hostDirs: { dev: config.hostDevDir, proc: config.hostProcDir },
     onAtomsChange: () => slices?.trigger(),
   });
@@ -174,12 +176,16 @@ export function deviceListSettings(
   flags: { 'device-list-strategy'?: string; 'cdi-device-kind'?: string; 'cdi-annotation-prefix'?: string },
   config: Pick<Config, 'deviceListStrategies' | 'cdiDeviceKind' | 'cdiAnnotationPrefix'>,
 ): { settings: DeviceListSettings } | { error: string } {
-  const strategies = deviceListStrategiesSchema('--device-list-strategy').safeParse(flags['device-list-strategy'] ?? config.deviceListStrategies.join(','));
+  const strategies = deviceListStrategiesSchema('--device-list-strategy').safeParse(flags['device-list-strategy'] ?? deviceListText(config.deviceListStrategies));
   const kind = cdiKindSchema('--cdi-device-kind').safeParse(flags['cdi-device-kind'] ?? config.cdiDeviceKind);
   const prefix = cdiAnnotationPrefixSchema('--cdi-annotation-prefix').safeParse(flags['cdi-annotation-prefix'] ?? config.cdiAnnotationPrefix);
   const issues = [strategies, kind, prefix].flatMap((r) => (r.success ? [] : r.error.issues.map((i) => i.message)));
   if (issues.length || !strategies.success || !kind.success || !prefix.success) return { error: issues.join('\n') };
   return { settings: { strategies: strategies.data, cdiKind: kind.data, cdiAnnotationPrefix: prefix.data } };
+}
+
+function deviceListText(c: DeviceListChoice): string {
+  return typeof c === 'string' ? c : c.join(',');
 }
 
 /** `agent --discover`: one discovery, checked as the controller checks a NodeDevices spec, printed. */

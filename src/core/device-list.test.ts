@@ -8,8 +8,9 @@ import {
   DEFAULT_DEVICE_LIST_SETTINGS,
   deviceListStrategiesSchema,
   HandoffError,
-  type DeviceListSettings,
+  resolveDeviceList,
   type DeviceListStrategy,
+  type ResolvedDeviceListSettings,
   type Handoff,
 } from './device-list.ts';
 import { deviceListSettings } from '../cli/agent.ts';
@@ -19,7 +20,7 @@ const G1 = 'GPU-0c8e7b4e-91a8-4a34-8a8e-1a2b3c4d5e6f';
 const MIG = 'MIG-7d8e3b3a-8f0b-5d6e-9a1b-2c3d4e5f6a7b';
 const CONTROL = ['/dev/nvidiactl', '/dev/nvidia-uvm'];
 
-const settings = (...strategies: DeviceListStrategy[]): DeviceListSettings => ({ ...DEFAULT_DEVICE_LIST_SETTINGS, strategies });
+const settings = (...strategies: DeviceListStrategy[]): ResolvedDeviceListSettings => ({ ...DEFAULT_DEVICE_LIST_SETTINGS, strategies });
 const twoGpus: Handoff = {
   resource: 'bettercompute.io/gpu',
   // Out of order, as the kubelet may send them.
@@ -32,8 +33,8 @@ const twoGpus: Handoff = {
 const rw = (p: string) => ({ container_path: p, host_path: p, permissions: 'rw' });
 
 describe('containerAllocateResponse', () => {
-  it('envvar (the default): NVIDIA_VISIBLE_DEVICES with the UUIDs, our variables, the device nodes; no mounts, no CDI', () => {
-    expect(containerAllocateResponse(twoGpus, DEFAULT_DEVICE_LIST_SETTINGS)).toEqual({
+  it('envvar: NVIDIA_VISIBLE_DEVICES with the UUIDs, our variables, the device nodes; no mounts, no CDI', () => {
+    expect(containerAllocateResponse(twoGpus, settings('envvar'))).toEqual({
       envs: { NVIDIA_VISIBLE_DEVICES: `${G1},${G0}`, BETTERCOMPUTE_ATOMS: `${G1},${G0}` },
       mounts: [],
       devices: [rw('/dev/nvidia0'), rw('/dev/nvidia3'), rw('/dev/nvidiactl'), rw('/dev/nvidia-uvm')],
@@ -63,7 +64,7 @@ describe('containerAllocateResponse', () => {
   });
 
   it('cdi-cri: CDI devices in the CRI field; kind and prefix as configured', () => {
-    const s: DeviceListSettings = { strategies: ['cdi-cri', 'cdi-annotations'], cdiKind: 'k8s.device-plugin.nvidia.com/gpu', cdiAnnotationPrefix: 'nvidia.cdi.k8s.io/' };
+    const s: ResolvedDeviceListSettings = { strategies: ['cdi-cri', 'cdi-annotations'], cdiKind: 'k8s.device-plugin.nvidia.com/gpu', cdiAnnotationPrefix: 'nvidia.cdi.k8s.io/' };
     const r = containerAllocateResponse(twoGpus, s);
     expect(r.cdi_devices).toEqual([{ name: `k8s.device-plugin.nvidia.com/gpu=${G1}` }, { name: `k8s.device-plugin.nvidia.com/gpu=${G0}` }]);
     expect(Object.keys(r.annotations)).toEqual(['nvidia.cdi.k8s.io/bettercompute_gpu']);
@@ -103,7 +104,7 @@ describe('containerAllocateResponse', () => {
 
   it('simulated GPUs (no device node known): no device specs at all, not even the control nodes', () => {
     const sim = { resource: 'bettercompute.io/gpu', atoms: [{ id: G0, visible: G0, deviceNodes: [] }], controlNodes: CONTROL };
-    expect(containerAllocateResponse(sim, DEFAULT_DEVICE_LIST_SETTINGS).devices).toEqual([]);
+    expect(containerAllocateResponse(sim, settings('envvar')).devices).toEqual([]);
   });
 
   it('a device with no CDI name (a legacy MIG id) is refused under CDI, handed over without it', () => {
@@ -118,6 +119,35 @@ describe('containerAllocateResponse', () => {
   });
 });
 
+describe('resolveDeviceList', () => {
+  const auto = DEFAULT_DEVICE_LIST_SETTINGS;
+  const defined = new Set([`nvidia.com/gpu=${G0}`, `nvidia.com/gpu=${G1}`, 'nvidia.com/gpu=all', 'other.com/gpu=' + MIG]);
+
+  it('auto (the default): cdi-cri when the node’s specs define every device under the kind', () => {
+    expect(auto.strategies).toBe('auto');
+    const r = resolveDeviceList(auto, [G1, G0], defined);
+    expect(r.settings.strategies).toEqual(['cdi-cri']);
+    expect(r.reason).toBe("auto: the node's CDI specs define nvidia.com/gpu=<each device>");
+    // What the container then gets: the CDI names, the variable void, no mount to forge.
+    const handed = containerAllocateResponse(twoGpus, r.settings);
+    expect(handed.cdi_devices).toEqual([{ name: `nvidia.com/gpu=${G1}` }, { name: `nvidia.com/gpu=${G0}` }]);
+    expect(handed.envs.NVIDIA_VISIBLE_DEVICES).toBe('void');
+  });
+
+  it('auto: volume-mounts when one device is not defined, or defined under another kind; never envvar', () => {
+    const missing = resolveDeviceList(auto, [G0, MIG], defined);
+    expect(missing.settings.strategies).toEqual(['volume-mounts']);
+    expect(missing.reason).toBe(`auto: no CDI spec of the node defines nvidia.com/gpu=${MIG}`);
+    expect(resolveDeviceList(auto, [G0], new Set()).settings.strategies).toEqual(['volume-mounts']);
+    expect(resolveDeviceList({ ...auto, cdiKind: 'other.com/gpu' }, [MIG], defined).settings.strategies).toEqual(['cdi-cri']);
+    expect(containerAllocateResponse(twoGpus, missing.settings).envs.NVIDIA_VISIBLE_DEVICES).toBe('/var/run/nvidia-container-devices');
+  });
+
+  it('configured strategies are taken as they are, whatever the specs define', () => {
+    expect(resolveDeviceList(settings('envvar'), [G0], defined)).toEqual({ settings: settings('envvar'), reason: 'configured' });
+  });
+});
+
 describe('the device-list settings', () => {
   const parse = (v: string) => deviceListStrategiesSchema('DEVICE_LIST_STRATEGY').safeParse(v);
 
@@ -129,15 +159,20 @@ describe('the device-list settings', () => {
 
   it('an unknown strategy, or none, is an error that names the setting and the known ones', () => {
     expect(parse('envvar,cdi').error?.issues[0]?.message).toBe(
-      'DEVICE_LIST_STRATEGY: unknown device list strategy cdi (known: envvar, volume-mounts, cdi-annotations, cdi-cri)',
+      'DEVICE_LIST_STRATEGY: unknown device list strategy cdi (known: auto alone, or envvar, volume-mounts, cdi-annotations, cdi-cri)',
     );
     expect(parse(' , ').error?.issues[0]?.message).toMatch(/^DEVICE_LIST_STRATEGY: no device list strategy/);
   });
 
-  it('the agent’s configuration: envvar, nvidia.com/gpu, cdi.k8s.io/ by default; a wrong value stops the start', () => {
-    expect(loadConfig({})).toMatchObject({ deviceListStrategies: ['envvar'], cdiDeviceKind: 'nvidia.com/gpu', cdiAnnotationPrefix: 'cdi.k8s.io/', hostDevDir: '/dev', hostProcDir: '/proc' });
+  it('auto stands alone', () => {
+    expect(parse('auto').data).toBe('auto');
+    expect(parse('auto,envvar').error?.issues[0]?.message).toBe('DEVICE_LIST_STRATEGY: auto chooses the strategy itself and takes no other (given: auto,envvar)');
+  });
+
+  it('the agent’s configuration: auto, nvidia.com/gpu, cdi.k8s.io/, /etc/cdi and /var/run/cdi by default; a wrong value stops the start', () => {
+    expect(loadConfig({})).toMatchObject({ deviceListStrategies: 'auto', hostCdiSpecDirs: ['/etc/cdi', '/var/run/cdi'], cdiDeviceKind: 'nvidia.com/gpu', cdiAnnotationPrefix: 'cdi.k8s.io/', hostDevDir: '/dev', hostProcDir: '/proc' });
     expect(loadConfig({ DEVICE_LIST_STRATEGY: 'cdi-cri,volume-mounts', BETTER_COMPUTE_HOST_DEV_DIR: '/host/dev' })).toMatchObject({ deviceListStrategies: ['cdi-cri', 'volume-mounts'], hostDevDir: '/host/dev' });
-    expect(() => loadConfig({ DEVICE_LIST_STRATEGY: 'nvidia' })).toThrow('DEVICE_LIST_STRATEGY: unknown device list strategy nvidia (known: envvar, volume-mounts, cdi-annotations, cdi-cri)');
+    expect(() => loadConfig({ DEVICE_LIST_STRATEGY: 'nvidia' })).toThrow('DEVICE_LIST_STRATEGY: unknown device list strategy nvidia (known: auto alone, or envvar, volume-mounts, cdi-annotations, cdi-cri)');
     expect(() => loadConfig({ BETTER_COMPUTE_CDI_DEVICE_KIND: 'gpu' })).toThrow(/BETTER_COMPUTE_CDI_DEVICE_KIND: not a CDI device kind/);
     expect(() => loadConfig({ CDI_ANNOTATION_PREFIX: 'cdi.k8s.io' })).toThrow(/CDI_ANNOTATION_PREFIX: not an annotation prefix/);
   });
@@ -149,7 +184,7 @@ describe('the device-list settings', () => {
     });
     expect(deviceListSettings({}, config)).toEqual({ settings: DEFAULT_DEVICE_LIST_SETTINGS });
     expect(deviceListSettings({ 'device-list-strategy': 'env' }, config)).toEqual({
-      error: '--device-list-strategy: unknown device list strategy env (known: envvar, volume-mounts, cdi-annotations, cdi-cri)',
+      error: '--device-list-strategy: unknown device list strategy env (known: auto alone, or envvar, volume-mounts, cdi-annotations, cdi-cri)',
     });
   });
 });

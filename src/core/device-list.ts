@@ -7,6 +7,12 @@ import { z } from 'zod';
 
 export const DEVICE_LIST_STRATEGIES = ['envvar', 'volume-mounts', 'cdi-annotations', 'cdi-cri'] as const;
 export type DeviceListStrategy = (typeof DEVICE_LIST_STRATEGIES)[number];
+/**
+ * `auto` (the default): per Allocate, `cdi-cri` when the node's CDI specs define every handed device's name, else
+ * `volume-mounts`; never `envvar`, the one a pod can set itself (resolveDeviceList, ADR 0055).
+ */
+export const DEVICE_LIST_AUTO = 'auto';
+export type DeviceListChoice = readonly DeviceListStrategy[] | typeof DEVICE_LIST_AUTO;
 
 /** What the NVIDIA container toolkit reads the device list from (unless it reads it from mounts or CDI). */
 export const VISIBLE_DEVICES_ENV = 'NVIDIA_VISIBLE_DEVICES';
@@ -25,14 +31,22 @@ const CDI_DEVICE = /^[A-Za-z0-9]([A-Za-z0-9_.:-]*[A-Za-z0-9])?$/;
 /** The name part of a CDI annotation key: at most 63 characters, alphanumeric at both ends. */
 const CDI_ANNOTATION_NAME = /^[A-Za-z0-9]([A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?$/;
 
-const STRATEGY_LIST = DEVICE_LIST_STRATEGIES.join(', ');
+const STRATEGY_LIST = `${DEVICE_LIST_AUTO} alone, or ${DEVICE_LIST_STRATEGIES.join(', ')}`;
 
-/** `envvar,cdi-cri` → ['envvar', 'cdi-cri']: comma separated, at least one, each known; repeats count once. */
+/**
+ * `envvar,cdi-cri` → ['envvar', 'cdi-cri']: comma separated, at least one, each known; repeats count once. `auto`
+ * stands alone.
+ */
 export function deviceListStrategiesSchema(setting: string) {
-  return z.string().transform((v, ctx): DeviceListStrategy[] => {
+  return z.string().transform((v, ctx): DeviceListChoice => {
     const names = v.split(',').map((s) => s.trim()).filter(Boolean);
     if (!names.length) {
-      ctx.addIssue({ code: 'custom', message: `${setting}: no device list strategy; give at least one of ${STRATEGY_LIST}` });
+      ctx.addIssue({ code: 'custom', message: `${setting}: no device list strategy; give ${STRATEGY_LIST}` });
+      return z.NEVER;
+    }
+    if (names.includes(DEVICE_LIST_AUTO)) {
+      if (names.length === 1) return DEVICE_LIST_AUTO;
+      ctx.addIssue({ code: 'custom', message: `${setting}: ${DEVICE_LIST_AUTO} chooses the strategy itself and takes no other (given: ${v})` });
       return z.NEVER;
     }
     const unknown = names.filter((n) => !(DEVICE_LIST_STRATEGIES as readonly string[]).includes(n));
@@ -58,15 +72,20 @@ export function cdiAnnotationPrefixSchema(setting: string) {
 }
 
 export interface DeviceListSettings {
-  strategies: readonly DeviceListStrategy[];
+  strategies: DeviceListChoice;
   /** The CDI kind of the devices: `<kind>=<GPU or MIG UUID>` (the names `nvidia-ctk cdi generate` gives by UUID). */
   cdiKind: string;
   /** The prefix of the CDI annotation keys (cdi-annotations). */
   cdiAnnotationPrefix: string;
 }
 
+/** Settings whose strategies are chosen (what containerAllocateResponse takes). */
+export interface ResolvedDeviceListSettings extends DeviceListSettings {
+  strategies: readonly DeviceListStrategy[];
+}
+
 export const DEFAULT_DEVICE_LIST_SETTINGS: DeviceListSettings = {
-  strategies: ['envvar'],
+  strategies: DEVICE_LIST_AUTO,
   cdiKind: 'nvidia.com/gpu',
   cdiAnnotationPrefix: 'cdi.k8s.io/',
 };
@@ -101,7 +120,7 @@ export interface ContainerAllocateResponse {
 /** An atom that cannot be handed over with the configured strategies (Allocate refuses). */
 export class HandoffError extends Error {}
 
-const has = (s: DeviceListSettings, x: DeviceListStrategy) => s.strategies.includes(x);
+const has = (s: ResolvedDeviceListSettings, x: DeviceListStrategy) => s.strategies.includes(x);
 
 /** The CDI annotation key of a resource's allocation: `cdi.k8s.io/bettercompute_gpu.mig`, `…/bettercompute_rsv-<ulid>`. */
 export function cdiAnnotationKey(prefix: string, resource: string): string {
@@ -122,7 +141,7 @@ export function cdiAnnotationKey(prefix: string, resource: string): string {
  * - devices: every device node of the atoms that exists on the host, read-write, and the control nodes with them
  *   (none when no GPU node is known: a simulated GPU has none).
  */
-export function containerAllocateResponse(h: Handoff, s: DeviceListSettings): ContainerAllocateResponse {
+export function containerAllocateResponse(h: Handoff, s: ResolvedDeviceListSettings): ContainerAllocateResponse {
   const atoms = [...h.atoms].sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
   const visible = [...new Set(atoms.map((a) => a.visible))];
   const envs: Record<string, string> = { BETTERCOMPUTE_ATOMS: atoms.map((a) => a.id).join(',') };
@@ -151,4 +170,27 @@ function cdiName(kind: string, device: string): string {
     throw new HandoffError(`${device} is not a CDI device name (the GPU or MIG UUID is needed; a legacy MIG id has none)`);
   }
   return `${kind}=${device}`;
+}
+
+/** The strategies chosen for one container, and why (the agent logs it when it changes). */
+export interface ResolvedDeviceList {
+  settings: ResolvedDeviceListSettings;
+  reason: string;
+}
+
+/**
+ * The strategies for handing these devices (their `visible` names) over (pure). Configured ones are taken as they
+ * are; `auto` takes `cdi-cri` when `cdiDefined` (the fully qualified names the node's CDI specs define) has every
+ * device's `<kind>=<name>`, so the runtime injects exactly them, else `volume-mounts`, which the toolkit honours only
+ * from mounts of /dev/null that a restricted pod cannot make. Neither lets a pod's own NVIDIA_VISIBLE_DEVICES count
+ * for ours (ours is `void` or the mount directory).
+ */
+export function resolveDeviceList(s: DeviceListSettings, visible: readonly string[], cdiDefined: ReadonlySet<string>): ResolvedDeviceList {
+  if (s.strategies !== DEVICE_LIST_AUTO) return { settings: { ...s, strategies: s.strategies }, reason: 'configured' };
+  const missing = visible.filter((v) => !cdiDefined.has(`${s.cdiKind}=${v}`));
+  if (visible.length && !missing.length) {
+    return { settings: { ...s, strategies: ['cdi-cri'] }, reason: `auto: the node's CDI specs define ${s.cdiKind}=<each device>` };
+  }
+  const why = visible.length ? `no CDI spec of the node defines ${missing.map((m) => `${s.cdiKind}=${m}`).join(', ')}` : 'no device to name';
+  return { settings: { ...s, strategies: ['volume-mounts'] }, reason: `auto: ${why}` };
 }

@@ -29,7 +29,7 @@ describe('DRA claim preparation (pure)', () => {
   it('the CDI spec carries the device-plugin hand-over: env sorted, device nodes; sorted atoms give the same bytes', () => {
     const handed = containerAllocateResponse(
       { resource: 'gpu.bettercompute.io', atoms: [{ id: 'GPU-b', visible: 'GPU-b', deviceNodes: ['/dev/nvidia1'] }, { id: 'GPU-a', visible: 'GPU-a', deviceNodes: ['/dev/nvidia0'] }], controlNodes: ['/dev/nvidiactl'] },
-      DEFAULT_DEVICE_LIST_SETTINGS,
+      { ...DEFAULT_DEVICE_LIST_SETTINGS, strategies: ['envvar'] },
     );
     const spec = claimCdiSpec('0f1e-uid', handed);
     expect(spec).toEqual({
