@@ -4,7 +4,8 @@
 #   - the tested release (the process cluster's, e2e/cluster/versions.env), both hand-off modes: the hand-off suite
 #     (e2e/cluster/extender-agent.test.ts), the reservation suite (controller.test.ts, deploy/overlays/external on a
 #     PostgreSQL of this host, which the pods reach at the kind network's gateway), DRA's hand-off on the installed
-#     product (dra.test.ts) and DRA to containers through CDI on both workers (dra-kind.test.ts);
+#     product (dra.test.ts), DRA to containers through CDI on both workers (dra-kind.test.ts) and the device-list
+#     strategies through containerd's CDI (cdi.test.ts: auto with and without a node CDI spec, cdi-annotations);
 #   - then the oldest supported release (e2e/kind/versions.env, OLDEST_*), device-plugin mode: the hand-off suite alone,
 #     with 3 rounds.
 # release.test.ts runs on kind too (`npm run test:kind -- e2e/cluster/release.test.ts`), but not in this lane: beside
@@ -42,7 +43,7 @@ source "$(dirname "$0")/lib.sh"
 t0=$SECONDS
 say() { printf '[test:kind %s %4ds] %s\n' "$K8S_VERSION" "$((SECONDS - t0))" "$*" >&2; }
 
-files=(e2e/cluster/extender-agent.test.ts e2e/cluster/controller.test.ts e2e/cluster/dra.test.ts e2e/cluster/dra-kind.test.ts)
+files=(e2e/cluster/extender-agent.test.ts e2e/cluster/controller.test.ts e2e/cluster/dra.test.ts e2e/cluster/dra-kind.test.ts e2e/cluster/cdi.test.ts)
 [[ "$KIND_RELEASE" != oldest ]] || files=(e2e/cluster/extender-agent.test.ts)
 if (($# > 0)); then files=("$@"); fi
 
