@@ -11,7 +11,8 @@
 #      wait on their clusters rather than compute. BC_TEST_PARALLEL=0 runs them one after the
 #      other. (The two share nothing on this host: the kind runs keep their test state beside kind's kubeconfig,
 #      e2e/cluster/harness.ts externalStateDir);
-#   5. a table of each step's time and result. Exit 0 only when every step passed.
+#   5. a table of each step's time and result, then the kind lane's failing lines when it failed. Exit 0 only when every
+#      step passed.
 # A failing step 1–3 stops the run (what follows would fail for the same reason).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -52,13 +53,22 @@ step unit+db npx vitest run --project unit --project db || stop_early
 oldest_release='source e2e/kind/versions.env && export BC_K8S_VERSION="$OLDEST_K8S_VERSION" BC_ETCD_VERSION="$OLDEST_ETCD_VERSION"'
 step builds bash -c "npm run -s image && ($oldest_release && bash scripts/image/build.sh)" || stop_early
 
+# The kind lane's lines also go to $kind_log, whose failures are printed again after the summary: interleaved with the
+# cluster project's, they would otherwise be far from the end of a long log.
 kind_lane() {
   local s=$SECONDS rc=0
-  npm run -s test:kind > >(sed -u 's/^/[kind] /') 2>&1 || rc=$?
+  npm run -s test:kind > >(sed -u 's/^/[kind] /' | tee "$kind_log") 2>&1 || rc=$?
   echo "$rc $((SECONDS - s))" >"$kind_result"
 }
 kind_result="$(mktemp)"
-trap 'rm -f "$kind_result"' EXIT
+kind_log="$(mktemp)"
+trap 'rm -f "$kind_result" "$kind_log"' EXIT
+kind_failures() {
+  printf '\nthe kind lane failed; its failing tests and last lines:\n'
+  grep -E -a 'FAIL|×|✗|AssertionError|Error:|rc=[1-9]' "$kind_log" | tail -n 60
+  printf -- '---\n'
+  tail -n 40 "$kind_log"
+}
 
 if [[ "${BC_TEST_PARALLEL:-1}" == 0 ]]; then
   step cluster npx vitest run --project cluster
@@ -76,4 +86,5 @@ record kind "$kind_s" "$( ((kind_rc)) && echo "FAILED (exit $kind_rc)" || echo p
 ((kind_rc == 0)) || failed=1
 
 summary
+((kind_rc == 0)) || kind_failures
 exit "$failed"

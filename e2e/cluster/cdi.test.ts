@@ -105,7 +105,7 @@ async function run(namespace: string, name: string, gpus: number, env: { name: s
       ],
     },
   });
-  const p = await waitForPodPhase(namespace, name, ['Succeeded', 'Failed'], 120_000);
+  const p = await waitForPodPhase(namespace, name, ['Succeeded', 'Failed'], 240_000);
   if (p.status?.phase !== 'Succeeded') throw new Error(`pod ${name} ${p.status?.phase}: ${JSON.stringify(p.status)}`);
   const out = await kubectl(['-n', namespace, 'logs', name]);
   const field = (k: string) => out.split('\n').find((l) => l.startsWith(`${k}=`))?.slice(k.length + 1);
@@ -132,6 +132,10 @@ async function refused(name: string, container: object, extra: object[] = []): P
   expect(r.code).not.toBe(0);
   return r.stderr;
 }
+
+// Each test writes the node's spec (a pod), runs up to three pods one after the other and may roll the agent out twice:
+// beside the cluster project on two cores (npm test) that takes longer than the project's 180 s default.
+const TEST_MS = 600_000;
 
 describe.skipIf(!external)('device-list strategies through the runtime’s CDI', () => {
   beforeAll(async () => {
@@ -160,7 +164,7 @@ describe.skipIf(!external)('device-list strategies through the runtime’s CDI',
     expect(seen.listDir).toEqual(seen.atoms);
     expect(seen.cdiEnv).toEqual([]);
     expect(seen.devNodes).toEqual([]);
-  });
+  }, TEST_MS);
 
   it('auto, once the node’s CDI spec names them: exactly the booked GPUs’ device nodes through CDI, the variable void', async () => {
     await writeNodeSpec();
@@ -171,7 +175,7 @@ describe.skipIf(!external)('device-list strategies through the runtime’s CDI',
     expect(one).toMatchObject({ visibleDevices: 'void', listDir: [], ...cdiOf(one.atoms) });
     // A pod without a GPU on the same node: no device node, no variable of a GPU.
     expect(await run(NS, 'no-gpu', 0)).toMatchObject({ atoms: [], cdiEnv: [], devNodes: [], listDir: [] });
-  });
+  }, TEST_MS);
 
   it('cdi-annotations: the same devices through the kubelet’s CDI annotation', async () => {
     await writeNodeSpec();
@@ -183,7 +187,7 @@ describe.skipIf(!external)('device-list strategies through the runtime’s CDI',
     } finally {
       await setStrategy('auto');
     }
-  });
+  }, TEST_MS);
 
   it('a pod that asks for GPUs another way is refused, or where admission lets it, gets no device node', async () => {
     await writeNodeSpec();
@@ -197,5 +201,5 @@ describe.skipIf(!external)('device-list strategies through the runtime’s CDI',
     const exempt = await run(EXEMPT_NS, 'visible-all', 0, [{ name: 'NVIDIA_VISIBLE_DEVICES', value: 'all' }]);
     expect(exempt).toMatchObject({ visibleDevices: 'all', cdiEnv: [], devNodes: [], listDir: [] });
     await waitFor('the spec writer still running', async () => (await kubectlJson<Pod>(['-n', SYSTEM_NS, 'get', 'pod', WRITER])).status?.phase === 'Running', { timeoutMs: 10_000 });
-  });
+  }, TEST_MS);
 });
