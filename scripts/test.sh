@@ -56,8 +56,9 @@ step builds bash -c "npm run -s image && ($oldest_release && bash scripts/image/
 # The kind lane's lines also go to $kind_log, whose failures are printed again after the summary: interleaved with the
 # cluster project's, they would otherwise be far from the end of a long log.
 kind_lane() {
-  local s=$SECONDS rc=0
-  npm run -s test:kind > >(sed -u 's/^/[kind] /' | tee "$kind_log") 2>&1 || rc=$?
+  local s=$SECONDS rc
+  npm run -s test:kind 2>&1 | sed -u 's/^/[kind] /' | tee "$kind_log"
+  rc=${PIPESTATUS[0]}
   echo "$rc $((SECONDS - s))" >"$kind_result"
 }
 kind_result="$(mktemp)"

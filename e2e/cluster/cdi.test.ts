@@ -134,10 +134,8 @@ async function refused(name: string, container: object, extra: object[] = []): P
 }
 
 // Each test writes the node's spec (a pod), runs up to three pods one after the other and may roll the agent out twice:
-// beside the cluster project on two cores (npm test) that takes longer than the project's 180 s default.
-const TEST_MS = 600_000;
-
-describe.skipIf(!external)('device-list strategies through the runtime’s CDI', () => {
+// beside the cluster project on two cores (npm test) that can take longer than the project's 180 s default.
+describe.skipIf(!external)('device-list strategies through the runtime’s CDI', { timeout: 600_000 }, () => {
   beforeAll(async () => {
     await removeNodeSpec();
     await installProduct({ gpus: GPUS });
@@ -164,7 +162,7 @@ describe.skipIf(!external)('device-list strategies through the runtime’s CDI',
     expect(seen.listDir).toEqual(seen.atoms);
     expect(seen.cdiEnv).toEqual([]);
     expect(seen.devNodes).toEqual([]);
-  }, TEST_MS);
+  });
 
   it('auto, once the node’s CDI spec names them: exactly the booked GPUs’ device nodes through CDI, the variable void', async () => {
     await writeNodeSpec();
@@ -175,7 +173,7 @@ describe.skipIf(!external)('device-list strategies through the runtime’s CDI',
     expect(one).toMatchObject({ visibleDevices: 'void', listDir: [], ...cdiOf(one.atoms) });
     // A pod without a GPU on the same node: no device node, no variable of a GPU.
     expect(await run(NS, 'no-gpu', 0)).toMatchObject({ atoms: [], cdiEnv: [], devNodes: [], listDir: [] });
-  }, TEST_MS);
+  });
 
   it('cdi-annotations: the same devices through the kubelet’s CDI annotation', async () => {
     await writeNodeSpec();
@@ -187,7 +185,7 @@ describe.skipIf(!external)('device-list strategies through the runtime’s CDI',
     } finally {
       await setStrategy('auto');
     }
-  }, TEST_MS);
+  });
 
   it('a pod that asks for GPUs another way is refused, or where admission lets it, gets no device node', async () => {
     await writeNodeSpec();
@@ -201,5 +199,5 @@ describe.skipIf(!external)('device-list strategies through the runtime’s CDI',
     const exempt = await run(EXEMPT_NS, 'visible-all', 0, [{ name: 'NVIDIA_VISIBLE_DEVICES', value: 'all' }]);
     expect(exempt).toMatchObject({ visibleDevices: 'all', cdiEnv: [], devNodes: [], listDir: [] });
     await waitFor('the spec writer still running', async () => (await kubectlJson<Pod>(['-n', SYSTEM_NS, 'get', 'pod', WRITER])).status?.phase === 'Running', { timeoutMs: 10_000 });
-  }, TEST_MS);
+  });
 });
