@@ -64,11 +64,14 @@ kind_lane() {
 kind_result="$(mktemp)"
 kind_log="$(mktemp)"
 trap 'rm -f "$kind_result" "$kind_log"' EXIT
+# vitest's "Failed Tests" sections of the kind lane (each failing test with its error and where it was thrown, colours
+# stripped), then the lane's last lines: what the end of a CI log must show when the lane fails beside the cluster.
 kind_failures() {
-  printf '\nthe kind lane failed; its failing tests and last lines:\n'
-  grep -E -a 'FAIL|×|✗|AssertionError|Error:|rc=[1-9]' "$kind_log" | tail -n 60
-  printf -- '---\n'
-  tail -n 40 "$kind_log"
+  printf '\nthe kind lane failed; its failing tests, with their errors:\n'
+  sed -e 's/\x1b\[[0-9;]*m//g' -e 's/^\[kind\] //' "$kind_log" |
+    awk '/Failed Tests [0-9]+/ { on = 1 } /^ *Test Files / { on = 0 } on || /rc=[1-9]/' | head -n 200
+  printf -- '--- its last lines:\n'
+  tail -n 15 "$kind_log"
 }
 
 if [[ "${BC_TEST_PARALLEL:-1}" == 0 ]]; then

@@ -28,6 +28,9 @@ const external = process.env.BC_EXTERNAL_CLUSTER === '1';
 // How many hand-off rounds: 50 on the process cluster; kind, which proves that the installed image and deploy/ hand
 // over across two nodes (not the races the rounds hunt), runs fewer (e2e/kind/test.sh).
 const ROUNDS = Number(process.env.BC_HANDOFF_ROUNDS ?? 50);
+// How long a pod of a round may take to finish: a minute here; on kind, whose lane runs beside the cluster project on
+// two cores (a round there failed once in CI, past the minute), three. A pod past the minute is reported either way.
+const POD_DONE_MS = external ? 180_000 : 60_000;
 const nsA = uniqueName('team-a');
 const nsB = uniqueName('team-b');
 const nsQ = uniqueName('team-q');
@@ -91,8 +94,17 @@ async function runAll(objs: ReturnType<typeof pod>[]): Promise<Map<string, strin
   const out = new Map<string, string[]>();
   await Promise.all(
     objs.map(async (o) => {
-      const p = await waitForPodPhase(o.metadata.namespace, o.metadata.name, ['Succeeded', 'Failed'], 60_000);
-      if (p.status?.phase !== 'Succeeded') throw new Error(`pod ${o.metadata.name} ${p.status?.phase}: ${JSON.stringify(p.status)}`);
+      const made = performance.now();
+      const p = await waitForPodPhase(o.metadata.namespace, o.metadata.name, ['Succeeded', 'Failed'], POD_DONE_MS).catch(async (e: unknown) => {
+        // A pod not done in time: say where it stands and why (its events: the extender's or the kubelet's reason).
+        const now = await kubectlJson<Pod>(['-n', o.metadata.namespace, 'get', 'pod', o.metadata.name]).catch(() => undefined);
+        throw new Error(`${String(e)}\nstatus: ${JSON.stringify(now?.status)}\nevents:\n${await events(o.metadata.namespace, o.metadata.name)}`);
+      });
+      const took = (performance.now() - made) / 1000;
+      if (took > 60) process.stderr.write(`[extender-agent] pod ${o.metadata.name} done after ${took.toFixed(1)}s; its events:\n${await events(o.metadata.namespace, o.metadata.name)}\n`);
+      if (p.status?.phase !== 'Succeeded') {
+        throw new Error(`pod ${o.metadata.name} ${p.status?.phase}: ${JSON.stringify(p.status)}\nevents:\n${await events(o.metadata.namespace, o.metadata.name)}`);
+      }
       ranOn.set(o.metadata.name, p.spec?.nodeName ?? '');
       out.set(o.metadata.name, atomsIn(await logs(o.metadata.namespace, o.metadata.name)));
     }),
