@@ -10,6 +10,9 @@
 //   (its on-demand booking, or its Reservation's bookings at this instant: docs/booking-end.md);
 // - after a drift reconcile, the ledger still holds an orphan: a live booking of a pod that is gone, a live
 //   reservation whose Reservation is gone, or a node that is gone still in its pool or schedulable.
+// - a hand-over fails a pod: the kubelet refuses one at admission (UnexpectedAdmissionError). Before the churn, a drill
+//   puts one on the boundary: back to back on the real node's GPUs, every replica down through the first booking's end
+//   while its stubborn pod still runs, the next booking's pod must wait for it, unbound, and then run (handoverDrill).
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -360,7 +363,7 @@ export async function runSoak(o: SoakOptions): Promise<SoakReport> {
 
   let paused = false;
   let stopping = false;
-  const deadline = t0 + o.minutes * 60_000;
+  let deadline = t0 + o.minutes * 60_000;
   const errors: Record<string, number> = {};
   // Operations in flight: a checkpoint waits for them (a leader kill restarts its replica itself).
   const inFlight = new Set<Promise<void>>();
@@ -381,6 +384,85 @@ export async function runSoak(o: SoakOptions): Promise<SoakReport> {
         inFlight.delete(p);
       }
     }
+  };
+
+  // --- the hand-over drill -----------------------------------------------------------------------------------------
+  /**
+   * A leader failover through a booking's end, with nobody to stop its pod in time: two Reservations of the real node's
+   * 8 GPUs back to back (the simulated nodes cordoned while they are placed), the first's pod ignoring SIGTERM, the
+   * second's made before its start. Every replica is killed 50 s before the first's end (before its pods are told to
+   * stop, 40 s ahead) and started again 10 s after it: the first's container still runs when the second's pod can be
+   * scheduled, and is stopped only once a new leader takes over (the old one's Lease runs out first). The second's pod
+   * must stay unbound while the first's container holds the atoms, then run on them: never fail at the node's
+   * admission. Returns what went wrong. Run before the churn, on an empty node, with no fault running.
+   */
+  const handoverDrill = async (): Promise<string[]> => {
+    type Booked = { status?: { phase?: string; end?: string; resourceName?: string; allocations?: { node: string; atoms: string[] }[] } };
+    const book = async (name: string, spec: Record<string, unknown>) => {
+      await apply({ apiVersion: 'bettercompute.io/v1alpha1', kind: 'Reservation', metadata: { name, namespace: tenant }, spec: { pool: poolName, devices: [{ class: 'gpu', count: GPUS_PER_NODE }], ...spec } });
+      return waitFor(`drill reservation ${name} Reserved`, async () => {
+        const r = await kubectlJson<Booked>(['-n', tenant, 'get', 'reservation', name]);
+        return r.status?.phase === 'Reserved' ? r.status : undefined;
+      }, { timeoutMs: 60_000, intervalMs: 250 });
+    };
+    const cordon = (verb: 'cordon' | 'uncordon') => Promise.all(simNodes.map((n) => kubectl([verb, n.name])));
+    const first = uniqueName('drill-first');
+    const second = uniqueName('drill-second');
+    await cordon('cordon');
+    let a: NonNullable<Booked['status']>;
+    let b: NonNullable<Booked['status']>;
+    try {
+      a = await book(first, { duration: '80s' });
+      b = await book(second, { start: a.end, duration: '2m' });
+    } finally {
+      await cordon('uncordon');
+    }
+    const atomsOf = (st: NonNullable<Booked['status']>) => (st.allocations ?? []).flatMap((x) => x.atoms).sort();
+    const nodesOf = (st: NonNullable<Booked['status']>) => [...new Set((st.allocations ?? []).map((x) => x.node))];
+    if (JSON.stringify(nodesOf(a)) !== JSON.stringify([c.nodeName]) || JSON.stringify(atomsOf(a)) !== JSON.stringify(atomsOf(b))) {
+      return [`drill: the two bookings are not on ${c.nodeName}'s same atoms (${nodesOf(a).join(',')}: ${atomsOf(a).join(',')}; then ${nodesOf(b).join(',')}: ${atomsOf(b).join(',')})`];
+    }
+    const end = Date.parse(a.end!);
+    const firstPod = `${first}-0`;
+    const secondPod = `${second}-0`;
+    const gpus = String(GPUS_PER_NODE);
+    await apply({ apiVersion: 'v1', kind: 'Pod', metadata: { name: firstPod, namespace: tenant }, spec: { ...podSpec({ [a.resourceName!]: gpus }, 3600, true, true), terminationGracePeriodSeconds: 30 } });
+    const firstUid = await waitFor(`drill pod ${firstPod} Running`, async () => {
+      const p = await kubectlJson<PodView>(['-n', tenant, 'get', 'pod', firstPod]);
+      return p.status?.phase === 'Running' ? p.metadata.uid : undefined;
+    }, { timeoutMs: 60_000, intervalMs: 500 });
+    await apply({ apiVersion: 'v1', kind: 'Pod', metadata: { name: secondPod, namespace: tenant }, spec: podSpec({ [b.resourceName!]: gpus }, 5, true) });
+    const until = (ms: number) => sleep(Math.max(0, ms - Date.now()));
+    if (Date.now() > end - 45_000) return [`drill: set up too late (${Math.round((end - Date.now()) / 1000)} s before the first booking's end)`];
+    await until(end - 50_000);
+    const all = [...replicas.values()];
+    await Promise.all(all.map((r) => r.kill()));
+    try {
+      await until(end + 10_000);
+    } finally {
+      await Promise.all(all.map((r) => restartReplica(r.name)));
+    }
+    // The second pod ran (Running, or already Succeeded), or failed: the kubelet's word on the hand-over.
+    const outcome = await waitFor(`drill pod ${secondPod} run or failed`, async () => {
+      const p = await kubectlJson<PodView>(['-n', tenant, 'get', 'pod', secondPod]);
+      const phase = p.status?.phase;
+      return phase === 'Running' || phase === 'Succeeded' || phase === 'Failed' ? { ...p.status!, seenAt: Date.now() } : undefined;
+    }, { timeoutMs: 120_000, intervalMs: 250 }).catch((e: Error) => ({ phase: 'timeout', reason: '', message: e.message, seenAt: Date.now() }));
+    const { items: said } = await kubectlJson<List<{ reason: string; message: string }>>(['-n', tenant, 'get', 'events', '--field-selector', `involvedObject.name=${secondPod}`]);
+    const waited = said.some((e) => e.reason === 'FailedScheduling' && e.message.includes('WaitingForPod: pod'));
+    const reasons = [...new Set(said.map((e) => `${e.reason}: ${e.message.slice(0, 160)}`))];
+    say(`hand-over drill: the next booking's pod ${outcome.phase} ${Math.round((outcome.seenAt - end) / 1000)}s after the first's end; it waited for the first (WaitingForPod): ${waited}; its events: ${reasons.join(' | ')}`);
+    const wrong: string[] = [];
+    if (outcome.phase === 'Failed' || outcome.phase === 'timeout') {
+      wrong.push(`drill: the next booking's pod ${secondPod} ${outcome.phase === 'Failed' ? `failed (${outcome.reason ?? ''}: ${outcome.message ?? ''})` : `did not run: ${outcome.message}`}`);
+      // Where the first pod stands, and what the replicas said about it.
+      const held = await kubectlJson<PodView>(['-n', tenant, 'get', 'pod', firstPod]).catch(() => undefined);
+      wrong.push(`  ${firstPod}: ${held ? `${held.status?.phase}, deletionTimestamp ${held.metadata.deletionTimestamp ?? 'none'}` : 'gone'}`);
+      if (firstUid) wrong.push(...(await explainOrphan(firstUid)));
+    }
+    await kubectlResult(['-n', tenant, 'delete', 'pod', firstPod, secondPod, '--ignore-not-found', '--wait=true', '--timeout=90s'], { timeoutMs: 100_000 });
+    await kubectlResult(['-n', tenant, 'delete', 'reservation', first, second, '--ignore-not-found', '--wait=true', '--timeout=60s'], { timeoutMs: 70_000 });
+    return wrong;
   };
 
   // --- checkpoints -------------------------------------------------------------------------------------------------
@@ -534,6 +616,14 @@ export async function runSoak(o: SoakOptions): Promise<SoakReport> {
     return { atSeconds: elapsed(), violations, livePods: alive.length, runningChecked, liveBookings: live[0]!.n };
   };
 
+  const drillStarted = Date.now();
+  const drilled = await handoverDrill();
+  count(report.ops, 'handover-drill');
+  report.violations.push(...drilled.map((v) => `[${elapsed()}s] ${v}`));
+  for (const v of drilled) say(`  ${v}`);
+  say(`hand-over drill ${drilled.length ? 'FAILED' : 'passed'} in ${Math.round((Date.now() - drillStarted) / 1000)}s`);
+  // The churn gets its full minutes after the drill.
+  deadline += Date.now() - drillStarted;
   const churn = loop('churn', () => 300 + random() * 900, churnOps, weightSum, report.ops);
   const faults = loop('fault', () => 5000 + random() * 7000, faultOps, faultSum, report.faults);
   const every = o.checkpointEveryMs ?? 60_000;

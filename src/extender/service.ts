@@ -10,6 +10,7 @@
 // (judge.ts: filter's and prioritize's verdicts, with their caches), the binder (binder.ts) and the admitting tracker
 // (admitting.ts: the nodes admitting an on-demand pod, ADR 0003).
 import { systemClock, type MonotonicClock } from '../clock.ts';
+import { WAITING_FOR_POD } from '../db/reads.ts';
 import { errorFields } from '../log.ts';
 import { AdmittingTracker } from './admitting.ts';
 import { BindError, ExtenderBinder } from './binder.ts';
@@ -81,6 +82,15 @@ export class ExtenderService {
       this.judge.rememberScores(args.Pod.metadata.uid, passing, Float64Array.from(best, (i) => v.scores[i]!));
       const passed = passing.length;
       const reasons = [...new Set([...Object.values(v.unresolvable), ...Object.values(v.failed)])].slice(0, 3);
+      // No node passes and one only waits for an earlier booking's pod to go: answered as an error, so that
+      // kube-scheduler retries the pod after its backoff (at most 10 s). As a failed node the pod would wait in
+      // kube-scheduler's unschedulable pods for an event that its other rejections (NodeResourcesFit on nodes without
+      // the Reservation's resource) care about; the old pod's end is none of them, so it waited up to 5 minutes.
+      const waiting = passed ? undefined : Object.values(v.failed).find((r) => r.startsWith(`${WAITING_FOR_POD}:`));
+      if (waiting) {
+        this.logCall('filter', args.Pod.metadata, started, 'waiting', { nodes: names.length, fit, passed, reasons });
+        return { Nodes: null, NodeNames: [], FailedNodes: v.failed, FailedAndUnresolvableNodes: v.unresolvable, Error: waiting };
+      }
       this.logCall('filter', args.Pod.metadata, started, passed ? 'fit' : 'none', {
         nodes: names.length,
         fit,

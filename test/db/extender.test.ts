@@ -217,7 +217,7 @@ describe('a pod of a later booking waits for a pod of an earlier one that still 
   /** filter's answer on the node, then bind's. */
   async function place(p: FakePod) {
     const f = await service.filter({ Pod: p, NodeNames: [WAIT_NODE] } as never);
-    return { passed: f.NodeNames, failed: f.FailedNodes[WAIT_NODE], bind: (await bind(p, WAIT_NODE)).Error };
+    return { passed: f.NodeNames, failed: f.FailedNodes[WAIT_NODE], error: f.Error, bind: (await bind(p, WAIT_NODE)).Error };
   }
 
   it('back to back: the next Reservation’s pod is neither passed nor bound while the first one’s pod is live past its end, then is', async () => {
@@ -237,11 +237,13 @@ describe('a pod of a later booking waits for a pod of an earlier one that still 
     const why = `WaitingForPod: pod acme-train/${old.metadata.name} (uid ${old.metadata.uid}) of an earlier booking still holds GPU-wait-node-00, GPU-wait-node-01`;
     expect(waiting.passed).toEqual([]);
     expect(waiting.failed).toContain(why);
+    // An error, not only a failed node: kube-scheduler retries the pod after its backoff, whatever else rejected it.
+    expect(waiting.error).toContain(why);
     expect(waiting.bind).toContain(why);
     expect(await assignments(next.id)).toBe(0);
     // The first pod is gone (the releaser saw it): the next one is passed and bound at once.
     await new Ledger(ctx.db).releasePod(old.metadata.uid);
-    expect(await place(p)).toEqual({ passed: [WAIT_NODE], failed: undefined, bind: '' });
+    expect(await place(p)).toEqual({ passed: [WAIT_NODE], failed: undefined, error: '', bind: '' });
     await new Ledger(ctx.db).releasePod(p.metadata.uid);
     await advanceClock(ctx.db, next.end - ctx.clock.now() + 1000);
     await ctx.clock.sync();
