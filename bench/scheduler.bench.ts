@@ -17,6 +17,10 @@
 // try it until the allocator has allocated its claim and lifted the gate. The bench applies the product's
 // DeviceClasses (deploy/dra/deviceclasses.yaml) and CRDs; it refuses to run while the product's allocation policy is
 // installed (it allocates as the cluster's admin).
+// Beside them, upstream DRA, what a user would run instead (issue 47): the same nodes publishing a ResourceSlice each
+// for a driver that does nothing (NOOP below: 8 devices per node), a DeviceClass selecting them by driver, pods claiming
+// one device through a ResourceClaimTemplate, and kube-scheduler allocating; no process of the product in the path (the
+// bench's webhook is removed for that row). Our DRA rows print their pods/s as a share of that row's too.
 // Prints pods per second (first create to last binding) and the p50/p99 of each pod's time from its create call to its
 // binding seen on a watch; the ratio is the row's pods/s ÷ the plain row's pods/s. Under the DRA rows: each pod's time
 // from its create call to its claim seen on a watch (made by kube-controller-manager), from that to its allocation
@@ -77,6 +81,12 @@ const BENCH_LABEL = 'bettercompute.io/bench-scheduler';
 const PLAIN_RESOURCE = 'example.com/gpu';
 const RESERVATION_NODES = Number(process.env.BENCH_RESERVATION_NODES ?? 8);
 const GPUS_PER_NODE = 8;
+/**
+ * Upstream DRA's row (issue 47): a driver that does nothing, whose ResourceSlices (one per node, its 8 GPUs) the bench
+ * publishes as a node's DRA driver would; a DeviceClass selecting its devices by driver, a template claiming one;
+ * kube-scheduler allocates, and no process of the product is in the path (the bench's webhook is removed for the row).
+ */
+const NOOP = { driver: 'noop.bench.bettercompute.io', template: 'noop' } as const;
 /** The DRA rows' ResourceClaimTemplates: one GPU on demand, one atom of the pod's Reservation. */
 const TEMPLATES = { onDemand: ['gpu', 'gpu.bettercompute.io'], reservation: ['rsv', 'reservation.bettercompute.io'] } as const;
 const ROOT = path.join(import.meta.dirname, '..');
@@ -319,9 +329,39 @@ async function deletePods(kc: k8s.KubeConfig): Promise<void> {
   }
 }
 
-/** The bench's nodes in one deletecollection call (kubectl deletes thousands one by one, minutes). Its pods are gone. */
+/**
+ * The bench's nodes and their no-op driver's ResourceSlices, each in one deletecollection call (kubectl deletes
+ * thousands one by one, minutes). Its pods are gone.
+ */
 async function removeBenchNodes(kc: k8s.KubeConfig): Promise<void> {
+  await kc.makeApiClient(k8s.ResourceV1Api).deleteCollectionResourceSlice({ labelSelector: `${BENCH_LABEL}=true` });
   await kc.makeApiClient(k8s.CoreV1Api).deleteCollectionNode({ labelSelector: `${BENCH_LABEL}=true` });
+}
+
+/** A ResourceSlice of the no-op driver for each node (its GPUS_PER_NODE devices), CREATE_CONCURRENCY calls at a time. */
+async function publishNoopSlices(kc: k8s.KubeConfig, nodes: readonly string[]): Promise<void> {
+  const resource = kc.makeApiClient(k8s.ResourceV1Api);
+  let next = 0;
+  await Promise.all(
+    Array.from({ length: CREATE_CONCURRENCY }, async () => {
+      while (next < nodes.length) {
+        const node = nodes[next++]!;
+        await resource.createResourceSlice({
+          body: {
+            apiVersion: 'resource.k8s.io/v1',
+            kind: 'ResourceSlice',
+            metadata: { name: `${NOOP.template}-${node}`, labels: { [BENCH_LABEL]: 'true' } },
+            spec: {
+              driver: NOOP.driver,
+              nodeName: node,
+              pool: { name: node, generation: 1, resourceSliceCount: 1 },
+              devices: Array.from({ length: GPUS_PER_NODE }, (_, i) => ({ name: `gpu-${i}` })),
+            },
+          },
+        });
+      }
+    }),
+  );
 }
 
 /**
@@ -407,7 +447,15 @@ async function prepareDra(): Promise<boolean> {
   const hadClasses = (await kubectl(['get', 'deviceclass', TEMPLATES.onDemand[1], '--ignore-not-found', '-o', 'name'])).trim() !== '';
   await kubectl(['apply', '--server-side', '--force-conflicts', '-k', path.join(ROOT, 'crds')]);
   await kubectl(['apply', '-f', path.join(ROOT, 'deploy', 'dra', 'deviceclasses.yaml')]);
-  for (const [name, deviceClassName] of Object.values(TEMPLATES)) {
+  await kubectl(['apply', '-f', '-'], {
+    input: JSON.stringify({
+      apiVersion: 'resource.k8s.io/v1',
+      kind: 'DeviceClass',
+      metadata: { name: NOOP.driver },
+      spec: { selectors: [{ cel: { expression: `device.driver == "${NOOP.driver}"` } }] },
+    }),
+  });
+  for (const [name, deviceClassName] of [...Object.values(TEMPLATES), [NOOP.template, NOOP.driver] as const]) {
     await kubectl(['apply', '-f', '-'], {
       input: JSON.stringify({
         apiVersion: 'resource.k8s.io/v1',
@@ -612,10 +660,11 @@ async function main() {
       await db.query(`UPDATE pools SET handoff = 'dra' WHERE id = $1`, [poolId]);
       await restartScheduler(unthrottled(defaultSchedulerConfig()));
       // `manifest(offset)`: the pods of a run whose first pod is the row's offset-th (the warm-up's first, then the run's).
-      const draRow = async (run: string, manifest: (offset: number) => Manifest) => {
+      // `ours`: the product's allocator allocates (its figures are read); else kube-scheduler does (upstream DRA).
+      const draRow = async (run: string, manifest: (offset: number) => Manifest, ours = true) => {
         await schedulePods(kc, `warm-${run}`, manifest(0), WARMUP);
         await new Promise((r) => setTimeout(r, 500));
-        await allocator!.stats(); // counted from here
+        if (ours) await allocator!.stats(); // counted from here
         const claims = watchClaims(kc);
         const requests = await apiRequests();
         const cpu = await cpuSeconds();
@@ -625,11 +674,18 @@ async function main() {
         const cpuMs = cpuPerPod(cpu, await cpuSeconds(), PODS);
         const requestCounts = requestsPerPod(requests, await apiRequests(), PODS);
         claims.stop();
-        const allocatorStats = await allocator!.stats();
+        const allocatorStats = ours ? await allocator!.stats() : undefined;
         await deletePods(kc);
         await waitClaimsGone(kc);
         return { stats, cpuMs, requests: requestCounts, madeAt: claims.madeAt, allocatedAt: claims.allocatedAt, allocatorStats };
       };
+      // Upstream DRA first: the no-op driver's slices published, the product's webhook out of the pods' path.
+      const t1 = performance.now();
+      await publishNoopSlices(kc, nodes);
+      process.stderr.write(`[bench] ${n} ResourceSlices of ${NOOP.driver} in ${((performance.now() - t1) / 1000).toFixed(0)}s\n`);
+      await kubectl(['delete', 'mutatingwebhookconfiguration', BENCH_WEBHOOK, '--ignore-not-found']);
+      const upstream = await draRow(`dra-up${n}`, () => claimPod(NOOP.template), false);
+      await applyBenchWebhook(allocator!.webhookUrl, allocator!.caBundle);
       const onDemand = await draRow(`dra-od${n}`, () => claimPod(TEMPLATES.onDemand[0]));
       // The row's k-th pod belongs to Reservation floor(k / its GPUs).
       const viaReservation = await draRow(`dra-rsv${n}`, (offset) =>
@@ -647,9 +703,14 @@ async function main() {
       console.log(`       CPU ms per pod alone: ${plainCpuPerPod}`);
       console.log(`       API requests per pod alone: ${plainRequestsPerPod}`);
       console.log(`       CPU ms per pod + extender: ${extCpuPerPod}, extender ${((extenderCpu * 1000) / PODS).toFixed(1)}`);
+      row(n, 'upstream DRA (kube-scheduler allocates)', upstream.stats, upstream.stats.podsPerSecond / plain.podsPerSecond);
+      console.log(`       p50/p99: pod create call -> its claim seen ${between(upstream.stats.created, upstream.madeAt)}, -> allocated ${between(upstream.madeAt, upstream.allocatedAt)}, -> pod bound ${between(upstream.allocatedAt, upstream.stats.bound)}`);
+      console.log(`       CPU ms per pod: ${upstream.cpuMs}`);
+      console.log(`       API requests per pod: ${upstream.requests}`);
       for (const [what, r] of [['DRA on demand (gpu.bettercompute.io)', onDemand], ['DRA Reservation (reservation.bettercompute.io)', viaReservation]] as const) {
         row(n, what, r.stats, r.stats.podsPerSecond / plain.podsPerSecond);
-        const a = r.allocatorStats;
+        const a = r.allocatorStats!;
+        console.log(`       of upstream DRA's pods/s: ${((r.stats.podsPerSecond / upstream.stats.podsPerSecond) * 100).toFixed(0)}%`);
         console.log(
           `       p50/p99: pod create call -> its claim seen ${between(r.stats.created, r.madeAt)}, -> allocated ${between(r.madeAt, r.allocatedAt)}, -> pod bound ${between(r.allocatedAt, r.stats.bound)}\n` +
             `       allocator: ${a.allocated} claims allocated, reconciles ${a.reconciles.map(([o, x]) => `${o} ${x.n} (mean ${x.meanMs.toFixed(1)}, p50 ${x.p50Ms.toFixed(1)}, p99 ${x.p99Ms.toFixed(1)} ms)`).join(', ')}` +
@@ -671,6 +732,7 @@ async function main() {
     await stripClaimFinalizers().catch((e: unknown) => console.error(`removing the claims' finalizers: ${String(e)}`));
     await kubectl(['delete', 'namespace', NAMESPACE, '--ignore-not-found', '--wait=false']).catch(() => undefined);
     if (madeClasses) await kubectl(['delete', '-f', path.join(ROOT, 'deploy', 'dra', 'deviceclasses.yaml'), '--ignore-not-found']).catch(() => undefined);
+    await kubectl(['delete', 'deviceclass', NOOP.driver, '--ignore-not-found']).catch(() => undefined);
     await db.end();
     await pgServer.stop();
     await fs.rm(dir, { recursive: true, force: true });

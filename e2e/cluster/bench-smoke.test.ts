@@ -19,7 +19,10 @@ it('bench:scheduler runs to its end (20 nodes, 20 pods)', async () => {
   });
   expect(stdout).toMatch(/^nodes\s+scheduler/m);
   expect(stdout).toMatch(/^\s*20\s+/m);
-  // The DRA rows (claims allocated by the product's allocator, pods bound by the default kube-scheduler) ran too.
+  // The DRA rows ran too: upstream DRA's (kube-scheduler allocates from a no-op driver's slices) and ours (claims
+  // allocated by the product's allocator, pods bound by the default kube-scheduler).
+  expect(stdout).toMatch(/^\s*20\s+upstream DRA \(kube-scheduler allocates\) .*%$/m);
+  expect(stdout).toMatch(/of upstream DRA's pods\/s: \d+%/);
   expect(stdout).toMatch(/^\s*20\s+DRA on demand .*%$/m);
   expect(stdout).toMatch(/^\s*20\s+DRA Reservation .*%$/m);
 }, 300_000);
