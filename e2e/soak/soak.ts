@@ -433,7 +433,7 @@ export async function runSoak(o: SoakOptions): Promise<SoakReport> {
     }, { timeoutMs: 60_000, intervalMs: 500 });
     await apply({ apiVersion: 'v1', kind: 'Pod', metadata: { name: secondPod, namespace: tenant }, spec: podSpec({ [b.resourceName!]: gpus }, 5, true) });
     const until = (ms: number) => sleep(Math.max(0, ms - Date.now()));
-    if (Date.now() > end - 45_000) return [`drill: set up too late (${Math.round((end - Date.now()) / 1000)} s before the first booking's end)`];
+    if (Date.now() > end - 50_000) return [`drill: set up too late (${Math.round((end - Date.now()) / 1000)} s before the first booking's end)`];
     await until(end - 50_000);
     const all = [...replicas.values()];
     await Promise.all(all.map((r) => r.kill()));
@@ -458,7 +458,7 @@ export async function runSoak(o: SoakOptions): Promise<SoakReport> {
       // Where the first pod stands, and what the replicas said about it.
       const held = await kubectlJson<PodView>(['-n', tenant, 'get', 'pod', firstPod]).catch(() => undefined);
       wrong.push(`  ${firstPod}: ${held ? `${held.status?.phase}, deletionTimestamp ${held.metadata.deletionTimestamp ?? 'none'}` : 'gone'}`);
-      if (firstUid) wrong.push(...(await explainOrphan(firstUid)));
+      wrong.push(...(await explainOrphan(firstUid)));
     }
     await kubectlResult(['-n', tenant, 'delete', 'pod', firstPod, secondPod, '--ignore-not-found', '--wait=true', '--timeout=90s'], { timeoutMs: 100_000 });
     await kubectlResult(['-n', tenant, 'delete', 'reservation', first, second, '--ignore-not-found', '--wait=true', '--timeout=60s'], { timeoutMs: 70_000 });

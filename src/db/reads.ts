@@ -65,6 +65,9 @@ const heldAtom = (r: { atom_id: string; pod_uid: string; namespace: string | nul
 /** The reason that starts waitsForMessage's text (a scheduling event's, a claim's condition). */
 export const WAITING_FOR_POD = 'WaitingForPod';
 
+/** Whether a refusal's text is waitsForMessage's: a wait for an earlier booking's pod. */
+export const isWaitingForPod = (message: string): boolean => message.startsWith(`${WAITING_FOR_POD}:`);
+
 /** Why a pod is not bound while another pod holds its atoms: the pod it waits for, and the atoms (a scheduling event). */
 export function waitsForMessage(held: readonly HeldAtom[]): string {
   const first = held[0]!;

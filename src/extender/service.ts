@@ -10,7 +10,7 @@
 // (judge.ts: filter's and prioritize's verdicts, with their caches), the binder (binder.ts) and the admitting tracker
 // (admitting.ts: the nodes admitting an on-demand pod, ADR 0003).
 import { systemClock, type MonotonicClock } from '../clock.ts';
-import { WAITING_FOR_POD } from '../db/reads.ts';
+import { isWaitingForPod } from '../db/reads.ts';
 import { errorFields } from '../log.ts';
 import { AdmittingTracker } from './admitting.ts';
 import { BindError, ExtenderBinder } from './binder.ts';
@@ -83,10 +83,10 @@ export class ExtenderService {
       const passed = passing.length;
       const reasons = [...new Set([...Object.values(v.unresolvable), ...Object.values(v.failed)])].slice(0, 3);
       // No node passes and one only waits for an earlier booking's pod to go: answered as an error, so that
-      // kube-scheduler retries the pod after its backoff (at most 10 s). As a failed node the pod would wait in
-      // kube-scheduler's unschedulable pods for an event that its other rejections (NodeResourcesFit on nodes without
-      // the Reservation's resource) care about; the old pod's end is none of them, so it waited up to 5 minutes.
-      const waiting = passed ? undefined : Object.values(v.failed).find((r) => r.startsWith(`${WAITING_FOR_POD}:`));
+      // kube-scheduler retries the pod after its backoff (at most 10 s; ADR 0056). As failed nodes, the pod waits in
+      // kube-scheduler's unschedulable pods for an event its rejecting plugins care about; the old pod's deletion is
+      // one, but can come before the releaser frees its holding, and then none comes.
+      const waiting = passed ? undefined : Object.values(v.failed).find(isWaitingForPod);
       if (waiting) {
         this.logCall('filter', args.Pod.metadata, started, 'waiting', { nodes: names.length, fit, passed, reasons });
         return { Nodes: null, NodeNames: [], FailedNodes: v.failed, FailedAndUnresolvableNodes: v.unresolvable, Error: waiting };

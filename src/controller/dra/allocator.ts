@@ -29,7 +29,7 @@ import {
   type ResourceClaim,
 } from '../../core/dra-allocate.ts';
 import type { ClaimHolding } from '../../db/claims.ts';
-import { WAITING_FOR_POD } from '../../db/reads.ts';
+import { isWaitingForPod, WAITING_FOR_POD } from '../../db/reads.ts';
 import type { Ledger } from '../../db/ledger.ts';
 import { statusOf, type EventInput } from '../../kube/client.ts';
 import type { Informer } from '../../kube/informer.ts';
@@ -332,4 +332,4 @@ interface ReadPod {
 const nameOf = (c: ResourceClaim) => `${c.metadata.namespace}/${c.metadata.name}`;
 
 /** WAITING_FOR_POD when the ledger's refusal is a wait for an earlier booking's pod (reads.waitsForMessage). */
-const waitingFor = (message: string) => (message.startsWith(`${WAITING_FOR_POD}:`) ? WAITING_FOR_POD : undefined);
+const waitingFor = (message: string) => (isWaitingForPod(message) ? WAITING_FOR_POD : undefined);
