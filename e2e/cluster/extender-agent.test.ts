@@ -16,7 +16,7 @@ import {
   waitFor,
   waitForPodPhase,
 } from './harness.ts';
-import { applyNodePool, installProduct, removeNodePool, reserveAndWait, uninstallProduct, waitAdvertised } from './install.ts';
+import { agentLogLines, applyNodePool, installProduct, removeNodePool, reserveAndWait, uninstallProduct, waitAdvertised } from './install.ts';
 
 // The loop from a booking to a container, on the installed product (the image, deploy/overlays/trial): the real
 // kube-scheduler beside the controller calling its extender, the real kubelet calling the agent's device plugins,
@@ -103,7 +103,9 @@ async function runAll(objs: ReturnType<typeof pod>[]): Promise<Map<string, strin
       const took = (performance.now() - made) / 1000;
       if (took > 60) process.stderr.write(`[extender-agent] pod ${o.metadata.name} done after ${took.toFixed(1)}s; its events:\n${await events(o.metadata.namespace, o.metadata.name)}\n`);
       if (p.status?.phase !== 'Succeeded') {
-        throw new Error(`pod ${o.metadata.name} ${p.status?.phase}: ${JSON.stringify(p.status)}\nevents:\n${await events(o.metadata.namespace, o.metadata.name)}`);
+        // The agent's side of a refused pod: its refusal and any preference it could not give.
+        const agent = p.spec?.nodeName ? await agentLogLines(p.spec.nodeName, /refused|no preference|asking again/) : '(not bound)';
+        throw new Error(`pod ${o.metadata.name} ${p.status?.phase}: ${JSON.stringify(p.status)}\nevents:\n${await events(o.metadata.namespace, o.metadata.name)}\nagent:\n${agent}`);
       }
       ranOn.set(o.metadata.name, p.spec?.nodeName ?? '');
       out.set(o.metadata.name, atomsIn(await logs(o.metadata.namespace, o.metadata.name)));

@@ -357,6 +357,19 @@ export async function uninstallProduct(o: Pick<InstallOptions, 'draAgent'> = {})
   await kubectlResult(['label', 'node', ...clusterInfo().gpuNodes, `${GPU_NODE_LABEL}-`]);
 }
 
+/**
+ * The agent's log lines on `node` that match `pattern` (its last 2,000 lines), for a test's error: why it refused an
+ * Allocate, or left the kubelet to choose. Never throws: a log that cannot be read says so.
+ */
+export async function agentLogLines(node: string, pattern: RegExp): Promise<string> {
+  const pods = await kubectlResult(['-n', SYSTEM_NS, 'get', 'pods', '-l', 'app.kubernetes.io/name=better-compute-agent', '--field-selector', `spec.nodeName=${node}`, '-o', 'name']);
+  const name = pods.stdout.trim().split('\n')[0];
+  if (pods.code !== 0 || !name) return `(no agent pod found on ${node}: ${pods.stderr.trim()})`;
+  const r = await kubectlResult(['-n', SYSTEM_NS, 'logs', name, '--tail=2000'], { timeoutMs: 30_000 });
+  if (r.code !== 0) return `(cannot read ${name}'s log: ${r.stderr.trim()})`;
+  return r.stdout.split('\n').filter((l) => pattern.test(l)).slice(-20).join('\n');
+}
+
 /** Waits until `node` (default: the real node) advertises `count` of `resource` (the agent registered it). */
 export async function waitAdvertised(resource: string, count: number, node = clusterInfo().nodeName): Promise<void> {
   await waitFor(

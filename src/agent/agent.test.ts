@@ -22,6 +22,8 @@ const HOUR = 3600_000;
 class FakeBackend implements AgentBackend {
   now = 1_800_000_000_000;
   down = false;
+  /** Calls to fail before answering again (a controller that does not answer for a moment). */
+  failNext = 0;
   admission: NodeState['admission'] = null;
   done: string[] = [];
   calls = 0;
@@ -32,6 +34,7 @@ class FakeBackend implements AgentBackend {
   async state(): Promise<NodeState> {
     this.calls++;
     if (this.down) throw new Error('connect ECONNREFUSED');
+    if (this.failNext > 0 && this.failNext--) throw new Error('no answer within 5000 ms');
     return {
       now: this.now,
       atoms: [G0, G1, G2].map((id) => ({ id, class: 'gpu' as const, parentId: null, healthy: true })),
@@ -110,6 +113,18 @@ describe('Agent with a backend', () => {
     }
   };
 
+  const preferred = async (available: string[]) => {
+    const client = devicePluginClient(socketOf('bettercompute.io/gpu'));
+    try {
+      const r = await unary<object, { container_responses: { deviceIDs: string[] }[] }>(client, 'GetPreferredAllocation', {
+        container_requests: [{ available_deviceIDs: available, must_include_deviceIDs: [], allocation_size: 1 }],
+      });
+      return r.container_responses[0]!.deviceIDs;
+    } finally {
+      client.close();
+    }
+  };
+
   beforeAll(async () => {
     dir = fs.mkdtempSync(path.join(os.tmpdir(), 'bc-agent-'));
     podResources = new grpc.Server();
@@ -148,6 +163,7 @@ describe('Agent with a backend', () => {
       reconcileEveryMs: 3_600_000,
       discoverEveryMs: 3_600_000,
       readyFile: path.join(dir, 'ready'),
+      callRetryMs: 500,
     });
     await agent.start();
     return () => agent.stop();
@@ -205,17 +221,6 @@ describe('Agent with a backend', () => {
     // A pod whose admission ran out (its kubelet came back late) is admitted while the node's admission is another's.
     backend.admission = { podUid: 'uid-next', namespace: 'ns', podName: 'next', atoms: [G0] };
     admitting = ['ns/late'];
-    const preferred = async (available: string[]) => {
-      const client = devicePluginClient(socketOf('bettercompute.io/gpu'));
-      try {
-        const r = await unary<object, { container_responses: { deviceIDs: string[] }[] }>(client, 'GetPreferredAllocation', {
-          container_requests: [{ available_deviceIDs: available, must_include_deviceIDs: [], allocation_size: 1 }],
-        });
-        return r.container_responses[0]!.deviceIDs;
-      } finally {
-        client.close();
-      }
-    };
     // No preference for the next pod's atoms, and its atoms refused to the late pod.
     expect(await preferred([G0, G1])).toEqual([]);
     const e = await allocate('bettercompute.io/gpu', [G0]).catch((x: unknown) => x as grpc.ServiceError);
@@ -228,6 +233,31 @@ describe('Agent with a backend', () => {
     const r = await allocate('bettercompute.io/gpu', [G0]);
     expect(r.container_responses[0]!.envs).toMatchObject({ BETTERCOMPUTE_ATOMS: G0 });
     expect(backend.done).toEqual(['uid-next']);
+  });
+
+  it('a controller that misses a few calls: the preference and Allocate ask again, and the pod gets its booked atom', async () => {
+    backend.admission = { podUid: 'uid-1', namespace: 'ns', podName: 'p', atoms: [G1] };
+    backend.failNext = 2;
+    expect(await preferred([G0, G1])).toEqual([G1]);
+    backend.failNext = 2;
+    const r = await allocate('bettercompute.io/gpu', [G1]);
+    expect(r.container_responses[0]!.envs).toMatchObject({ BETTERCOMPUTE_ATOMS: G1 });
+    expect(backend.done).toEqual(['uid-1']);
+  });
+
+  it('a preference that could not be given is named in the refusal of what the kubelet then chose', async () => {
+    backend.admission = { podUid: 'uid-1', namespace: 'ns', podName: 'p', atoms: [G1] };
+    // The kubelet does not offer the booked atom (it counts it as another pod's): no preference, and Allocate says why.
+    expect(await preferred([G0])).toEqual([]);
+    const e = await allocate('bettercompute.io/gpu', [G0]).catch((x: unknown) => x as grpc.ServiceError);
+    expect(e).toMatchObject({ code: grpc.status.FAILED_PRECONDITION });
+    expect((e as grpc.ServiceError).details).toContain(`was booked ${G1} (no preference was given: the kubelet does not offer booked atoms ${G1})`);
+    // The controller away through the retry budget: no preference either, named the same way.
+    backend.failNext = 1_000;
+    expect(await preferred([G0, G1])).toEqual([]);
+    backend.failNext = 0;
+    const e2 = await allocate('bettercompute.io/gpu', [G0]).catch((x: unknown) => x as grpc.ServiceError);
+    expect((e2 as grpc.ServiceError).details).toContain('(no preference was given: cannot ask the controller which pod is admitted on node-a: no answer within 5000 ms)');
   });
 
   describe('guard 6: an atom, its GPU, or a part of it that a live container holds is refused, with the holder named', () => {

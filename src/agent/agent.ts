@@ -68,6 +68,12 @@ export interface AgentOptions {
   hostDirs?: HostDirs;
   /** Told when the node's atoms (or their health) changed: the DRA plugin publishes them as ResourceSlices. */
   onAtomsChange?: () => void;
+  /**
+   * How long a preference or an Allocate keeps asking after a failed call to the controller or to the kubelet's
+   * PodResources (default 10 s; 0: one try). The kubelet waits on both calls without a deadline, and a pod refused
+   * on a passing fault fails for good.
+   */
+  callRetryMs?: number;
 }
 
 interface Served {
@@ -163,6 +169,11 @@ export class Agent {
   private reconciling: Promise<void> = Promise.resolve();
   /** Admission pod UID → atoms this agent has allocated for it so far. */
   private readonly allocatedFor = new Map<string, Set<string>>();
+  /**
+   * Why the last preference left the choice to the kubelet; cleared by one that gave the booked atoms, and by Allocate,
+   * which the kubelet calls next for the same container (its refusal names it).
+   */
+  private noPreference?: string;
   private kubeletIno?: number;
   /** Per resource, the last strategy choice logged. */
   private readonly lastDeviceList = new Map<string, string>();
@@ -427,31 +438,27 @@ export class Agent {
       devices: () => this.devicesOf(resource, s),
       preferred: async (available, mustInclude, size) => {
         if (!generic) return [...mustInclude, ...available.filter((a) => !mustInclude.includes(a))].slice(0, size);
-        // A preference only: without an answer from the controller the kubelet chooses (and Allocate decides). Nor for
-        // an admission whose pod the kubelet does not have: the call is for another pod (Allocate refuses it).
-        const adm = await this.admission().catch(() => null);
-        if (adm && !(await this.listPods().catch(() => undefined))?.pods.has(`${adm.namespace}/${adm.podName}`)) return mustInclude.slice(0, size);
-        const done = adm ? (this.allocatedFor.get(adm.podUid) ?? new Set<string>()) : new Set<string>();
-        const booked = (adm?.atoms ?? []).filter((a) => this.classOf(a) === generic && !done.has(a) && available.includes(a));
-        return [...new Set([...mustInclude, ...booked])].slice(0, size);
+        return [...new Set([...mustInclude, ...(await this.bookedPreference(generic, available))])].slice(0, size);
       },
       allocate: async (ids) => {
         if (s.reservationId) {
           const outside = ids.filter((id) => !(s.atoms ?? []).includes(id));
           if (outside.length) throw new RefusedError(`${outside.join(',')} are not atoms of reservation ${s.reservationId} on this node`);
-          this.guard6(ids, await this.listPods());
+          this.guard6(ids, await this.persist('listing the kubelet pods', () => this.listPods()));
           const response = await this.containerResponse(resource, ids, s.reservationId);
           this.o.log.info('allocated reservation atoms', { resource, atoms: ids });
           return response;
         }
-        const adm = await this.admission();
+        const noPreference = this.noPreference;
+        this.noPreference = undefined;
+        const adm = await this.persist('asking the controller for the admission', () => this.admission());
         if (!adm || adm.atoms.length === 0) {
           throw new RefusedError(`no on-demand admission is in flight on ${this.o.nodeName}: ${resource} goes only to pods bound by the scheduler extender`);
         }
         // An admission belongs to one pod: the kubelet admits pods one at a time and lists the one it admits, so an
         // Allocate while the admission's pod is not listed is for another pod, one whose own admission ran out (a
         // kubelet that came back late). It is refused rather than handed this pod's atoms, whichever it asks for.
-        const snapshot = await this.listPods();
+        const snapshot = await this.persist('listing the kubelet pods', () => this.listPods());
         if (!snapshot.pods.has(`${adm.namespace}/${adm.podName}`)) {
           throw new RefusedError(
             `the on-demand admission on ${this.o.nodeName} is for pod ${adm.namespace}/${adm.podName}, which the kubelet is not admitting: this Allocate is for another pod, and its atoms are not that pod's`,
@@ -459,7 +466,9 @@ export class Agent {
         }
         const notBooked = ids.filter((id) => !adm.atoms.includes(id));
         if (notBooked.length) {
-          throw new RefusedError(`the kubelet chose ${ids.join(',')}, but pod ${adm.namespace}/${adm.podName} was booked ${adm.atoms.join(',')}`);
+          throw new RefusedError(
+            `the kubelet chose ${ids.join(',')}, but pod ${adm.namespace}/${adm.podName} was booked ${adm.atoms.join(',')}${noPreference ? ` (no preference was given: ${noPreference})` : ''}`,
+          );
         }
         this.guard6(ids, snapshot);
         const response = await this.containerResponse(resource, ids);
@@ -477,6 +486,54 @@ export class Agent {
         return response;
       },
     };
+  }
+
+  /**
+   * The admission's atoms of this class that the kubelet offers and this agent has not yet handed over: what it should
+   * choose. Empty leaves the choice to the kubelet, and Allocate then refuses anything not booked; why is logged, and
+   * named in that refusal: no admission, one for a pod the kubelet is not admitting (the call is another pod's), a
+   * controller or PodResources that did not answer in time, or booked atoms the kubelet does not offer.
+   */
+  private async bookedPreference(cls: DeviceClass, available: string[]): Promise<string[]> {
+    const none = (why: string, fields: Record<string, unknown> = {}): string[] => {
+      this.o.log.warn('no preference for the booked atoms: the kubelet chooses', { node: this.o.nodeName, why, ...fields });
+      this.noPreference = why;
+      return [];
+    };
+    this.noPreference = undefined;
+    let adm: NodeState['admission'] = null;
+    let snapshot: PodResourcesSnapshot;
+    try {
+      adm = await this.persist('asking the controller for the admission', () => this.admission());
+      if (!adm) return none('no on-demand admission is in flight');
+      snapshot = await this.persist('listing the kubelet pods', () => this.listPods());
+    } catch (e) {
+      return none((e as Error).message, adm ? { pod: `${adm.namespace}/${adm.podName}` } : {});
+    }
+    const pod = `${adm.namespace}/${adm.podName}`;
+    if (!snapshot.pods.has(pod)) return none(`the admission is for pod ${pod}, which the kubelet is not admitting`);
+    const done = this.allocatedFor.get(adm.podUid) ?? new Set<string>();
+    const wanted = adm.atoms.filter((a) => this.classOf(a) === cls && !done.has(a));
+    const offered = wanted.filter((a) => available.includes(a));
+    if (offered.length < wanted.length) {
+      const missing = wanted.filter((a) => !offered.includes(a));
+      none(`the kubelet does not offer booked atoms ${missing.join(',')}`, { pod, available });
+    }
+    return offered;
+  }
+
+  /** Calls `fn` again after a failure, backing off from 100 ms to 1 s, for up to `callRetryMs`; then its last error. */
+  private async persist<T>(what: string, fn: () => Promise<T>): Promise<T> {
+    const until = systemClock.now() + (this.o.callRetryMs ?? 10_000);
+    for (let delay = 100, attempt = 1; ; delay = Math.min(delay * 2, 1000), attempt++) {
+      try {
+        return await fn();
+      } catch (e) {
+        if (systemClock.now() + delay > until) throw e;
+        this.o.log.warn(`${what} failed; asking again`, { node: this.o.nodeName, attempt, ...errorFields(e) });
+        await systemClock.sleep(delay);
+      }
+    }
   }
 
   private classOf(atom: string): DeviceClass | undefined {

@@ -1,11 +1,13 @@
 // The extender's bind: writes first (a reservation's assignment, or an on-demand booking with the node's admission
-// lease, through the ledger gateway), then creates the Binding, and undoes its writes if that fails. A bind that stopped
+// lease, through the ledger gateway), then creates the Binding, and undoes its writes if that was refused (one that may
+// have landed, a timeout, keeps them: bindingMayHaveLanded). A bind that stopped
 // between its booking and its Binding leaves the pod holding atoms: bind recognises them by the pod's uid and honours
 // them. Its cache: the pods filter was last asked about, taken at bind instead of a read from the API server.
 import type { DeviceClass } from '../core/types.ts';
 import type { PodBookingOutcome } from '../db/ledger.ts';
 import { atomsHeld, nodePools, podHolding, waitsForMessage } from '../db/reads.ts';
 import { errorFields } from '../log.ts';
+import { httpStatus } from './kube.ts';
 import type { AdmittingTracker } from './admitting.ts';
 import { tenantOf } from './judge.ts';
 import { ALLOCATION_ANNOTATION, ATOMS_ANNOTATION, type PodDemand } from './resources.ts';
@@ -15,6 +17,21 @@ import { PodSchema, type ExtenderBindingArgs, type Pod } from './wire.ts';
 export { BindError } from './deps.ts';
 
 /** How many pods filter remembers for their bind, and for how long (see recent). */
+/** Errors of a Binding that was never sent: nothing can have landed. */
+const NOT_SENT = new Set(['ECONNREFUSED', 'ENOTFOUND', 'EAI_AGAIN', 'EHOSTUNREACH', 'ENETUNREACH']);
+
+/**
+ * Whether a failed Binding may still have landed: no answer (a timeout, a dropped connection) or an answer that says
+ * the server may have written it (500, 504). Such a pod keeps what it holds: if it was bound, its atoms are its own;
+ * if not, its next bind is honoured there (filter passes only that node), and the releaser frees them when it goes.
+ */
+export function bindingMayHaveLanded(e: unknown): boolean {
+  if (e instanceof BindError) return false;
+  const status = httpStatus(e);
+  if (status !== undefined) return status === 500 || status === 504;
+  return !NOT_SENT.has(String((e as { code?: unknown }).code ?? (e as { cause?: { code?: unknown } }).cause?.code ?? ''));
+}
+
 const RECENT_PODS = 1024;
 const RECENT_POD_MS = 60_000;
 
@@ -93,9 +110,20 @@ export class ExtenderBinder {
     try {
       await this.d.kube.bindPod(namespace, name, uid, node);
     } catch (e) {
-      if (!assigned.existing) await this.undo(pod, node, () => this.d.ledger.releasePod(uid));
+      if (bindingMayHaveLanded(e)) this.keptAfterUnknownBinding(pod, node, e);
+      else if (!assigned.existing) await this.undo(pod, node, () => this.d.ledger.releasePod(uid));
       throw e;
     }
+  }
+
+  private keptAfterUnknownBinding(pod: Pod, node: string, e: unknown): void {
+    const { namespace, name, uid } = pod.metadata;
+    this.d.log.warn('the Binding may have landed: the pod keeps what it holds (its next bind is honoured there; the releaser frees it when the pod goes)', {
+      pod: `${namespace}/${name}`,
+      uid,
+      node,
+      ...errorFields(e),
+    });
   }
 
   /**
@@ -180,6 +208,7 @@ export class ExtenderBinder {
   private async bindBooked(pod: Pod, node: string, poolId: string, booked: Extract<PodBookingOutcome, { ok: true }>): Promise<boolean> {
     const { namespace, name, uid } = pod.metadata;
     let applied = false;
+    let sent = false;
     try {
       if (booked.nodeId !== node) throw new BindError(`pod already holds a booking on ${booked.nodeId}`);
       // Atoms free in the ledger whose earlier holder's container may still run (its booking ended): the pod waits.
@@ -191,6 +220,7 @@ export class ExtenderBinder {
       // The next filter sees the booking at once: the state applies it, not a reload of what its notifications name.
       if (booked.written) applied = this.d.memory?.applyPodBooking({ podUid: uid, nodeId: node, atoms: booked.atoms, ...booked.written }) ?? false;
       // The atoms on the pod for people and tools, in the Binding's own write (one API call, not two).
+      sent = true;
       await this.d.kube.bindPod(namespace, name, uid, node, {
         [ATOMS_ANNOTATION]: booked.atoms.join(','),
         [ALLOCATION_ANNOTATION]: booked.allocationId,
@@ -200,6 +230,12 @@ export class ExtenderBinder {
       this.d.log.info('bound on-demand pod', { pod: `${namespace}/${name}`, uid, node, atoms: booked.atoms, allocation: booked.allocationId });
       return applied;
     } catch (e) {
+      // A Binding that may have landed keeps the booking and the admission lease: the kubelet may be admitting the pod.
+      if (sent && bindingMayHaveLanded(e)) {
+        this.keptAfterUnknownBinding(pod, node, e);
+        this.o.invalidate(poolId);
+        throw e;
+      }
       // A new booking is released with the admission (one transaction); an existing one stays the pod's.
       if (!booked.existing) await this.undo(pod, node, () => this.d.ledger.releasePod(uid));
       else await this.undo(pod, node, () => this.d.ledger.dropAdmission(node, uid));

@@ -6,7 +6,8 @@
 import { beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { Ledger } from '../../src/db/ledger.ts';
 import { createPool, type Db } from '../../src/db/pool.ts';
-import type { ExtenderKube } from '../../src/extender/kube.ts';
+import { KubeStatusError, type ExtenderKube } from '../../src/extender/kube.ts';
+import { KubeCallTimeoutError } from '../../src/kube/client.ts';
 import { reservationResourceName, TENANT_LABEL } from '../../src/extender/resources.ts';
 import { ExtenderService } from '../../src/extender/service.ts';
 import { createLogger } from '../../src/log.ts';
@@ -43,6 +44,9 @@ class FakeKube implements ExtenderKube {
   /** The next bindPod calls that throw, and what each does to the database first. */
   failBinds = 0;
   onFailedBind: () => void = () => undefined;
+  /** The next bindPod calls that time out; with `timeoutLands`, the API server wrote the Binding all the same. */
+  timeoutBinds = 0;
+  timeoutLands = false;
   /** getPod calls. */
   reads = 0;
   async getPod(namespace: string, name: string) {
@@ -60,7 +64,12 @@ class FakeKube implements ExtenderKube {
     if (this.failBinds > 0) {
       this.failBinds--;
       this.onFailedBind();
-      throw new Error('the API server is unavailable');
+      throw new KubeStatusError(503, 'the API server is unavailable');
+    }
+    if (this.timeoutBinds > 0) {
+      this.timeoutBinds--;
+      if (this.timeoutLands) this.bound.push({ name, node });
+      throw new KubeCallTimeoutError(5000);
     }
     this.bound.push({ name, node });
   }
@@ -190,6 +199,31 @@ describe('a bind that stopped between booking and Binding', () => {
     expect(held!.node_id).toBe(A);
     expect((await filter(p, [A, B])).NodeNames).toEqual([A]);
     expect(await bind(p, A)).toEqual({ Error: '' });
+    expect(await liveBookings(p.metadata.uid)).toEqual([held]);
+  });
+
+  it('the Binding times out and landed: the pod keeps its booking and the admission lease (the kubelet admits it with them)', async () => {
+    const p = pod();
+    kube.timeoutBinds = 1;
+    kube.timeoutLands = true;
+    expect((await bind(p, A)).Error).toMatch(/did not answer within 5000 ms/);
+    expect(kube.bound).toEqual([{ name: p.metadata.name, node: A }]);
+    expect(logs.find((l) => String(l.msg).startsWith('the Binding may have landed'))).toMatchObject({ level: 'warn', uid: p.metadata.uid, node: A });
+    const [held] = await liveBookings(p.metadata.uid);
+    expect(held!.node_id).toBe(A);
+    const { rows } = await ctx.db.query(`SELECT pod_uid FROM ondemand_admissions WHERE node_id = $1`, [A]);
+    expect(rows).toEqual([{ pod_uid: p.metadata.uid }]);
+  });
+
+  it('the Binding times out and did not land: its next bind is honoured on the same node, with the same booking', async () => {
+    const p = pod();
+    kube.timeoutBinds = 1;
+    expect((await bind(p, A)).Error).toMatch(/did not answer within 5000 ms/);
+    const [held] = await liveBookings(p.metadata.uid);
+    expect(held!.node_id).toBe(A);
+    expect((await filter(p, [A, B])).NodeNames).toEqual([A]);
+    expect(await bind(p, A)).toEqual({ Error: '' });
+    expect(kube.bound).toEqual([{ name: p.metadata.name, node: A }]);
     expect(await liveBookings(p.metadata.uid)).toEqual([held]);
   });
 
