@@ -133,6 +133,8 @@ export interface ReservationStatus {
   start?: string;
   end?: string;
   leaseExpiresAt?: string;
+  /** A Reservation waiting for capacity that starts as soon as it fits: when it starts if nothing else changes (ADR 0058). */
+  earliestStart?: string;
   /** A recurring Reservation: its windows that have not ended, booked a horizon ahead, earliest first. */
   occurrences?: OccurrenceStatus[];
   /** The ledger's state (held, confirmed, released, expired): a held booking is Reserved until it is confirmed or expires. */

@@ -11,6 +11,7 @@ import type { ControllerContext } from '../context.ts';
 import { pendingEntry, poolIdOf } from '../context.ts';
 import { maxPendingOf, overPendingLimit, TOO_MANY_PENDING, type PendingEntry } from '../../core/pending.ts';
 import { statusOf } from '../../kube/client.ts';
+import { KUEUE_BOOKING_HORIZON_MS } from '../../core/kueue-check.ts';
 import type { ReconcileResult } from '../queue.ts';
 import {
   RESERVATION_FINALIZER,
@@ -97,6 +98,9 @@ const WINDOW_REASONS: Record<Extract<ReserveOutcome, { ok: false }>['code'], str
 };
 
 /** A one-shot Reservation's verdict when the ledger refuses its booking, by the ledger's code (the message is the ledger's). */
+/** How far ahead a waiting Reservation's earliest start is looked for (the Kueue check's horizon too). */
+const ETA_HORIZON_MS = KUEUE_BOOKING_HORIZON_MS;
+
 const REFUSALS: Record<Extract<ReserveOutcome, { ok: false }>['code'], Omit<Verdict, 'message'>> = {
   NO_CAPACITY: { phase: 'Pending', status: 'False', reason: 'Unschedulable', eventType: 'Warning' },
   QUOTA_EXCEEDED: { phase: 'Pending', status: 'False', reason: 'QuotaExceeded', eventType: 'Warning' },
@@ -185,21 +189,45 @@ export class ReservationReconciler {
     if (waits) return void (await this.writeVerdict(r, tenant, poolId, waits));
 
     const outcome: ReserveOutcome = await this.ctx.ledger.reserve(input, this.ctx.clock.now());
-    if (!outcome.ok) return this.refused(r, tenant, poolId, outcome);
+    if (!outcome.ok) return this.refused(r, tenant, poolId, outcome, input);
     const view = await this.confirmIfAsked(r, outcome.reservation);
     await this.writeBooked(r, view, tenant, true);
     return this.wakeAt(view, unusedAfterMs(r));
   }
 
-  /** The ledger refused a one-shot CR's booking: its verdict; Pending ones are tried again (a lost race at once). */
-  private async refused(r: Reservation, tenant: string, poolId: string, outcome: Extract<ReserveOutcome, { ok: false }>): Promise<ReconcileResult> {
+  /**
+   * The ledger refused a one-shot CR's booking: its verdict; Pending ones are tried again (a lost race at once). A CR
+   * that starts as soon as it fits and found no capacity says when that is (status.earliestStart, ADR 0058), and is
+   * tried again then.
+   */
+  private async refused(
+    r: Reservation,
+    tenant: string,
+    poolId: string,
+    outcome: Extract<ReserveOutcome, { ok: false }>,
+    input: ReservationCreateInput,
+  ): Promise<ReconcileResult> {
     const v = REFUSALS[outcome.code];
-    const message =
-      outcome.code === 'NOT_FOUND' ? `pool ${r.spec.pool} is not offered to tenant ${tenant}` : outcome.message;
-    await this.writeVerdict(r, tenant, poolId, { ...v, message });
+    const now = this.ctx.clock.now();
+    const eta = outcome.code === 'NO_CAPACITY' && r.spec.start === undefined ? await this.earliestStart(input, now) : undefined;
+    const refusal = outcome.code === 'NOT_FOUND' ? `pool ${r.spec.pool} is not offered to tenant ${tenant}` : outcome.message;
+    const message = eta === undefined ? refusal : `${refusal}; it starts at ${iso(eta)} if nothing else changes`;
+    await this.writeVerdict(r, tenant, poolId, { ...v, message }, eta === undefined ? {} : { earliestStart: iso(eta) });
     if (v.phase === 'Failed') return;
     if (outcome.code === 'CONTENDED') return { requeueAfterMs: 100 };
+    // Tried again at its earliest start (or sooner, when capacity frees: the pool's pending are woken).
+    if (eta !== undefined) return { requeueAfterMs: Math.min(this.ctx.tuning.pendingMaxBackoffMs, eta - now + 250) };
     return { backoff: true };
+  }
+
+  /**
+   * When a booking of `input` that starts as soon as it fits would start, if nothing else changes: the placer's
+   * earliest window over the pool's bookings (capacity only: quota is checked when it books). Undefined when it fits
+   * nowhere within the horizon, or already now (the ledger's refusal then was not about time).
+   */
+  private async earliestStart(input: ReservationCreateInput, now: number): Promise<number | undefined> {
+    const found = await this.ctx.ledger.earliestWindow([input], now, ETA_HORIZON_MS);
+    return found.ok && found.start > now + 1000 ? found.start : undefined;
   }
 
   /** The ledger id of the CR's Pool, or what to do while there is none (its verdict is written). */
@@ -530,8 +558,8 @@ export class ReservationReconciler {
     await this.writeStatus(r, bookedStatus(r, view, tenant), v, v.phase === 'Reserved' ? degradedVerdict(view) : undefined);
   }
 
-  private async writeVerdict(r: Reservation, tenant: string, poolId: string | undefined, v: Verdict): Promise<void> {
-    await this.writeStatus(r, { phase: v.phase, tenant, ...(poolId ? { poolId } : {}) }, v);
+  private async writeVerdict(r: Reservation, tenant: string, poolId: string | undefined, v: Verdict, extra: Pick<ReservationStatus, 'earliestStart'> = {}): Promise<void> {
+    await this.writeStatus(r, { phase: v.phase, tenant, ...(poolId ? { poolId } : {}), ...extra }, v);
   }
 
   /** Writes status and the Reserved condition when they changed; an Event when the phase or reason changed. */
@@ -542,8 +570,10 @@ export class ReservationReconciler {
     const next: ReservationStatus = { ...status, observedGeneration: generation, conditions };
     if (!statusChanged(prev, next, v, degraded)) return;
     await this.announce(r, prev, v, degraded);
-    // A merge patch keeps what it does not name: a lease that a confirmation or an expiry ended is removed by name.
-    const patch: Record<string, unknown> = { ...next, ...(prev.leaseExpiresAt && !next.leaseExpiresAt ? { leaseExpiresAt: null } : {}) };
+    // A merge patch keeps what it does not name: a lease that a confirmation or an expiry ended, and an earliest start
+    // that no longer stands (booked, or refused for another reason), are removed by name.
+    const patch: Record<string, unknown> = { ...next };
+    for (const k of ['leaseExpiresAt', 'earliestStart'] as const) if (prev[k] && !next[k]) patch[k] = null;
     try {
       await this.ctx.kube.patchReservationStatus(r.metadata.namespace!, r.metadata.name, patch);
     } catch (e) {
