@@ -24,7 +24,10 @@ export const NodeStateSchema = z.strictObject({
   now: z.number(),
   /** The node's present, bookable atoms. */
   atoms: z.array(z.strictObject({ id: z.string().min(1), class: DeviceClassSchema, parentId: z.string().nullable(), healthy: z.boolean() })),
-  /** Reservations holding atoms on this node whose window holds `now`: their atoms on this node. */
+  /**
+   * Reservations whose atoms this node serves: held or confirmed ones whose window holds `now`, and ones with a pod
+   * still assigned here (ended or released; `end` is then a serving lease ahead of `now`). Their atoms on this node.
+   */
   reservations: z.array(
     z.strictObject({
       reservationId: z.string().min(1),

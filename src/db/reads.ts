@@ -221,6 +221,18 @@ export async function nodeAtoms(
  * The reservations (held or confirmed) whose window holds `atMs` and that hold atoms on a node: their live atoms
  * there. What the node's agent serves one endpoint each for.
  */
+/**
+ * How long past `atMs` a reservation is served while a pod of it is still on the node after its window ended or it was
+ * released (the agent reads its state again within this; each read extends it while such a pod remains).
+ */
+export const DRAINING_SERVE_MS = 60_000;
+
+/**
+ * The reservations whose atoms on this node are served at `atMs`: held or confirmed ones whose window holds it, and
+ * ones with a pod still assigned on the node (ended, released or preempted: its atoms stay its pods' until they are
+ * gone, so a pod the kubelet admits late still gets them and is then stopped, never refused; `end` is then a serving
+ * lease, DRAINING_SERVE_MS ahead). Their atoms: the node's non-empty bookings of the reservation.
+ */
 export async function activeReservationsOnNode(
   c: Queryable,
   nodeId: string,
@@ -228,15 +240,18 @@ export async function activeReservationsOnNode(
 ): Promise<{ reservationId: string; start: number; end: number; atoms: string[] }[]> {
   const { rows } = await c.query(
     `SELECT r.id, (extract(epoch FROM r.starts_at) * 1000)::float8 AS start, (extract(epoch FROM r.ends_at) * 1000)::float8 AS "end",
+            NOT (r.state IN ('held', 'confirmed') AND r.ends_at > to_timestamp($2::float8 / 1000)) AS draining,
             array_agg(DISTINCT b.device_id ORDER BY b.device_id) AS atoms
      FROM reservations r
-     JOIN allocations a ON a.reservation_id = r.id AND a.node_id = $1 AND a.released_at IS NULL
+     JOIN allocations a ON a.reservation_id = r.id AND a.node_id = $1
      JOIN device_bookings b ON b.allocation_id = a.id AND NOT isempty(b.during)
-     WHERE r.state IN ('held', 'confirmed') AND r.starts_at <= to_timestamp($2::float8 / 1000) AND r.ends_at > to_timestamp($2::float8 / 1000)
+     WHERE r.starts_at <= to_timestamp($2::float8 / 1000)
+       AND ((r.state IN ('held', 'confirmed') AND r.ends_at > to_timestamp($2::float8 / 1000) AND a.released_at IS NULL)
+            OR EXISTS (SELECT 1 FROM reservation_pod_assignments pa WHERE pa.reservation_id = r.id AND pa.node_id = $1 AND pa.released_at IS NULL))
      GROUP BY r.id ORDER BY r.id`,
     [nodeId, atMs],
   );
-  return rows.map((r) => ({ reservationId: r.id, start: r.start, end: r.end, atoms: r.atoms }));
+  return rows.map((r) => ({ reservationId: r.id, start: r.start, end: r.draining ? Math.max(r.end, atMs + DRAINING_SERVE_MS) : r.end, atoms: r.atoms }));
 }
 
 // ---- the extender's in-memory state (state-sync.ts): the same reads, for many keys at once ----------------------
