@@ -9,7 +9,7 @@ import pg from 'pg';
 import { createApp } from '../src/api/app.ts';
 import { StaticTokenAuthorizer } from '../src/api/authz.ts';
 import { createCapacityService } from '../src/api/capacity-service.ts';
-import { listen } from '../src/api/server.ts';
+import { listen } from '../src/http/server.ts';
 import { rebuildRollup } from '../src/db/capacity.ts';
 import { startEmbedded } from '../src/db/embedded.ts';
 import { Ledger } from '../src/db/ledger.ts';

@@ -29,8 +29,9 @@ import { FenceHolder } from '../src/controller/fence.ts';
 import { boundReservation } from '../src/kube/bounds.ts';
 import { KubeClient, kubeConfigFrom, PLURALS } from '../src/kube/client.ts';
 import { Informer } from '../src/kube/informer.ts';
-import { GROUP, VERSION, type NamespaceCR, type Reservation } from '../src/kube/types.ts';
+import { type NamespaceCR, type Reservation } from '../src/kube/types.ts';
 import type { Logger } from '../src/log.ts';
+import { GROUP, VERSION } from '../src/core/names.ts';
 
 export interface Reconciles {
   n: number;

@@ -69,7 +69,7 @@ import {
 import type { AllocatorProcessMessage } from './dra-allocator-process.ts';
 import type { ExtenderProcessMessage } from './extender-process.ts';
 import { seedNodes } from './seed.ts';
-import { ALLOCATION_GATE } from '../src/core/dra-allocate.ts';
+import { ALLOCATION_GATE } from '../src/core/names.ts';
 
 const SIZES = (process.env.BENCH_NODES ?? '1000,5000').split(',').map(Number);
 const PODS = Number(process.env.BENCH_PODS ?? 1000);

@@ -13,12 +13,12 @@ import { createPodAdmissionRouter, reservationRef, type AdmissionLookups } from 
 import type { NamespaceCR, Reservation } from '../../src/kube/types.ts';
 import { Ledger } from '../../src/db/ledger.ts';
 import { kubeConfigFrom } from '../../src/kube/client.ts';
-import { reservationResourceName } from '../../src/extender/resources.ts';
 import { silentLogger } from '../../src/log.ts';
 import { makeNode, makePool, reservation as reservationInput } from '../../test/support/builders.ts';
 import { createTestDatabase, type TestDatabase } from '../../test/support/db.ts';
 import { installCrds } from './controller-support.ts';
 import { agentKubeconfig, apply, clusterInfo, kubectl, kubectlJson, kubectlResult, uniqueName, waitFor, type List, type Pod } from './harness.ts';
+import { reservationResourceName } from '../../src/core/names.ts';
 
 // deploy/admission/ on the real API server (the process cluster's release, v1.37):
 // - the ValidatingAdmissionPolicies (CEL, compiled and run by the API server): a pod requesting our resources that

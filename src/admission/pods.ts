@@ -23,18 +23,18 @@
 // review.ts, a large one in a worker thread off the event loop the extender shares (review-pool.ts, ADR 0047).
 import express, { type Router } from 'express';
 import type { IncomingMessage } from 'node:http';
-import { ALLOCATION_GATE, isOurDeviceClass } from '../core/dra-allocate.ts';
-import { GENERIC_RESOURCES, RESERVATION_GROUP, RESERVATION_LABEL, RESERVATION_MARKER, reservationIdOfResource, reservationResourceName } from '../extender/resources.ts';
+import { isOurDeviceClass } from '../core/dra-allocate.ts';
 import type { Informer } from '../kube/informer.ts';
 import type { NamespaceCR, Reservation } from '../kube/types.ts';
 import { namespaceTenant } from '../kube/types.ts';
 import type { Db } from '../db/pool.ts';
-import { capDeclaredBody, readCappedBody } from '../api/body-cap.ts';
-import { peerOf } from '../api/peer.ts';
+import { capDeclaredBody, readCappedBody } from '../http/body-cap.ts';
+import { peerOf } from '../http/peer.ts';
 import { errorFields, type Logger } from '../log.ts';
 import { ledgerBookings, type BookingLookup } from './bookings.ts';
 import { decodeReview, decodeReviewJson, type ContainerLike, type DecodedReview, type PodLike, type Quantities } from './review.ts';
 import { REVIEW_WORKER_ABOVE_BYTES, ReviewDecoderPool, ReviewPoolBusy, ReviewPoolTimeout } from './review-pool.ts';
+import { ALLOCATION_GATE, GENERIC_RESOURCES, RESERVATION_GROUP, RESERVATION_LABEL, RESERVATION_MARKER, reservationIdOfResource, reservationResourceName } from '../core/names.ts';
 
 export const SCHEDULER_NAME = 'better-compute-scheduler';
 export const DEFAULT_SCHEDULER = 'default-scheduler';

@@ -4,7 +4,7 @@
 // transport answers 503) rather than piled up; a review not answered by its deadline is refused, and a worker still on
 // it is terminated and replaced (a JSON.parse cannot be interrupted otherwise).
 import type { Worker } from 'node:worker_threads';
-import { siblingScript, startWorker } from '../api/worker-thread.ts';
+import { siblingScript, startWorker } from '../http/worker-thread.ts';
 import type { DecodedReview } from './review.ts';
 import type { ReviewJob } from './review-worker.ts';
 

@@ -2,7 +2,7 @@
 // controller's event loop, and answers with what the transport needs (review.ts). The bytes come transferred, not
 // copied; the answer is small (the pod cut down to what admission reads).
 import { parentPort, workerData } from 'node:worker_threads';
-import { niceThisThread } from '../api/worker-thread.ts';
+import { niceThisThread } from '../http/worker-thread.ts';
 import { decodeReview } from './review.ts';
 
 export interface ReviewJob {

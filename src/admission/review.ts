@@ -4,7 +4,7 @@
 // large body's parse and check never hold the loop that the scheduler extender shares.
 // No I/O, no clock: the worker imports this module and nothing that opens a connection.
 import { z } from 'zod';
-import { RESERVATION_LABEL } from '../extender/resources.ts';
+import { RESERVATION_LABEL } from '../core/names.ts';
 
 type Quantities = Record<string, string | number>;
 const Quantities = z.record(z.string(), z.union([z.string(), z.number()]));

@@ -5,12 +5,12 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import type { AgentBackend, NodeState } from '../agentapi/wire.ts';
-import { reservationResourceName } from '../extender/resources.ts';
 import { silentLogger } from '../log.ts';
 import { activeReservations, Agent, atomsFromSpec } from './agent.ts';
 import { startFakeKubeApi, type FakeKubeApi } from '../../test/support/fake-kube-api.ts';
-import { DISCOVERY_STALE_ANNOTATION, simulatedSpec, type DeviceSource, type NodeDevicesSpec } from './discovery.ts';
+import { simulatedSpec, type DeviceSource, type NodeDevicesSpec } from './discovery.ts';
 import { bindUnix, devicePluginClient, grpc, podResourcesService, unary } from './grpc.ts';
+import { DISCOVERY_STALE_ANNOTATION, reservationResourceName } from '../core/names.ts';
 
 const NODE = 'node-a';
 const spec = simulatedSpec(NODE, 3);

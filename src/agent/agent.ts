@@ -9,10 +9,9 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import * as k8s from '@kubernetes/client-node';
-import { DRA_DRIVER, type AgentBackend, type NodeAtom, type NodeState } from '../agentapi/wire.ts';
+import { type AgentBackend, type NodeAtom, type NodeState } from '../agentapi/wire.ts';
 import type { DeviceClass } from '../core/types.ts';
 import type { SliceAtom } from '../core/dra-slices.ts';
-import { GENERIC_RESOURCES, RESERVATION_GROUP, RESOURCE_OF_CLASS, reservationIdOfResource } from '../extender/resources.ts';
 import { errorFields, type Logger } from '../log.ts';
 import {
   containerAllocateResponse,
@@ -25,12 +24,12 @@ import {
 } from '../core/device-list.ts';
 import { readCdiNames } from './cdi-specs.ts';
 import { readHostDeviceNodes, type HostDirs } from './device-nodes.ts';
-import { DISCOVERY_STALE_ANNOTATION, DiscoveryHistory, type DeviceSource, type MigDevice, type NodeDevicesSpec } from './discovery.ts';
+import { DiscoveryHistory, type DeviceSource, type MigDevice, type NodeDevicesSpec } from './discovery.ts';
 import { DevicePluginEndpoint, RefusedError, type EndpointHandler, type PluginDevice } from './plugin.ts';
 import { podResourcesReader, type PodResourcesReader, type PodResourcesSnapshot } from './podresources.ts';
 import { systemClock } from '../clock.ts';
+import { DISCOVERY_STALE_ANNOTATION, DRA_DRIVER, GENERIC_RESOURCES, GROUP, RESERVATION_GROUP, reservationIdOfResource, RESOURCE_OF_CLASS } from '../core/names.ts';
 
-export const API_GROUP = 'bettercompute.io';
 export const API_VERSION = 'v1alpha1';
 
 /** An atom of the node as the agent keeps it: the slice's fields (src/core/dra-slices.ts), any class of ours. */
@@ -288,7 +287,7 @@ export class Agent {
     const text = JSON.stringify({ spec, stale });
     if (text === this.published) return;
     const api = kc.makeApiClient(k8s.CustomObjectsApi);
-    const base = { group: API_GROUP, version: API_VERSION, plural: 'nodedevices' };
+    const base = { group: GROUP, version: API_VERSION, plural: 'nodedevices' };
     try {
       await api.patchClusterCustomObject(
         { ...base, name: this.o.nodeName, body: { metadata: { annotations: { [DISCOVERY_STALE_ANNOTATION]: stale ?? null } }, spec } },
@@ -299,7 +298,7 @@ export class Agent {
       await api.createClusterCustomObject({
         ...base,
         body: {
-          apiVersion: `${API_GROUP}/${API_VERSION}`,
+          apiVersion: `${GROUP}/${API_VERSION}`,
           kind: 'NodeDevices',
           metadata: { name: this.o.nodeName, ...(stale ? { annotations: { [DISCOVERY_STALE_ANNOTATION]: stale } } : {}) },
           spec,

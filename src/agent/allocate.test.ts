@@ -8,7 +8,6 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { AgentBackend, NodeState } from '../agentapi/wire.ts';
-import { reservationResourceName } from '../extender/resources.ts';
 import { silentLogger } from '../log.ts';
 import { fakeNvidiaHost } from '../../test/support/nvidia-host.ts';
 import { Agent } from './agent.ts';
@@ -16,6 +15,7 @@ import { DEFAULT_DEVICE_LIST_SETTINGS, type DeviceListStrategy } from '../core/d
 import type { HostDirs } from './device-nodes.ts';
 import { simulatedSpec, type DeviceSource, type NodeDevicesSpec } from './discovery.ts';
 import { bindUnix, grpc, podResourcesService } from './grpc.ts';
+import { reservationResourceName } from '../core/names.ts';
 
 const G0 = 'GPU-5d5ba0d6-d33d-2b2c-524d-9e3d8d2b8a77';
 const G1 = 'GPU-0c8e7b4e-91a8-4a34-8a8e-1a2b3c4d5e6f';

@@ -4,16 +4,7 @@
 import fs from 'node:fs/promises';
 import https from 'node:https';
 import type { z } from 'zod';
-import {
-  AGENT_API_PREFIX,
-  AdmissionDoneSchema,
-  ClaimPrepareAnswerSchema,
-  NodeStateSchema,
-  type AgentBackend,
-  type ClaimPrepareAnswer,
-  type ClaimPrepareRequest,
-  type NodeState,
-} from '../agentapi/wire.ts';
+import { AGENT_API_PREFIX, AdmissionDoneSchema, ClaimPrepareAnswerSchema, NodeStateSchema, type AgentBackend, type ClaimPrepareAnswer, type ClaimPrepareRequest, type NodeState } from '../agentapi/wire.ts';
 
 export interface ControllerClientOptions {
   /** https://host:port of the controller's webhook listener. */

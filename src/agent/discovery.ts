@@ -370,8 +370,6 @@ export function nvidiaSmiSource(node: string, binary = 'nvidia-smi', scalars: No
   };
 }
 
-/** Annotation on NodeDevices while its spec is the last good report of a discovery that fails now: since when, why. */
-export const DISCOVERY_STALE_ANNOTATION = 'bettercompute.io/discovery-stale';
 
 export interface FailedDiscovery {
   /** The report to publish: the last good one (unhealthy once failures reach the threshold); none before a first success. */

@@ -5,7 +5,8 @@
 import { ResourceClaimSchema } from '../core/dra-allocate.ts';
 import { draDeviceName } from '../core/dra-names.ts';
 import type { ClaimHolding } from '../db/claims.ts';
-import { DRA_DRIVER, type ClaimPrepareAnswer } from './wire.ts';
+import { type ClaimPrepareAnswer } from './wire.ts';
+import { DRA_DRIVER } from '../core/names.ts';
 
 export type ClaimRefusalCode = 'CLAIM_NOT_FOUND' | 'CLAIM_NOT_ALLOCATED' | 'CLAIM_NOT_ON_NODE' | 'CLAIM_NOT_BOOKED' | 'CLAIM_OUTSIDE_WINDOW';
 export type PrepareVerdict = { ok: true; answer: ClaimPrepareAnswer } | { ok: false; status: 403 | 404 | 409; code: ClaimRefusalCode; message: string };

@@ -3,10 +3,8 @@
 // the agent's projected ServiceAccount token; the API server says whose it is (TokenReview). Only the agent's
 // ServiceAccount, and only for the node its pod runs on (the token's node-name claim), is answered.
 import express, { type NextFunction, type Request, type RequestHandler, type Response, type Router } from 'express';
-import { bearerToken } from '../api/authz.ts';
-import { capDeclaredBody } from '../api/body-cap.ts';
-import { forbidden, invalidInput, notFound, toErrorResponse, unauthenticated } from '../api/errors.ts';
-import type { Principal } from '../api/authz.ts';
+import { capDeclaredBody } from '../http/body-cap.ts';
+import { forbidden, invalidInput, notFound, toErrorResponse, unauthenticated } from '../http/errors.ts';
 import type { Clock } from '../db/clock.ts';
 import type { Db } from '../db/pool.ts';
 import { errorFields, type Logger } from '../log.ts';
@@ -14,6 +12,7 @@ import { admissionDone, nodeState, NodeInventoryCache } from './state.ts';
 import { claimHolding } from '../db/claims.ts';
 import { judgePrepare } from './claims.ts';
 import { ClaimPrepareAnswerSchema, ClaimPrepareRequestSchema, ClaimUid, NodeName, PodUid } from './wire.ts';
+import { bearerToken, type Principal } from '../http/identity.ts';
 
 /** The claim of a pod-bound ServiceAccount token that names the node of its pod. */
 export const NODE_NAME_CLAIM = 'authentication.kubernetes.io/node-name';

@@ -4,9 +4,9 @@ import type { Clock } from '../db/clock.ts';
 import type { Db } from '../db/pool.ts';
 import { dropAdmission } from '../db/handoff.ts';
 import { activeReservationsOnNode, currentAdmission, nodeAtoms } from '../db/reads.ts';
-import { RESOURCE_OF_CLASS, reservationResourceName } from '../extender/resources.ts';
 import type { AgentBackend, NodeAtom, NodeState } from './wire.ts';
 import { systemClock } from '../clock.ts';
+import { RESOURCE_OF_CLASS, reservationResourceName } from '../core/names.ts';
 
 const SERVED_CLASSES = Object.keys(RESOURCE_OF_CLASS);
 

@@ -58,8 +58,6 @@ export interface AgentBackend {
 
 // ---- Dynamic Resource Allocation (ADR 0043) ----
 
-/** The DRA driver name of the product: ResourceSlices, allocation results and the kubelet plugin all carry it. */
-export const DRA_DRIVER = 'gpu.bettercompute.io';
 
 /** A ResourceClaim's UID (as the kubelet's NodePrepareResources names it). */
 export const ClaimUid = PodUid;

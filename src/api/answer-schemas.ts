@@ -6,7 +6,7 @@ import { z } from 'zod';
 import { QUOTA_PERIODS } from '../core/quota.ts';
 import type { ByDomainResult, ByPoolResult, PreviewResult, QuotaResult, TimelineResult, UsageResult } from './capacity-service.ts';
 import type { Summary } from '../db/capacity.ts';
-import { ERROR_STATUS, type ErrorBody } from './errors.ts';
+import { ERROR_STATUS, type ErrorBody } from '../http/errors.ts';
 
 const count = z.number().describe('atoms (whole GPUs for `gpu`)');
 const epochMs = z.number().describe('epoch milliseconds');
@@ -118,7 +118,7 @@ export const QuotaAnswer = z.strictObject({
 
 const ERROR_CODES = Object.keys(ERROR_STATUS) as [keyof typeof ERROR_STATUS, ...(keyof typeof ERROR_STATUS)[]];
 
-/** `{"error": {"code", "message"}}`, every failure of the API (src/api/errors.ts); `code` narrowed when given. */
+/** `{"error": {"code", "message"}}`, every failure of the API (src/http/errors.ts); `code` narrowed when given. */
 export function errorAnswer(code?: keyof typeof ERROR_STATUS) {
   return z.strictObject({
     error: z.strictObject({ code: code === undefined ? z.enum(ERROR_CODES) : z.literal(code), message: z.string() }),

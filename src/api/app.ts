@@ -6,16 +6,15 @@ import type { Registry } from 'prom-client';
 import type { z } from 'zod';
 import { errorFields, type Logger } from '../log.ts';
 import type { HttpMetrics } from '../metrics/registry.ts';
-import { bearerToken, type Authorizer, type CapacityReadTarget, type Principal } from './authz.ts';
+import { type Authorizer, type CapacityReadTarget } from './authz.ts';
 import type { CapacityService } from './capacity-service.ts';
-import { capDeclaredBody } from './body-cap.ts';
-import { requireTokenTransport } from './transport.ts';
-import { ApiError, invalidInput, toErrorResponse } from './errors.ts';
-import { mountCalendar } from '../ui/routes.ts';
-import type { ReservationDirectory } from '../ui/reservations.ts';
+import { capDeclaredBody } from '../http/body-cap.ts';
+import { requireTokenTransport } from '../http/transport.ts';
+import { ApiError, invalidInput, toErrorResponse } from '../http/errors.ts';
 import { OPENAPI_PATH, openApiJson } from './openapi.ts';
 import { ByDomainInput, ByPoolInput, parseInput, PreviewInput, QuotaInput, SummaryInput, TimelineInput, UsageInput } from '../core/schemas.ts';
 import { systemClock } from '../clock.ts';
+import { bearerToken, type Principal } from '../http/identity.ts';
 
 /** The largest request body read, in bytes; a larger one is INVALID_INPUT. */
 export const MAX_BODY_BYTES = 64 * 1024;
@@ -48,8 +47,11 @@ export interface AppDeps {
   live?: () => void;
   http?: HttpMetrics;
   maxBodyBytes?: number;
-  /** The GPU calendar's names and conditions of Kubernetes Reservations (the controller's informer); see src/ui/. */
-  reservationDirectory?: ReservationDirectory;
+  /**
+   * More routes, mounted after the capacity methods and before the fallbacks: the GPU calendar (src/ui/, mounted by the
+   * process's wiring, so that the API does not import the views over it).
+   */
+  routes?: (app: express.Express) => void;
 }
 
 interface Locals {
@@ -80,8 +82,7 @@ export function createApp(deps: AppDeps): express.Express {
   mountProbes(app, deps);
   mountCapacityMethods(app, deps);
 
-  // The GPU calendar (src/ui/, docs/calendar.md): GET /calendar, its sign-in and assets.
-  mountCalendar(app, { service: deps.service, authorizer: deps.authorizer, log: deps.log, ...(deps.reservationDirectory ? { directory: deps.reservationDirectory } : {}) });
+  deps.routes?.(app);
 
   mountFallbacks(app, deps);
   return app;

@@ -2,7 +2,7 @@
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { KubernetesAuthorizer, MAX_TENANT_NAMESPACES, PRODUCT_AUDIENCE, tenantNamespaces } from './authz-kubernetes.ts';
 import { API_SERVER_AUDIENCE, startFakeKubeApi, type FakeKubeApi, type FakeUser, type SeenRequest } from '../../test/support/fake-kube-api.ts';
-import { ApiError } from './errors.ts';
+import { ApiError } from '../http/errors.ts';
 
 /** token → user; (user, namespace, name?) → allowed. */
 const USERS: Record<string, FakeUser> = {

@@ -13,10 +13,12 @@ import {
   type V1NonResourceAttributes,
   type V1ResourceAttributes,
 } from '@kubernetes/client-node';
-import { describeTarget, type Authorizer, type CapacityReadTarget, type Principal } from './authz.ts';
-import { forbidden, unauthenticated } from './errors.ts';
-import { namespaceTenant, TENANT_LABEL as TENANT_NAMESPACE_LABEL } from '../kube/types.ts';
+import { describeTarget, type Authorizer, type CapacityReadTarget } from './authz.ts';
+import { forbidden, unauthenticated } from '../http/errors.ts';
+import { namespaceTenant } from '../kube/types.ts';
 import { systemClock } from '../clock.ts';
+import { TENANT_LABEL as TENANT_NAMESPACE_LABEL } from '../core/names.ts';
+import type { Principal } from '../http/identity.ts';
 
 export const CAPACITY_GROUP = 'bettercompute.io';
 /**

@@ -3,8 +3,9 @@ import os from 'node:os';
 import path from 'node:path';
 import { createHash } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
-import { bearerToken, StaticTokenAuthorizer } from './authz.ts';
-import { ApiError } from './errors.ts';
+import { StaticTokenAuthorizer } from './authz.ts';
+import { bearerToken } from '../http/identity.ts';
+import { ApiError } from '../http/errors.ts';
 
 async function failure(p: Promise<unknown>): Promise<ApiError> {
   try {

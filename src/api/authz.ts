@@ -5,15 +5,8 @@ import { createHash } from 'node:crypto';
 import fs from 'node:fs/promises';
 import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
-import { forbidden, unauthenticated } from './errors.ts';
-
-export interface Principal {
-  /** The user name (Kubernetes) or the token file's subject. */
-  readonly subject: string;
-  readonly uid?: string;
-  readonly groups?: readonly string[];
-  readonly extra?: Readonly<Record<string, readonly string[]>>;
-}
+import { forbidden, unauthenticated } from '../http/errors.ts';
+import type { Principal } from '../http/identity.ts';
 
 /**
  * What a capacity read is decided on: the tenant for `summary`, the pool for the others. The tenant is always the
@@ -29,13 +22,6 @@ export interface Authorizer {
   authenticate(token: string | undefined): Promise<Principal>;
   /** `compute:capacity:read` on the target. Throws ApiError FORBIDDEN when not allowed. */
   authorizeCapacityRead(principal: Principal, target: CapacityReadTarget): Promise<void>;
-}
-
-/** `Authorization: Bearer <token>` → the token; anything else → undefined. */
-export function bearerToken(header: string | undefined): string | undefined {
-  if (!header) return undefined;
-  const m = /^Bearer[ \t]+([^\s]+)[ \t]*$/i.exec(header);
-  return m?.[1];
 }
 
 export function describeTarget(t: CapacityReadTarget): string {

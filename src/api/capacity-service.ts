@@ -16,7 +16,8 @@ import { Ledger, type LedgerMetrics } from '../db/ledger.ts';
 import type { Db } from '../db/pool.ts';
 import { quotaStatus, type QuotaStatus } from '../db/quota.ts';
 import { getPool, isPoolVisible, type PoolInfo } from '../db/snapshot.ts';
-import { notFound } from './errors.ts';
+import { notFound } from '../http/errors.ts';
+import type { Preemptible, Previewer } from '../core/preview.ts';
 import { readUsage, type UsageTotal } from '../db/usage.ts';
 import {
   resolveTimelineWindow,
@@ -37,13 +38,6 @@ export interface PreviewCandidate {
   nodeId: string;
   atoms: string[];
   score: number;
-}
-
-export interface Preemptible {
-  /** How many spot reservations would get a notice. */
-  count: number;
-  /** When the request would start (epoch ms). */
-  start: number;
 }
 
 export interface PreviewResult {
@@ -104,19 +98,6 @@ export interface UsageResult {
   totals: UsageTotal[];
   /** With `hourly`: one row per hour, pool and resource that had use. */
   hours?: { hour: string; poolId: string; resource: string; atomSeconds: number; hours: number }[];
-}
-
-/** What the planner answers; Ledger.preview satisfies it. `preemptible` is passed through when the ledger gives one. */
-export type PlanAnswer =
-  | {
-      readonly ok: true;
-      readonly candidates: readonly { readonly nodeId: string; readonly atoms: readonly string[]; readonly score: number }[];
-      readonly gangDomain?: string;
-    }
-  | { readonly ok: false; readonly reason: string; readonly preemptible?: Preemptible };
-
-export interface Previewer {
-  preview(input: PreviewInput, nowMs: number): Promise<PlanAnswer>;
 }
 
 export interface CapacityServiceDeps {

@@ -11,7 +11,7 @@ import type { Authorizer } from './authz.ts';
 import type { CapacityService } from './capacity-service.ts';
 import { API_VERSION, buildOpenApiDocument, METHODS, OPENAPI_PATH, openApiJson, type CapacityMethodName } from './openapi.ts';
 import { OPENAPI_EXAMPLES } from './openapi-examples.ts';
-import { listen } from './server.ts';
+import { listen } from '../http/server.ts';
 
 const ROOT = path.join(import.meta.dirname, '..', '..');
 type Doc = { paths: Record<string, Record<string, { operationId: string; security?: unknown[] }>>; components: { schemas: Record<string, unknown> } };

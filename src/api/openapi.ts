@@ -15,7 +15,7 @@ import {
   TimelineAnswer,
   UsageAnswer,
 } from './answer-schemas.ts';
-import { ERROR_STATUS, type ErrorCode } from './errors.ts';
+import { ERROR_STATUS, type ErrorCode } from '../http/errors.ts';
 import { OPENAPI_EXAMPLES, type CapacityMethodName } from './openapi-examples.ts';
 
 export type { CapacityMethodName };

@@ -4,7 +4,7 @@
 // without authorization (whoever can reach the database can read it all).
 import fs from 'node:fs';
 import { CAPACITY_PATHS } from '../api/app.ts';
-import { ApiError } from '../api/errors.ts';
+import { ApiError } from '../http/errors.ts';
 import {
   createCapacityService,
   type ByDomainResult,

@@ -1,6 +1,6 @@
 // The CLI's transport: HTTPS trusting the given CA; a token never sent in clear text to anything but loopback.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { listen, type RunningServer } from '../api/server.ts';
+import { listen, type RunningServer } from '../http/server.ts';
 import { generateCa, issueServingCert } from '../controller/certs.ts';
 import { httpCall } from './capacity.ts';
 import { isLoopbackHost, tokenTransportProblem } from './http-post.ts';

@@ -6,13 +6,13 @@ import { systemClock } from '../clock.ts';
 import fs from 'node:fs/promises';
 import { parseAllDocuments } from 'yaml';
 import { z } from 'zod';
-import { ApiError } from '../api/errors.ts';
+import { ApiError } from '../http/errors.ts';
 import { createCapacityService } from '../api/capacity-service.ts';
 import { parseInput } from '../core/schemas.ts';
 import type { Config } from '../config.ts';
 import { kubeConfigFrom, KubeClient } from '../kube/client.ts';
 import { toCreateInput } from '../controller/reservation/reconciler.ts';
-import { API_VERSION, type Reservation } from '../kube/types.ts';
+import { type Reservation } from '../kube/types.ts';
 import { openDatabase } from '../db/connect.ts';
 import type { Db } from '../db/pool.ts';
 import { tenantReservations, type ReservationRow } from '../db/reservations.ts';
@@ -25,6 +25,7 @@ import { parseFlags } from './flags.ts';
 import { createProgress, openingStep, type Progress } from './progress.ts';
 import { parseWaitStates, WAIT_STATES, waitForState, WaitFailure } from './reservation-wait.ts';
 import { renderReservation, renderReservationList, type ReservationDetails } from './render-reservations.ts';
+import { API_VERSION } from '../core/names.ts';
 
 export const RESERVATIONS_USAGE = `usage: better-compute reservations <command> --tenant T [options]
 

@@ -8,7 +8,7 @@ import { KubernetesAuthorizer } from '../api/authz-kubernetes.ts';
 import { kubeConfigFrom } from '../kube/client.ts';
 import { StaticTokenAuthorizer, type Authorizer } from '../api/authz.ts';
 import { createCapacityService } from '../api/capacity-service.ts';
-import { listen } from '../api/server.ts';
+import { listen } from '../http/server.ts';
 import { stopOnSignal } from '../signals.ts';
 import { openDatabase } from '../db/connect.ts';
 import { startCapacityJobs } from '../jobs/capacity.ts';
@@ -17,6 +17,7 @@ import { registerCapacityGauges, registerDomainGauges } from '../metrics/capacit
 import { registerQuotaGauges } from '../metrics/quota.ts';
 import { ledgerMetrics } from '../metrics/ledger.ts';
 import { createRegistry, httpMetrics } from '../metrics/registry.ts';
+import { mountCalendar } from '../ui/routes.ts';
 
 export const SERVE_USAGE = `usage: better-compute serve [--host H] [--port P] [--token-file F]
 
@@ -63,6 +64,7 @@ export async function startServe(config: Config, log: Logger, opts: { drainMs?: 
       registry,
       log,
       http: httpMetrics(registry),
+      routes: (app) => mountCalendar(app, { service, authorizer, log }),
       async ready() {
         if (shuttingDown) throw new Error('shutting down');
         await database.db.query('SELECT 1');

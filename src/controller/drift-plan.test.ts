@@ -1,7 +1,8 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { incompleteReason, planDrift, type ClusterView, type LedgerView } from './drift-plan.ts';
-import { RESERVATION_FINALIZER, type Reservation } from '../kube/types.ts';
+import { type Reservation } from '../kube/types.ts';
+import { RESERVATION_FINALIZER } from '../core/names.ts';
 
 const UID_A = '0b6c3c1e-2f4d-4a8b-9c1d-111111111111';
 const UID_B = '0b6c3c1e-2f4d-4a8b-9c1d-222222222222';

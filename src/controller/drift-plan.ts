@@ -1,7 +1,8 @@
 // The drift reconcile's decision, pure: given what the ledger holds and a complete view of the cluster, which ledger
 // rows lost their Kubernetes object while no leader watched (so no delete event will ever come), and what to do about
 // each. The I/O (reading both views, applying the fixes, metrics) is in drift.ts.
-import { RESERVATION_FINALIZER, type NodeCR, type NodeDevicesCR, type PoolCR, type Reservation } from '../kube/types.ts';
+import { type NodeCR, type NodeDevicesCR, type PoolCR, type Reservation } from '../kube/types.ts';
+import { RESERVATION_FINALIZER } from '../core/names.ts';
 
 /** What the ledger holds, read before the cluster view (so a row the view lacks was made from an object seen earlier). */
 export interface LedgerView {

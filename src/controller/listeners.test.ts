@@ -16,9 +16,9 @@ import type { ExtenderService } from '../extender/service.ts';
 import { silentLogger } from '../log.ts';
 import { issueBundle, type TlsBundle } from './certs.ts';
 import { createWebhookApp, limitListeners, startListeners, WEBHOOK_MAX_BODY_BYTES, type ControllerListeners } from './listeners.ts';
-import { peerOf } from '../api/peer.ts';
+import { peerOf } from '../http/peer.ts';
 import { TLSSocket } from 'node:tls';
-import { listen } from '../api/server.ts';
+import { listen } from '../http/server.ts';
 import type { RequestListener } from 'node:http';
 import { createMetricsApp } from './metrics-endpoint.ts';
 

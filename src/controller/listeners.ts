@@ -7,15 +7,15 @@
 //   METRICS_HOST:METRICS_PORT        HTTPS  /metrics only, TokenReview + SubjectAccessReview (metrics-endpoint.ts)
 //   WEBHOOK_HOST:WEBHOOK_PORT        HTTPS  the routers mounted by the caller (admission webhook, node agents' API);
 //                                           with WEBHOOK_CLIENT_CA_FILE it asks for client certificates (ADR 0034);
-//                                           its TLS and body reading in a thread of its own (api/tls-front.ts, ADR 0048)
+//                                           its TLS and body reading in a thread of its own (http/tls-front.ts, ADR 0048)
 // The HTTPS listeners share one certificate (tls.ts), swapped in place on rotation; the capacity API may serve a
 // user-provided one instead (API_TLS_SECRET_NAME).
 import express, { type NextFunction, type Request, type RequestHandler, type Response } from 'express';
 import type { IncomingMessage, RequestListener } from 'node:http';
-import { ApiError, toErrorResponse } from '../api/errors.ts';
-import { isProbe, limitBySource } from '../api/rate-limit.ts';
-import { listen, type RunningServer } from '../api/server.ts';
-import { listenBehindFront, type FrontRoute } from '../api/tls-front.ts';
+import { ApiError, toErrorResponse } from '../http/errors.ts';
+import { isProbe, limitBySource } from '../http/rate-limit.ts';
+import { listen, type RunningServer } from '../http/server.ts';
+import { listenBehindFront, type FrontRoute } from '../http/tls-front.ts';
 import { MAX_REVIEW_BYTES } from '../admission/pods.ts';
 import { AGENT_API_MAX_BODY_BYTES } from '../agentapi/router.ts';
 import type { DbHealth } from '../db/health.ts';

@@ -6,9 +6,9 @@
 import express, { type NextFunction, type Request, type Response } from 'express';
 import type { Registry } from 'prom-client';
 import type { AccessAttributes } from '../api/authz-kubernetes.ts';
-import { bearerToken, type Principal } from '../api/authz.ts';
-import { forbidden, notFound, toErrorResponse } from '../api/errors.ts';
+import { forbidden, notFound, toErrorResponse } from '../http/errors.ts';
 import { errorFields, type Logger } from '../log.ts';
+import { bearerToken, type Principal } from '../http/identity.ts';
 
 export const METRICS_PATH = '/metrics';
 

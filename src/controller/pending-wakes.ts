@@ -4,9 +4,10 @@
 // next Reservation waiting behind its tenant's limit when a pending one of the same tenant and Pool leaves.
 import { systemClock, type MonotonicClock } from '../clock.ts';
 import { TOO_MANY_PENDING, WakeCoalescer, wakeBatch } from '../core/pending.ts';
-import { findCondition, keyOf, TENANT_LABEL, type NamespaceCR, type Reservation } from '../kube/types.ts';
+import { findCondition, keyOf, type NamespaceCR, type Reservation } from '../kube/types.ts';
 import { isPending, pendingEntry } from './context.ts';
 import type { WorkQueue } from './queue.ts';
+import { TENANT_LABEL } from '../core/names.ts';
 
 export interface PendingWakes {
   /** Asks for a wake of the Pool's pending Reservations (batched). */

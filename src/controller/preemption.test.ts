@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import type { PreemptionDue } from '../db/preemption.ts';
 import { silentLogger } from '../log.ts';
 import { preemptionPass, type PreemptionDeps } from './preemption.ts';
-import { PREEMPT_AT_ANNOTATION } from '../kube/types.ts';
+import { PREEMPT_AT_ANNOTATION } from '../core/names.ts';
 
 const AT = Date.UTC(2026, 0, 15, 10, 2);
 const victim = (id: string, pods: string[]): PreemptionDue => ({

@@ -8,7 +8,7 @@
 import type { Ledger } from '../db/ledger.ts';
 import { httpStatus, type ExtenderKube } from '../extender/kube.ts';
 import { errorFields, type Logger } from '../log.ts';
-import { PREEMPT_AT_ANNOTATION } from '../kube/types.ts';
+import { PREEMPT_AT_ANNOTATION } from '../core/names.ts';
 
 export interface PreemptionDeps {
   ledger: Pick<Ledger, 'preemptionNotices' | 'markPreemptionNotified' | 'preemptionsDue' | 'finishPreemption'>;

@@ -42,6 +42,7 @@ import { productWebhookRouters } from './webhooks.ts';
 import { setupControllers, type Controllers } from './setup.ts';
 import type { ControllerServices } from './services.ts';
 import { directoryOf } from '../ui/reservations.ts';
+import { mountCalendar } from '../ui/routes.ts';
 export type { ControllerServices } from './services.ts';
 
 export type { WebhookMount } from './listeners.ts';
@@ -211,14 +212,17 @@ async function createApps(config: Config, log: Logger, core: Core, started: Star
     dbLivenessMs: config.dbLivenessMs,
     shuttingDown: () => started.shuttingDown,
   });
+  const service = new CapacityService({ db: database.db, previewer: new StatePreviewer(memory, previews, { spotNoticeSeconds: core.spotNoticeSeconds }), clock });
+  const authorizer = await authorizerFor(config, kc, log, core.controllers);
   const api = createApp({
-    service: new CapacityService({ db: database.db, previewer: new StatePreviewer(memory, previews, { spotNoticeSeconds: core.spotNoticeSeconds }), clock }),
-    authorizer: await authorizerFor(config, kc, log, core.controllers),
+    service,
+    authorizer,
     log,
     http: httpMetrics(registry),
     ready: health.ready,
     live: health.live,
-    reservationDirectory: directoryOf(() => core.controllers.ctx.informers.reservations.list()),
+    // The GPU calendar (src/ui/, docs/calendar.md): GET /calendar, its sign-in and assets, on the API's listener.
+    routes: (app) => mountCalendar(app, { service, authorizer, log, directory: directoryOf(() => core.controllers.ctx.informers.reservations.list()) }),
   });
   // The scheduler extender on every replica, with an unfenced ledger: its binds are not leader work (the database
   // arbitrates between replicas). Filter and prioritize answer from the ledger in memory (ADR 0010).

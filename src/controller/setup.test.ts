@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { reservationUpdateWakes } from './setup.ts';
-import { CONFIRM_ANNOTATION, type Reservation } from '../kube/types.ts';
+import { type Reservation } from '../kube/types.ts';
+import { CONFIRM_ANNOTATION } from '../core/names.ts';
 
 const rsv = (over: Partial<Reservation['metadata']> = {}, status?: Reservation['status']): Reservation => ({
   metadata: { namespace: 'team-a', name: 'r', uid: 'u', generation: 1, resourceVersion: '1', ...over },

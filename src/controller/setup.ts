@@ -19,8 +19,9 @@ import { PoolReconciler } from './pool/reconciler.ts';
 import { WorkQueue, type ReconcileResult } from './queue.ts';
 import { ReservationReconciler } from './reservation/reconciler.ts';
 import { confirmRequested } from './reservation/status.ts';
-import { GROUP, keyOf, VERSION, type KubeObject, type Reservation } from '../kube/types.ts';
+import { keyOf, type KubeObject, type Reservation } from '../kube/types.ts';
 import { systemClock } from '../clock.ts';
+import { GROUP, VERSION } from '../core/names.ts';
 
 export interface SetupOptions {
   kc: KubeConfig;

@@ -13,7 +13,7 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { issueClientCert, labelledPodReview } from '../../test/support/webhook-caller.ts';
 import { request } from '../../test/support/http.ts';
 import { agentUsernameFor, NODE_NAME_CLAIM } from '../agentapi/router.ts';
-import { unauthenticated } from '../api/errors.ts';
+import { unauthenticated } from '../http/errors.ts';
 import type { Config } from '../config.ts';
 import type { Db } from '../db/pool.ts';
 import { silentLogger } from '../log.ts';

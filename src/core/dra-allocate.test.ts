@@ -1,19 +1,7 @@
 import { describe, expect, it } from 'vitest';
-import { DRA_DRIVER as WIRE_DRIVER } from '../agentapi/wire.ts';
-import {
-  ALLOCATION_GATE,
-  allocationFor,
-  classifyClaim,
-  decideAllocated,
-  decideClaim,
-  DRA_DRIVER,
-  gateVerdict,
-  ResourceClaimSchema,
-  type PodView,
-  type ReservationWindow,
-  type ResourceClaim,
-} from './dra-allocate.ts';
+import { allocationFor, classifyClaim, decideAllocated, decideClaim, gateVerdict, ResourceClaimSchema, type PodView, type ReservationWindow, type ResourceClaim } from './dra-allocate.ts';
 import { draDeviceName } from './dra-names.ts';
+import { ALLOCATION_GATE, DRA_DRIVER } from './names.ts';
 
 const NOW = Date.UTC(2026, 5, 1, 12);
 
@@ -119,14 +107,13 @@ describe('decideClaim', () => {
 
 describe('allocationFor', () => {
   it("names our driver, the node as pool, the atoms' device names, and pins the node", () => {
-    expect(DRA_DRIVER).toBe(WIRE_DRIVER);
     const claim = claimOf([exactly('gpu', 'gpu.bettercompute.io', 2)]);
     const atoms = ['GPU-aaaa', 'GPU-bbbb/gi1/ci0'];
     const r = allocationFor(claim, { nodeId: 'node-1', devices: atoms.map((atomId) => ({ request: 'gpu', atomId })) }, Date.parse('2026-12-05T02:12:18.734Z'));
     expect(r).toEqual({
       ok: true,
       allocation: {
-        devices: { results: atoms.map((a) => ({ request: 'gpu', driver: WIRE_DRIVER, pool: 'node-1', device: draDeviceName(a) })) },
+        devices: { results: atoms.map((a) => ({ request: 'gpu', driver: DRA_DRIVER, pool: 'node-1', device: draDeviceName(a) })) },
         nodeSelector: { nodeSelectorTerms: [{ matchFields: [{ key: 'metadata.name', operator: 'In', values: ['node-1'] }] }] },
         // Set by us: kube-scheduler 1.36+ would otherwise set it while reserving, a change of an immutable allocation.
         allocationTimestamp: '2026-12-05T02:12:18Z',

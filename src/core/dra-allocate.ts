@@ -3,9 +3,7 @@
 // wait (and why, until when), book or assign in the ledger, or write this status.allocation.
 import { z } from 'zod';
 import { draDeviceName } from './dra-names.ts';
-
-/** The product's DRA driver: src/agentapi/wire.ts DRA_DRIVER (core imports nothing outside itself; a test keeps them equal). */
-export const DRA_DRIVER = 'gpu.bettercompute.io';
+import { ALLOCATION_GATE, DRA_DRIVER, RESERVATION_LABEL } from './names.ts';
 
 /** The product's DeviceClasses and the ledger's class each stands for ('any': the atoms of the pod's Reservation). */
 export const DEVICE_CLASSES = {
@@ -18,17 +16,8 @@ export type OurDeviceClass = keyof typeof DEVICE_CLASSES;
 export const RESERVATION_DEVICE_CLASS: OurDeviceClass = 'reservation.bettercompute.io';
 export const isOurDeviceClass = (name: string | undefined): name is OurDeviceClass => name !== undefined && Object.hasOwn(DEVICE_CLASSES, name);
 
-/** Our finalizer on a claim we allocated: the claim goes only after its atoms are released. */
-export const CLAIM_FINALIZER = 'bettercompute.io/claim';
 /** The annotation the resourceclaim controller puts on a claim it made from a pod's ResourceClaimTemplate. */
 export const POD_CLAIM_NAME_ANNOTATION = 'resource.kubernetes.io/pod-claim-name';
-/** The pod label naming its Reservation (as in device-plugin mode). */
-export const POD_RESERVATION_LABEL = 'bettercompute.io/reservation';
-/**
- * The scheduling gate admission puts on a pod that claims our DeviceClasses through a ResourceClaimTemplate (ADR 0049):
- * kube-scheduler does not try the pod until the allocator lifts it, once every claim of ours of the pod is allocated.
- */
-export const ALLOCATION_GATE = 'bettercompute.io/allocation';
 
 // ---- what is read of a ResourceClaim (resource.k8s.io/v1) and of its Pod
 
@@ -151,16 +140,16 @@ export function decideClaim(i: { claim: ResourceClaim; pod: PodView | undefined;
   if (!ref) return { do: 'wait', reason: 'UnsupportedClaim', message: 'only claims made from a pod\'s ResourceClaimTemplate are allocated (no Pod owns this claim)' };
   if (!pod || pod.uid !== ref.uid) return { do: 'wait', reason: 'PodNotFound', message: `pod ${ref.name} (uid ${ref.uid}) is not seen yet` };
   if (pod.done) return { do: 'ignore', why: 'its pod has ended' };
-  const label = pod.labels[POD_RESERVATION_LABEL];
+  const label = pod.labels[RESERVATION_LABEL];
   if (kind.kind === 'onDemand') {
-    if (label) return { do: 'wait', reason: 'UnsupportedClaim', message: `pod ${pod.name} is labelled ${POD_RESERVATION_LABEL}=${label}: its claims use ${RESERVATION_DEVICE_CLASS}` };
+    if (label) return { do: 'wait', reason: 'UnsupportedClaim', message: `pod ${pod.name} is labelled ${RESERVATION_LABEL}=${label}: its claims use ${RESERVATION_DEVICE_CLASS}` };
     return { do: 'book', requests: kind.requests, nodeSelector: pod.nodeSelector, durationSeconds: pod.activeDeadlineSeconds };
   }
   return decideReservationClaim(kind.requests, pod, label, reservation, now);
 }
 
 function decideReservationClaim(requests: ClaimRequestPlan[], pod: PodView, label: string | undefined, r: ReservationWindow | undefined, now: number): ClaimDecision {
-  if (!label) return { do: 'wait', reason: 'NoReservation', message: `pod ${pod.name} asks for ${RESERVATION_DEVICE_CLASS} but has no ${POD_RESERVATION_LABEL} label naming its Reservation` };
+  if (!label) return { do: 'wait', reason: 'NoReservation', message: `pod ${pod.name} asks for ${RESERVATION_DEVICE_CLASS} but has no ${RESERVATION_LABEL} label naming its Reservation` };
   if (!r || r.deleting) return { do: 'wait', reason: 'ReservationNotFound', message: `Reservation ${label} is not in the pod's namespace, or is being deleted` };
   if (!r.bookingId || r.start === undefined || r.end === undefined) return { do: 'wait', reason: 'ReservationNotBooked', message: `Reservation ${label} is not booked yet` };
   if (r.ended || now >= r.end) return { do: 'wait', reason: 'ReservationEnded', message: `Reservation ${label} ended at ${new Date(r.end).toISOString()}` };

@@ -2,10 +2,9 @@
 // prepare on this node, the CDI spec a prepared claim's containers get (one CDI device per claim, named by its UID,
 // carrying what the device-plugin path hands a container: the atoms' env and device nodes), and the kubelet's answer.
 import type { ContainerAllocateResponse } from './device-list.ts';
-import { DRA_DRIVER, type ResourceClaim } from './dra-allocate.ts';
+import { type ResourceClaim } from './dra-allocate.ts';
+import { CLAIM_CDI_KIND, DRA_DRIVER } from './names.ts';
 
-/** The CDI kind of a prepared claim: `bettercompute.io/claim=<claim uid>`. */
-export const CLAIM_CDI_KIND = 'bettercompute.io/claim';
 /** The CDI spec version written (the first with every field used here and the one current runtimes read). */
 export const CDI_VERSION = '0.6.0';
 

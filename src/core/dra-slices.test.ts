@@ -1,9 +1,9 @@
 // The node's atoms as ResourceSlices: device names as the allocations name them, one pool per node, slices of at most
 // 128 devices that count each other; and the agent's sync decisions (what to create, replace and delete).
 import { describe, expect, it } from 'vitest';
-import { DRA_DRIVER } from './dra-allocate.ts';
 import { draDeviceName } from './dra-names.ts';
 import { MAX_DEVICES_PER_SLICE, mebibytesQuantity, planSliceSync, resourceSlicesFor, ResourceSliceSchema, sliceAtomsOf, type ExistingSlice, type ResourceSliceObject, type SliceAtom } from './dra-slices.ts';
+import { DRA_DRIVER } from './names.ts';
 
 const gpu = (i: number): SliceAtom => ({ id: `GPU-${String(i).padStart(3, '0')}`, class: 'gpu', gpu: `GPU-${String(i).padStart(3, '0')}`, visible: `GPU-${String(i).padStart(3, '0')}`, healthy: true, numaNode: 0 });
 

@@ -4,8 +4,8 @@
 // Pure. The agent publishes them (src/agent/dra/slices.ts, docs/dra-node.md); the controller allocates without them,
 // and our DeviceClasses select nothing, so a published slice informs and is never allocated from by kube-scheduler.
 import { z } from 'zod';
-import { DRA_DRIVER } from './dra-allocate.ts';
 import { draDeviceName } from './dra-names.ts';
+import { DRA_DRIVER } from './names.ts';
 
 /** The most devices one ResourceSlice may hold (the API server's limit). */
 export const MAX_DEVICES_PER_SLICE = 128;

@@ -1,21 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import {
-  bookedReservationName,
-  bookingFor,
-  decideLiveCheck,
-  decideReservationCheck,
-  DEFAULT_KUEUE_DURATION_SECONDS,
-  POOL_LABEL,
-  workloadLifecycle,
-  type PoolFacts,
-  MISSING_RESERVATION_GRACE_MS,
-  podSetDemand,
-  RESERVATION_LABEL,
-  reservationNameOf,
-  WorkloadSchema,
-  type ReservationFacts,
-  type Workload,
-} from './kueue-check.ts';
+import { bookedReservationName, bookingFor, decideLiveCheck, decideReservationCheck, DEFAULT_KUEUE_DURATION_SECONDS, workloadLifecycle, type PoolFacts, MISSING_RESERVATION_GRACE_MS, podSetDemand, reservationNameOf, WorkloadSchema, type ReservationFacts, type Workload } from './kueue-check.ts';
+import { POOL_LABEL, RESERVATION_LABEL } from './names.ts';
 
 const NOW = Date.UTC(2026, 11, 3, 12, 0);
 const MIN = 60_000;

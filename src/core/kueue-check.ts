@@ -5,21 +5,12 @@
 // its message, when to look again, the pod-set updates that make the pods the Reservation's pods, what to book for a
 // Workload that names none, when its booking is to be released, and when a Ready check has to go back to Retry.
 import { z } from 'zod';
+import { GENERIC_RESOURCES, POOL_LABEL, RESERVATION_LABEL } from './names.ts';
 
-/** The AdmissionCheck's spec.controllerName that this controller answers for. */
-export const CHECK_CONTROLLER_NAME = 'bettercompute.io/reservation';
-/** The label naming a Reservation of the Workload's namespace: on the Job (copied to the Workload) or its pod template. */
-export const RESERVATION_LABEL = 'bettercompute.io/reservation';
 /** How long a Workload waits for the Reservation it names to appear before the check rejects it. */
 export const MISSING_RESERVATION_GRACE_MS = 60_000;
 /** How soon a Pending check is looked at again when nothing else will wake it (a Reservation that does not exist yet). */
 export const RECHECK_MISSING_MS = 5_000;
-
-const GPU_RESOURCES: Readonly<Record<string, string>> = {
-  'bettercompute.io/gpu': 'gpu',
-  'bettercompute.io/gpu.mig': 'gpu.mig',
-  'bettercompute.io/gpu.slot': 'gpu.slot',
-};
 
 const Quantities = z.record(z.string(), z.union([z.string(), z.number()])).nullish();
 const Container = z.looseObject({ resources: z.looseObject({ requests: Quantities, limits: Quantities }).nullish() });
@@ -136,7 +127,7 @@ export function podSetDemand(w: Workload): Demand {
     const perPod = new Map<string, number>();
     const of = (c: z.infer<typeof Container>): Map<string, number> | string => {
       const m = new Map<string, number>();
-      for (const [res, cls] of Object.entries(GPU_RESOURCES)) {
+      for (const [res, cls] of Object.entries(GENERIC_RESOURCES)) {
         const q = c.resources?.limits?.[res] ?? c.resources?.requests?.[res];
         if (q === undefined) continue;
         const n = whole(q);
@@ -279,12 +270,6 @@ export function currentCheck(w: Workload, checkName: string): { state: string; m
 
 // ----- A Workload that names no Reservation: the one the check books for it
 
-/** On a Reservation booked by the check: the Workload's uid (found by it, so that a user's namesake is never taken). */
-export const BOOKED_FOR_UID_LABEL = 'bettercompute.io/kueue-workload-uid';
-/** On a Reservation booked by the check: the Workload's name (a name can be longer than a label value). */
-export const BOOKED_FOR_ANNOTATION = 'bettercompute.io/kueue-workload';
-/** The label naming the Pool to book in, on the Job (copied to the Workload) or its pod template. */
-export const POOL_LABEL = 'bettercompute.io/pool';
 /** A booking's length when neither Kueue, the Job nor the Pool gives one. */
 export const DEFAULT_KUEUE_DURATION_SECONDS = 3600;
 /** The longest booking (the Reservation CRD's duration limit: 366 days). */

@@ -10,9 +10,10 @@ import { errorFields } from '../log.ts';
 import { httpStatus } from './kube.ts';
 import type { AdmittingTracker } from './admitting.ts';
 import { tenantOf } from './judge.ts';
-import { ALLOCATION_ANNOTATION, ATOMS_ANNOTATION, type PodDemand } from './resources.ts';
+import { type PodDemand } from './resources.ts';
 import { BindError, type ExtenderDeps } from './deps.ts';
 import { PodSchema, type ExtenderBindingArgs, type Pod } from './wire.ts';
+import { ALLOCATION_ANNOTATION, ATOMS_ANNOTATION } from '../core/names.ts';
 
 export { BindError } from './deps.ts';
 

@@ -5,7 +5,7 @@
 // Loopback by default: only kube-scheduler in the same pod reaches it.
 import type { IncomingMessage, RequestListener, ServerResponse } from 'node:http';
 import type { z } from 'zod';
-import { toErrorResponse } from '../api/errors.ts';
+import { toErrorResponse } from '../http/errors.ts';
 import { errorFields, silentLogger, type Logger } from '../log.ts';
 import { ExtenderService, type ExtenderDeps } from './service.ts';
 import { ExtenderArgsSchema, ExtenderBindingArgsSchema, parseExtenderBody } from './wire.ts';

@@ -1,6 +1,6 @@
 // capacity.preview from the extender's in-memory state (ADR 0010): the planner on the state's pool snapshot while the
 // state vouches for itself, the ledger's own preview (which loads the pool) otherwise. Either answers alike.
-import type { PlanAnswer, Previewer } from '../api/capacity-service.ts';
+import type { PlanAnswer, Previewer } from '../core/preview.ts';
 import type { PreviewInput } from '../core/schemas.ts';
 import { previewOn } from '../db/ledger.ts';
 import type { ExtenderMemory } from './service.ts';

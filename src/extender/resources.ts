@@ -1,40 +1,6 @@
 // Resource names we hand out, and what a pod asks for. Pure.
 import type { DeviceClass } from '../core/types.ts';
-
-export const GENERIC_RESOURCES: Readonly<Record<string, DeviceClass>> = {
-  'bettercompute.io/gpu': 'gpu',
-  'bettercompute.io/gpu.mig': 'gpu.mig',
-  'bettercompute.io/gpu.slot': 'gpu.slot',
-};
-export const RESOURCE_OF_CLASS: Readonly<Partial<Record<DeviceClass, string>>> = {
-  gpu: 'bettercompute.io/gpu',
-  'gpu.mig': 'bettercompute.io/gpu.mig',
-  'gpu.slot': 'bettercompute.io/gpu.slot',
-};
-export const RESERVATION_GROUP = 'reservations.bettercompute.io';
-/**
- * ADR 0003's marker, requested beside a reservation's own resource so that a scheduler with `managedResources` calls
- * the extender (it matches names exactly and cannot know the per-reservation names). With the dedicated
- * better-compute-scheduler (ADR 0007) every pod it gets goes to the extender, and a reservation's pod needs only
- * `reservations.bettercompute.io/<rsv>`; the marker is still accepted (and ignored) when present, and alone it asks for
- * nothing.
- */
-export const RESERVATION_MARKER = 'bettercompute.io/reservation';
-export const ATOMS_ANNOTATION = 'bettercompute.io/atoms';
-export const ALLOCATION_ANNOTATION = 'bettercompute.io/allocation';
-export const RESERVATION_LABEL = 'bettercompute.io/reservation';
-export { TENANT_LABEL } from '../kube/types.ts';
-
-/** `reservations.bettercompute.io/rsv-<ulid>` for reservation `rsv_<ulid>`. */
-export function reservationResourceName(reservationId: string): string {
-  return `${RESERVATION_GROUP}/${reservationId.replace(/_/g, '-')}`;
-}
-
-export function reservationIdOfResource(resource: string): string | undefined {
-  if (!resource.startsWith(`${RESERVATION_GROUP}/`)) return undefined;
-  const id = resource.slice(RESERVATION_GROUP.length + 1).replace(/-/g, '_');
-  return /^rsv_[0-9a-hjkmnp-tv-z]{26}$/.test(id) ? id : undefined;
-}
+import { GENERIC_RESOURCES, RESERVATION_GROUP, reservationIdOfResource } from '../core/names.ts';
 
 export interface PodDemand {
   /** The reservation the pod draws from, with the number of its atoms it asks for. */

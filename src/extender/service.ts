@@ -16,8 +16,9 @@ import { AdmittingTracker } from './admitting.ts';
 import { BindError, ExtenderBinder } from './binder.ts';
 import { ExtenderJudge, notOurPod } from './judge.ts';
 import type { ExtenderDeps } from './deps.ts';
-import { hasSchedulingPreferences, podDemand, RESOURCE_OF_CLASS } from './resources.ts';
+import { hasSchedulingPreferences, podDemand } from './resources.ts';
 import { nodeNamesOf, type ExtenderArgs, type ExtenderBindingArgs, type ExtenderBindingResult, type ExtenderFilterResult, type HostPriority } from './wire.ts';
+import { RESOURCE_OF_CLASS } from '../core/names.ts';
 
 export { notOurPod } from './judge.ts';
 

@@ -20,19 +20,10 @@ import {
 import { PooledKubeConfig } from './connections.ts';
 import type { ListResult } from './informer.ts';
 import { listAllPages, type ListPage } from './paging.ts';
-import {
-  API_VERSION,
-  GROUP,
-  VERSION,
-  type KubeObject,
-  type NamespaceCR,
-  type NodeCR,
-  type NodeDevicesCR,
-  type PoolCR,
-  type Reservation,
-} from './types.ts';
+import { type KubeObject, type NamespaceCR, type NodeCR, type NodeDevicesCR, type PoolCR, type Reservation } from './types.ts';
 import { systemClock } from '../clock.ts';
 import { boundReservation } from './bounds.ts';
+import { API_VERSION, GROUP, VERSION } from '../core/names.ts';
 
 export const PLURALS = { reservations: 'reservations', pools: 'pools', nodedevices: 'nodedevices' } as const;
 

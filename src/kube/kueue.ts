@@ -6,7 +6,8 @@ import { BatchV1Api, CustomObjectsApi, PatchStrategy, setHeaderOptions, type Kub
 import type { PodSetUpdate } from '../core/kueue-check.ts';
 import { PLURALS, statusOf } from './client.ts';
 import type { ListResult } from './informer.ts';
-import { GROUP, VERSION, type Condition, type KubeObject, type Reservation } from './types.ts';
+import { type Condition, type KubeObject, type Reservation } from './types.ts';
+import { GROUP, VERSION } from '../core/names.ts';
 
 export const KUEUE_GROUP = 'kueue.x-k8s.io';
 export const KUEUE_VERSION = 'v1beta2';

@@ -5,10 +5,10 @@
 // policy's (deploy/dra/agent/policies.yaml): only those of its own node.
 import { CoreV1Api, CustomObjectsApi, type KubeConfig } from '@kubernetes/client-node';
 import { z } from 'zod';
-import { DRA_DRIVER } from '../core/dra-allocate.ts';
 import { ResourceSliceListSchema, type ExistingSlice, type ResourceSliceObject } from '../core/dra-slices.ts';
 import { statusOf } from './client.ts';
 import { RESOURCE_GROUP, RESOURCE_VERSION } from './resource-claims.ts';
+import { DRA_DRIVER } from '../core/names.ts';
 
 const slicesOf = { group: RESOURCE_GROUP, version: RESOURCE_VERSION, plural: 'resourceslices' } as const;
 

@@ -2,14 +2,7 @@
 // OpenAPI schemas in crds/ are the authority on constraints; these types only name the fields.
 import type { InventoryReport } from '../core/inventory.ts';
 import type { OfferingBudgetSpec } from '../core/quota.ts';
-export const GROUP = 'bettercompute.io';
-export const VERSION = 'v1alpha1';
-export const API_VERSION = `${GROUP}/${VERSION}`;
-
-export const RESERVATION_FINALIZER = 'bettercompute.io/release';
-/** Namespace label naming the tenant (ADR 0005); without it a namespace is no tenant, unless tenancy by name is on. */
-export const TENANT_LABEL = 'bettercompute.io/tenant';
-
+import { TENANT_LABEL } from '../core/names.ts';
 /**
  * The tenant of a namespace: its `bettercompute.io/tenant` label; without one (or an empty one), its own name only when
  * tenancy by namespace name is on (TENANCY_BY_NAMESPACE_NAME, ADR 0040), else none. Off by default: where users may
@@ -24,21 +17,6 @@ export function namespaceTenant(name: string, labels: Record<string, string> | u
 /** Why a namespace is no tenant (the refusals' text). */
 export const noTenantMessage = (namespace: string) =>
   `namespace ${namespace} has no ${TENANT_LABEL} label, so it is no tenant (tenancy by namespace name, TENANCY_BY_NAMESPACE_NAME, is off)`;
-export const MAINTENANCE_LABEL = 'bettercompute.io/maintenance';
-export const ROLE_LABEL = 'bettercompute.io/role';
-export const TRUST_LABEL = 'bettercompute.io/trust';
-export const OWNER_TENANT_LABEL = 'bettercompute.io/owner-tenant';
-/** Taint of the test harness's simulated nodes; tolerated (it keeps stray pods away, not our bookings). */
-export const SIMULATED_TAINT = 'bettercompute.io/simulated';
-/**
- * Annotation on a Reservation that confirms its hold (`kubectl annotate reservation NAME bettercompute.io/confirm=true`):
- * an input like the spec (the spec itself is immutable), read by the reconciler; docs/adr/0015-hold-and-confirm.md.
- */
-export const CONFIRM_ANNOTATION = 'bettercompute.io/confirm';
-/** Annotation put on a preempted spot reservation's pods: the deadline (RFC 3339) at which they are evicted (ADR 0017). */
-export const PREEMPT_AT_ANNOTATION = 'bettercompute.io/preempt-at';
-/** Prefix of the per-reservation extended resource the agent registers (docs/crds.md). */
-export const RESERVATION_RESOURCE_PREFIX = 'reservations.bettercompute.io/';
 
 export interface ObjectMeta {
   name: string;
@@ -195,11 +173,6 @@ export interface NodeCR extends KubeObject {
 }
 
 export type NamespaceCR = KubeObject;
-
-/** `reservations.bettercompute.io/<id with '_' as '-'>`: a valid extended resource name for the reservation. */
-export function reservationResourceName(reservationId: string): string {
-  return `${RESERVATION_RESOURCE_PREFIX}${reservationId.replace(/_/g, '-')}`;
-}
 
 export function keyOf(o: KubeObject): string {
   return o.metadata.namespace ? `${o.metadata.namespace}/${o.metadata.name}` : o.metadata.name;

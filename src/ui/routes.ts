@@ -6,15 +6,16 @@ import express, { type Request, type RequestHandler, type Response } from 'expre
 import { z } from 'zod';
 import { HOUR_MS, MAX_TIMELINE_SPAN_MS, TenantId } from '../core/schemas.ts';
 import { errorFields, type Logger } from '../log.ts';
-import { bearerToken, type Authorizer, type Principal } from '../api/authz.ts';
+import { type Authorizer } from '../api/authz.ts';
 import type { CapacityService } from '../api/capacity-service.ts';
-import { ApiError, toErrorResponse } from '../api/errors.ts';
+import { ApiError, toErrorResponse } from '../http/errors.ts';
 import { CALENDAR_CSS, CALENDAR_JS } from './assets.ts';
 import { ASSET_PATHS } from './html.ts';
 import { freeCells, groupByDomain, layoutBars, nowMarker, ticks } from './layout.ts';
 import { reservationDetails, type ReservationDirectory } from './reservations.ts';
 import { findSlots, SlotQuery } from './slots.ts';
 import { CALENDAR_PATH, calendarHref, calendarView, chooseTenantView, errorView, SESSION_PATH, signInView, SIGNOUT_PATH, type Place } from './views.ts';
+import { bearerToken, type Principal } from '../http/identity.ts';
 
 export interface CalendarDeps {
   service: CapacityService;

@@ -9,10 +9,10 @@ import { createPodAdmissionRouter, podAdmissionDeps } from '../../src/admission/
 import type { NamespaceCR, Reservation } from '../../src/kube/types.ts';
 import { advanceClock } from '../../src/db/clock.ts';
 import { Ledger } from '../../src/db/ledger.ts';
-import { reservationResourceName } from '../../src/extender/resources.ts';
 import { silentLogger } from '../../src/log.ts';
 import { makeNode, makePool, reservation } from '../support/builders.ts';
 import { useTestDatabase } from '../support/db.ts';
+import { reservationResourceName } from '../../src/core/names.ts';
 
 const ctx = useTestDatabase();
 const HOUR = 3_600_000;

@@ -9,12 +9,12 @@ import { agentUsernameFor, createAgentApiRouter, NODE_NAME_CLAIM, type AgentApiD
 import { AGENT_API_PREFIX, NodeStateSchema, type NodeState } from '../../src/agentapi/wire.ts';
 import { Ledger } from '../../src/db/ledger.ts';
 import { createPool, type Db } from '../../src/db/pool.ts';
-import { reservationResourceName } from '../../src/extender/resources.ts';
 import { takeAdmission } from '../../src/db/handoff.ts';
-import { unauthenticated } from '../../src/api/errors.ts';
+import { unauthenticated } from '../../src/http/errors.ts';
 import { silentLogger } from '../../src/log.ts';
 import { makeNode, makePool, reservation } from '../support/builders.ts';
 import { useTestDatabase } from '../support/db.ts';
+import { reservationResourceName } from '../../src/core/names.ts';
 
 const ctx = useTestDatabase();
 const AGENT = agentUsernameFor('better-compute-system');

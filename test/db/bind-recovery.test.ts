@@ -8,11 +8,11 @@ import { Ledger } from '../../src/db/ledger.ts';
 import { createPool, type Db } from '../../src/db/pool.ts';
 import { KubeStatusError, type ExtenderKube } from '../../src/extender/kube.ts';
 import { KubeCallTimeoutError } from '../../src/kube/client.ts';
-import { reservationResourceName, TENANT_LABEL } from '../../src/extender/resources.ts';
 import { ExtenderService } from '../../src/extender/service.ts';
 import { createLogger } from '../../src/log.ts';
 import { makeNode, makePool, reservation } from '../support/builders.ts';
 import { useTestDatabase } from '../support/db.ts';
+import { TENANT_LABEL, reservationResourceName } from '../../src/core/names.ts';
 
 const ctx = useTestDatabase();
 

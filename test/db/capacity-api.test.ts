@@ -3,7 +3,8 @@
 // response shapes, and how malformed requests are answered.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CAPACITY_PATHS, MAX_BODY_BYTES } from '../../src/api/app.ts';
-import { MAX_PREVIEW_CANDIDATES, type PlanAnswer, type Previewer } from '../../src/api/capacity-service.ts';
+import { MAX_PREVIEW_CANDIDATES } from '../../src/api/capacity-service.ts';
+import type { PlanAnswer, Previewer } from '../../src/core/preview.ts';
 import { MAX_DURATION_SECONDS } from '../../src/core/duration.ts';
 import { Ledger } from '../../src/db/ledger.ts';
 import { startTestApi, TOKENS, type TestApi } from '../support/api.ts';

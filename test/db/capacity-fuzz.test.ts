@@ -5,7 +5,7 @@
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CAPACITY_PATHS, MAX_BODY_BYTES } from '../../src/api/app.ts';
-import { ERROR_STATUS } from '../../src/api/errors.ts';
+import { ERROR_STATUS } from '../../src/http/errors.ts';
 import { makeNode, makePool } from '../support/builders.ts';
 import { createTestDatabase, type TestDatabase } from '../support/db.ts';
 import { isErrorBody } from '../support/http-assert.ts';

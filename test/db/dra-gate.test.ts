@@ -5,7 +5,7 @@
 import { beforeAll, describe, expect, it } from 'vitest';
 import { ledgerBookings } from '../../src/admission/bookings.ts';
 import { ClaimAllocator } from '../../src/controller/dra/allocator.ts';
-import { ALLOCATION_GATE, CLAIM_FINALIZER, POD_CLAIM_NAME_ANNOTATION } from '../../src/core/dra-allocate.ts';
+import { POD_CLAIM_NAME_ANNOTATION } from '../../src/core/dra-allocate.ts';
 import { advanceClock } from '../../src/db/clock.ts';
 import { Ledger } from '../../src/db/ledger.ts';
 import type { ResourceClaimObject } from '../../src/kube/resource-claims.ts';
@@ -13,6 +13,7 @@ import type { NamespaceCR, Reservation } from '../../src/kube/types.ts';
 import { silentLogger } from '../../src/log.ts';
 import { makeNode, makePool, reservation } from '../support/builders.ts';
 import { useTestDatabase } from '../support/db.ts';
+import { ALLOCATION_GATE, CLAIM_FINALIZER } from '../../src/core/names.ts';
 
 const ctx = useTestDatabase();
 const NS = 'acme-ns';

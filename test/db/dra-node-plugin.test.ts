@@ -17,8 +17,8 @@ import { ClaimPreparer } from '../../src/agent/dra/prepare.ts';
 import { draPluginClient, grpc, pluginRegistrationClient, unary } from '../../src/agent/grpc.ts';
 import { agentUsernameFor, createAgentApiRouter, NODE_NAME_CLAIM, type AgentApiDeps } from '../../src/agentapi/router.ts';
 import { nodeState } from '../../src/agentapi/state.ts';
-import { AGENT_API_PREFIX, ClaimPrepareAnswerSchema, DRA_DRIVER, type ClaimPrepareAnswer, type ClaimPrepareRequest } from '../../src/agentapi/wire.ts';
-import { unauthenticated } from '../../src/api/errors.ts';
+import { AGENT_API_PREFIX, ClaimPrepareAnswerSchema, type ClaimPrepareAnswer, type ClaimPrepareRequest } from '../../src/agentapi/wire.ts';
+import { unauthenticated } from '../../src/http/errors.ts';
 import { draDeviceName } from '../../src/core/dra-names.ts';
 import type { ClaimHolding } from '../../src/db/claims.ts';
 import { Ledger } from '../../src/db/ledger.ts';
@@ -28,6 +28,7 @@ import { useTestDatabase } from '../support/db.ts';
 import { allocatedClaim } from '../support/dra-claims.ts';
 import { eventually } from '../support/eventually.ts';
 import { fakeNvidiaHost } from '../support/nvidia-host.ts';
+import { DRA_DRIVER } from '../../src/core/names.ts';
 
 const ctx = useTestDatabase();
 const NODE = 'dn-1';

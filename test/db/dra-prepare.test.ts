@@ -6,8 +6,8 @@ import type { AddressInfo } from 'node:net';
 import express from 'express';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { agentUsernameFor, createAgentApiRouter, NODE_NAME_CLAIM, type AgentApiDeps } from '../../src/agentapi/router.ts';
-import { AGENT_API_PREFIX, ClaimPrepareAnswerSchema, DRA_DRIVER } from '../../src/agentapi/wire.ts';
-import { unauthenticated } from '../../src/api/errors.ts';
+import { AGENT_API_PREFIX, ClaimPrepareAnswerSchema } from '../../src/agentapi/wire.ts';
+import { unauthenticated } from '../../src/http/errors.ts';
 import { ResourceClaimSchema } from '../../src/core/dra-allocate.ts';
 import { draDeviceName } from '../../src/core/dra-names.ts';
 import { advanceClock } from '../../src/db/clock.ts';
@@ -17,6 +17,7 @@ import { silentLogger } from '../../src/log.ts';
 import { makeNode, makePool, reservation } from '../support/builders.ts';
 import { useTestDatabase } from '../support/db.ts';
 import { allocatedClaim } from '../support/dra-claims.ts';
+import { DRA_DRIVER } from '../../src/core/names.ts';
 
 const ctx = useTestDatabase();
 const AGENT = agentUsernameFor('better-compute-system');

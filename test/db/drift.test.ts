@@ -11,10 +11,11 @@ import { DRIFT_SERIES, type ClusterView } from '../../src/controller/drift-plan.
 import { runDrift, startDriftReconcile, type DriftDeps } from '../../src/controller/drift.ts';
 import { FenceHolder, LEASE_NAME } from '../../src/controller/fence.ts';
 import { driftMetrics } from '../../src/controller/metrics.ts';
-import { RESERVATION_FINALIZER, type Reservation } from '../../src/kube/types.ts';
+import { type Reservation } from '../../src/kube/types.ts';
 import { silentLogger } from '../../src/log.ts';
 import { makeNode, makePool, reservation } from '../support/builders.ts';
 import { useTestDatabase } from '../support/db.ts';
+import { RESERVATION_FINALIZER } from '../../src/core/names.ts';
 
 const ctx = useTestDatabase();
 const HOUR = 3_600_000;

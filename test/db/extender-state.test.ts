@@ -12,7 +12,6 @@ import { advanceClock } from '../../src/db/clock.ts';
 import { Ledger } from '../../src/db/ledger.ts';
 import { setDeviceHealth, setNodeState, setQuota, upsertPool } from '../../src/db/inventory.ts';
 import type { ExtenderKube } from '../../src/extender/kube.ts';
-import { reservationResourceName, TENANT_LABEL } from '../../src/extender/resources.ts';
 import { StatePreviewer } from '../../src/extender/preview.ts';
 import { ExtenderService } from '../../src/extender/service.ts';
 import { ExtenderState, quotaPeak, type QuotaCharge } from '../../src/extender/state.ts';
@@ -21,6 +20,7 @@ import { silentLogger } from '../../src/log.ts';
 import { makeNode, makePool, reservation } from '../support/builders.ts';
 import { useTestDatabase } from '../support/db.ts';
 import { countingDb } from '../support/counting-db.ts';
+import { TENANT_LABEL, reservationResourceName } from '../../src/core/names.ts';
 
 const ctx = useTestDatabase();
 const LISTENER = 'bc-extender-state-test';

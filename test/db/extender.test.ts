@@ -8,12 +8,12 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { advanceClock } from '../../src/db/clock.ts';
 import { Ledger } from '../../src/db/ledger.ts';
 import type { ExtenderKube } from '../../src/extender/kube.ts';
-import { reservationResourceName, TENANT_LABEL } from '../../src/extender/resources.ts';
 import { createExtenderListener, EXTENDER_MAX_BODY_BYTES } from '../../src/extender/listener.ts';
 import { ExtenderService } from '../../src/extender/service.ts';
 import { createLogger, silentLogger } from '../../src/log.ts';
 import { makeNode, makePool, reservation } from '../support/builders.ts';
 import { useTestDatabase } from '../support/db.ts';
+import { TENANT_LABEL, reservationResourceName } from '../../src/core/names.ts';
 
 const ctx = useTestDatabase();
 

@@ -4,16 +4,16 @@
 // bookable again. Quota: held and confirmed are charged alike, so confirming moves nothing. Status mirrors the ledger.
 import { beforeAll, describe, expect, it } from 'vitest';
 import { ReservationReconciler } from '../../src/controller/reservation/reconciler.ts';
-import { CONFIRM_ANNOTATION, RESERVATION_FINALIZER, TENANT_LABEL, type Reservation } from '../../src/kube/types.ts';
+import { type Reservation } from '../../src/kube/types.ts';
 import { advanceClock } from '../../src/db/clock.ts';
 import { Ledger } from '../../src/db/ledger.ts';
 import type { ExtenderKube } from '../../src/extender/kube.ts';
-import { reservationResourceName } from '../../src/extender/resources.ts';
 import { ExtenderService } from '../../src/extender/service.ts';
 import { silentLogger } from '../../src/log.ts';
 import { makeNode, makePool, reservation } from '../support/builders.ts';
 import { fakeController, type FakeController } from '../support/controller-context.ts';
 import { useTestDatabase } from '../support/db.ts';
+import { CONFIRM_ANNOTATION, RESERVATION_FINALIZER, TENANT_LABEL, reservationResourceName } from '../../src/core/names.ts';
 
 const t = useTestDatabase();
 

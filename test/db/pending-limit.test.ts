@@ -3,10 +3,11 @@
 // (its reconcile asks for no requeue) until an earlier one leaves; other tenants are not held back by it.
 import { beforeAll, describe, expect, it } from 'vitest';
 import { ReservationReconciler } from '../../src/controller/reservation/reconciler.ts';
-import { findCondition, TENANT_LABEL, type Reservation } from '../../src/kube/types.ts';
+import { findCondition, type Reservation } from '../../src/kube/types.ts';
 import { makeNode, makePool } from '../support/builders.ts';
 import { fakeController, type FakeController } from '../support/controller-context.ts';
 import { useTestDatabase } from '../support/db.ts';
+import { TENANT_LABEL } from '../../src/core/names.ts';
 
 const t = useTestDatabase();
 

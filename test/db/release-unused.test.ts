@@ -3,16 +3,16 @@
 // an invalid value fails the Reservation before it books. The test clock moves the database's time.
 import { beforeAll, describe, expect, it } from 'vitest';
 import { ReservationReconciler } from '../../src/controller/reservation/reconciler.ts';
-import { RESERVATION_FINALIZER, TENANT_LABEL, type Reservation } from '../../src/kube/types.ts';
+import { type Reservation } from '../../src/kube/types.ts';
 import { advanceClock } from '../../src/db/clock.ts';
 import { Ledger } from '../../src/db/ledger.ts';
 import type { ExtenderKube } from '../../src/extender/kube.ts';
-import { reservationResourceName } from '../../src/extender/resources.ts';
 import { ExtenderService } from '../../src/extender/service.ts';
 import { silentLogger } from '../../src/log.ts';
 import { makeNode, makePool, reservation } from '../support/builders.ts';
 import { fakeController, type FakeController } from '../support/controller-context.ts';
 import { useTestDatabase } from '../support/db.ts';
+import { RESERVATION_FINALIZER, TENANT_LABEL, reservationResourceName } from '../../src/core/names.ts';
 
 const t = useTestDatabase();
 

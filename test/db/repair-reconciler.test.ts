@@ -3,13 +3,14 @@
 // a node comes → re-placed, same reservation id, Degraded False (Repaired), an Event Repaired, status on the new node.
 import { beforeAll, describe, expect, it } from 'vitest';
 import { ReservationReconciler } from '../../src/controller/reservation/reconciler.ts';
-import { RESERVATION_FINALIZER, TENANT_LABEL, type Reservation } from '../../src/kube/types.ts';
+import { type Reservation } from '../../src/kube/types.ts';
 import { setNodeState, upsertNode } from '../../src/db/inventory.ts';
 import { repairPass } from '../../src/db/repair.ts';
 import { makeNode, makePool } from '../support/builders.ts';
 import { fakeController, type FakeController } from '../support/controller-context.ts';
 import { useTestDatabase } from '../support/db.ts';
 import { checkInvariants, CLEAN } from '../support/invariants.ts';
+import { RESERVATION_FINALIZER, TENANT_LABEL } from '../../src/core/names.ts';
 
 const t = useTestDatabase();
 let f: FakeController;

@@ -4,10 +4,11 @@
 import { beforeAll, describe, expect, it } from 'vitest';
 import { ReservationReconciler } from '../../src/controller/reservation/reconciler.ts';
 import { advanceClock } from '../../src/db/clock.ts';
-import { findCondition, TENANT_LABEL, type Reservation } from '../../src/kube/types.ts';
+import { findCondition, type Reservation } from '../../src/kube/types.ts';
 import { makeNode, makePool } from '../support/builders.ts';
 import { fakeController, type FakeController } from '../support/controller-context.ts';
 import { useTestDatabase } from '../support/db.ts';
+import { TENANT_LABEL } from '../../src/core/names.ts';
 
 const t = useTestDatabase();
 

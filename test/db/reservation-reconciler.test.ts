@@ -3,10 +3,11 @@
 // anyone allowed to write reservations/status) is neither mirrored (served) nor released on delete.
 import { beforeAll, describe, expect, it } from 'vitest';
 import { ReservationReconciler } from '../../src/controller/reservation/reconciler.ts';
-import { RESERVATION_FINALIZER, reservationResourceName, TENANT_LABEL, type Reservation } from '../../src/kube/types.ts';
+import { type Reservation } from '../../src/kube/types.ts';
 import { makeNode, makePool } from '../support/builders.ts';
 import { fakeController, type FakeController } from '../support/controller-context.ts';
 import { useTestDatabase } from '../support/db.ts';
+import { RESERVATION_FINALIZER, TENANT_LABEL, reservationResourceName } from '../../src/core/names.ts';
 
 const t = useTestDatabase();
 

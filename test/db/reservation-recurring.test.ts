@@ -8,11 +8,12 @@
 // Tuesday's and Wednesday's.
 import { beforeAll, describe, expect, it } from 'vitest';
 import { ReservationReconciler } from '../../src/controller/reservation/reconciler.ts';
-import { RESERVATION_FINALIZER, TENANT_LABEL, type Reservation } from '../../src/kube/types.ts';
+import { type Reservation } from '../../src/kube/types.ts';
 import { advanceClock } from '../../src/db/clock.ts';
 import { makeNode, makePool, reservation } from '../support/builders.ts';
 import { fakeController, type FakeController } from '../support/controller-context.ts';
 import { useTestDatabase } from '../support/db.ts';
+import { RESERVATION_FINALIZER, TENANT_LABEL } from '../../src/core/names.ts';
 
 const t = useTestDatabase();
 const DAY = 86_400_000;

@@ -8,17 +8,17 @@ import { preemptionPass } from '../../src/controller/preemption.ts';
 import { createStopper } from '../../src/controller/stopper.ts';
 import { ReservationReconciler } from '../../src/controller/reservation/reconciler.ts';
 import { PREEMPTION_NOTICE } from '../../src/controller/reservation/status.ts';
-import { PREEMPT_AT_ANNOTATION, RESERVATION_FINALIZER, TENANT_LABEL, type Reservation } from '../../src/kube/types.ts';
+import { type Reservation } from '../../src/kube/types.ts';
 import { advanceClock } from '../../src/db/clock.ts';
 import { Ledger } from '../../src/db/ledger.ts';
 import type { ExtenderKube } from '../../src/extender/kube.ts';
-import { reservationResourceName } from '../../src/extender/resources.ts';
 import { ExtenderService } from '../../src/extender/service.ts';
 import { silentLogger } from '../../src/log.ts';
 import { makeNode, makePool, reservation } from '../support/builders.ts';
 import { fakeController, type FakeController } from '../support/controller-context.ts';
 import { useTestDatabase } from '../support/db.ts';
 import { checkInvariants, CLEAN } from '../support/invariants.ts';
+import { PREEMPT_AT_ANNOTATION, RESERVATION_FINALIZER, TENANT_LABEL, reservationResourceName } from '../../src/core/names.ts';
 
 const t = useTestDatabase();
 const NOTICE_MS = 120_000; // the Ledger's default notice (BETTER_COMPUTE_SPOT_NOTICE: 2m)

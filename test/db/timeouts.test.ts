@@ -6,7 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createApp } from '../../src/api/app.ts';
 import { StaticTokenAuthorizer } from '../../src/api/authz.ts';
 import type { CapacityService } from '../../src/api/capacity-service.ts';
-import { listen, type RunningServer } from '../../src/api/server.ts';
+import { listen, type RunningServer } from '../../src/http/server.ts';
 import { healthChecks } from '../../src/controller/listeners.ts';
 import { DbHealth } from '../../src/db/health.ts';
 import { migrate } from '../../src/db/migrate.ts';

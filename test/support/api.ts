@@ -2,8 +2,9 @@
 import type { Registry } from 'prom-client';
 import { createApp } from '../../src/api/app.ts';
 import { StaticTokenAuthorizer, type Authorizer } from '../../src/api/authz.ts';
-import { CapacityService, createCapacityService, type Previewer } from '../../src/api/capacity-service.ts';
-import { listen, type RunningServer } from '../../src/api/server.ts';
+import { CapacityService, createCapacityService } from '../../src/api/capacity-service.ts';
+import type { Previewer } from '../../src/core/preview.ts';
+import { listen, type RunningServer } from '../../src/http/server.ts';
 import type { DbClock } from '../../src/db/clock.ts';
 import type { Db } from '../../src/db/pool.ts';
 import { silentLogger, type Logger } from '../../src/log.ts';
@@ -11,6 +12,7 @@ import { registerCapacityGauges, registerDomainGauges } from '../../src/metrics/
 import { ledgerMetrics, type LedgerMetricsSink } from '../../src/metrics/ledger.ts';
 import { createRegistry, httpMetrics } from '../../src/metrics/registry.ts';
 import type { ReservationDirectory } from '../../src/ui/reservations.ts';
+import { mountCalendar } from '../../src/ui/routes.ts';
 import { HttpClient } from './http.ts';
 
 /** Tokens of the test token file. */
@@ -59,7 +61,8 @@ export async function startTestApi(
     registry,
     log: opts.log ?? silentLogger,
     http: httpMetrics(registry),
-    ...(opts.reservationDirectory ? { reservationDirectory: opts.reservationDirectory } : {}),
+    routes: (app) =>
+      mountCalendar(app, { service, authorizer: opts.authorizer ?? testAuthorizer(), log: opts.log ?? silentLogger, ...(opts.reservationDirectory ? { directory: opts.reservationDirectory } : {}) }),
     async ready() {
       await db.query('SELECT 1');
     },

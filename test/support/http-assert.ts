@@ -1,6 +1,6 @@
 // Assertions on API answers.
 import { expect } from 'vitest';
-import { ERROR_STATUS, type ErrorCode } from '../../src/api/errors.ts';
+import { ERROR_STATUS, type ErrorCode } from '../../src/http/errors.ts';
 import type { HttpResponse } from './http.ts';
 
 /** Whether a body is exactly `{"error":{"code","message"}}` with a known code and a non-empty message. */

@@ -4,8 +4,8 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import YAML from 'yaml';
-import { DRA_DRIVER } from '../../src/agentapi/wire.ts';
 import { DEVICE_CLASSES } from '../../src/core/dra-allocate.ts';
+import { DRA_DRIVER } from '../../src/core/names.ts';
 
 const DIR = path.join(import.meta.dirname, '../../deploy/dra');
 // eslint-disable-next-line @typescript-eslint/no-explicit-any

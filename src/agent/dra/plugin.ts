@@ -5,10 +5,10 @@
 // plugin endpoints are.
 import fs from 'node:fs';
 import path from 'node:path';
-import { DRA_DRIVER } from '../../agentapi/wire.ts';
 import { errorFields, type Logger } from '../../log.ts';
 import { bindUnix, DRA_SERVICE_V1, draPluginService, grpc, pluginRegistrationService, stopUnix } from '../grpc.ts';
 import type { ClaimPreparer } from './prepare.ts';
+import { DRA_DRIVER } from '../../core/names.ts';
 
 export interface DraPluginOptions {
   /** The DRAPlugin service's directory (default /var/lib/kubelet/plugins/gpu.bettercompute.io): dra.sock in it. */

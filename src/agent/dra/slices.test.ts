@@ -2,11 +2,11 @@
 // a stale resourceVersion is a conflict): what it writes, in which order, that it coalesces syncs asked for while one
 // runs, keeps its generation above any it wrote after everything was deleted, and survives a failed call.
 import { describe, expect, it } from 'vitest';
-import { DRA_DRIVER } from '../../core/dra-allocate.ts';
 import { draDeviceName } from '../../core/dra-names.ts';
 import { ResourceSliceSchema, type ExistingSlice, type ResourceSliceObject, type SliceAtom } from '../../core/dra-slices.ts';
 import { silentLogger } from '../../log.ts';
 import { SlicePublisher, type SliceApi } from './slices.ts';
+import { DRA_DRIVER } from '../../core/names.ts';
 
 class MemorySlices implements SliceApi {
   readonly store = new Map<string, ExistingSlice>();

@@ -10,24 +10,7 @@
 // event finds its pod still gated (a sibling claim allocated meanwhile, a lift that failed, a new leader).
 import { z } from 'zod';
 import type { BookingLookup } from '../../admission/bookings.ts';
-import {
-  ALLOCATION_GATE,
-  allocationFor,
-  CLAIM_FINALIZER,
-  claimPodRef,
-  classifyClaim,
-  decideAllocated,
-  decideClaim,
-  gateVerdict,
-  isOurAllocation,
-  POD_RESERVATION_LABEL,
-  ResourceClaimSchema,
-  type ClaimDecision,
-  type GatedPodView,
-  type PodView,
-  type ReservationWindow,
-  type ResourceClaim,
-} from '../../core/dra-allocate.ts';
+import { allocationFor, claimPodRef, classifyClaim, decideAllocated, decideClaim, gateVerdict, isOurAllocation, ResourceClaimSchema, type ClaimDecision, type GatedPodView, type PodView, type ReservationWindow, type ResourceClaim } from '../../core/dra-allocate.ts';
 import type { ClaimHolding } from '../../db/claims.ts';
 import { isWaitingForPod, WAITING_FOR_POD } from '../../db/reads.ts';
 import type { Ledger } from '../../db/ledger.ts';
@@ -37,6 +20,7 @@ import type { ResourceClaimObject } from '../../kube/resource-claims.ts';
 import { namespaceTenant, type KubeObject, type NamespaceCR, type Reservation } from '../../kube/types.ts';
 import { errorFields, type Logger } from '../../log.ts';
 import type { ReconcileResult } from '../queue.ts';
+import { ALLOCATION_GATE, CLAIM_FINALIZER, RESERVATION_LABEL } from '../../core/names.ts';
 
 export interface ClaimAllocatorDeps {
   claims: Pick<Informer<ResourceClaimObject>, 'get'>;
@@ -312,7 +296,7 @@ export class ClaimAllocator {
 
   /** The pod's Reservation (its label) as the ledger has it: the booking its uid made, and its window. */
   private async reservationOf(namespace: string, pod: PodView): Promise<ReservationWindow | undefined> {
-    const label = pod.labels[POD_RESERVATION_LABEL];
+    const label = pod.labels[RESERVATION_LABEL];
     const cr = label ? this.d.reservations.get(`${namespace}/${label}`) : undefined;
     const tenant = this.tenantOf(namespace);
     if (!label || !cr?.metadata.uid || tenant === undefined) return undefined;

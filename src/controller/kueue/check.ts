@@ -6,30 +6,7 @@
 // fence check before it is sent: start.ts). Pending entries are decided; Ready ones are looked at again and go to Retry
 // when their Reservation can no longer carry them (Kueue then evicts and requeues the Workload); Retry and Rejected
 // are Kueue's to act on.
-import {
-  BOOKED_FOR_ANNOTATION,
-  BOOKED_FOR_UID_LABEL,
-  bookedMessage,
-  bookedReservationName,
-  bookingFor,
-  CHECK_CONTROLLER_NAME,
-  currentCheck,
-  decideLiveCheck,
-  decideReservationCheck,
-  KUEUE_BOOKING_HORIZON_MS,
-  noWindowMessage,
-  podSetDemand,
-  RECHECK_NO_WINDOW_MS,
-  reservationNameOf,
-  workloadLifecycle,
-  WorkloadSchema,
-  type BookingShape,
-  type CheckDecision,
-  type PoolFacts,
-  type ReservationFacts,
-  type ReservationWindow,
-  type Workload,
-} from '../../core/kueue-check.ts';
+import { bookedMessage, bookedReservationName, bookingFor, currentCheck, decideLiveCheck, decideReservationCheck, KUEUE_BOOKING_HORIZON_MS, noWindowMessage, podSetDemand, RECHECK_NO_WINDOW_MS, reservationNameOf, workloadLifecycle, WorkloadSchema, type BookingShape, type CheckDecision, type PoolFacts, type ReservationFacts, type ReservationWindow, type Workload } from '../../core/kueue-check.ts';
 import type { WindowFound } from '../../core/earliest-window.ts';
 import type { ReservationCreateInput } from '../../core/schemas.ts';
 import { ValidationError } from '../../core/schemas.ts';
@@ -37,10 +14,11 @@ import { FencedError } from '../../db/ledger.ts';
 import type { Informer } from '../../kube/informer.ts';
 import { KUEUE_API_VERSION, type AdmissionCheckCR, type CheckStateWrite, type WorkloadCR } from '../../kube/kueue.ts';
 import type { EventInput } from '../../kube/client.ts';
-import { API_VERSION, findCondition, namespaceTenant, noTenantMessage, type NamespaceCR, type PoolCR, type Reservation } from '../../kube/types.ts';
+import { findCondition, namespaceTenant, noTenantMessage, type NamespaceCR, type PoolCR, type Reservation } from '../../kube/types.ts';
 import type { Logger } from '../../log.ts';
 import type { ReconcileResult } from '../queue.ts';
 import { toCreateInput } from '../reservation/reconciler.ts';
+import { API_VERSION, BOOKED_FOR_ANNOTATION, BOOKED_FOR_UID_LABEL, CHECK_CONTROLLER_NAME } from '../../core/names.ts';
 
 const ms = (t: string | undefined) => (t ? new Date(t).getTime() : undefined);
 const isoS = (t: number) => new Date(t).toISOString().replace(/\.\d+Z$/, 'Z');

@@ -15,6 +15,7 @@ import { Informer } from '../../kube/informer.ts';
 import { KUEUE_GROUP, KUEUE_PLURALS, KUEUE_VERSION, KueueClient, type AdmissionCheckCR, type WorkloadCR } from '../../kube/kueue.ts';
 import { findCondition, keyOf, type NamespaceCR, type PoolCR, type Reservation } from '../../kube/types.ts';
 import { errorFields, type Logger } from '../../log.ts';
+import { CHECK_CONTROLLER_NAME } from '../../core/names.ts';
 import { fenced } from '../fence.ts';
 import { WorkQueue } from '../queue.ts';
 import { startWhenServed } from '../when-served.ts';
@@ -131,7 +132,7 @@ function start(o: KueueCheckOptions, kueue: KueueClient): Running {
   workloads.start();
   checks.start();
   void Promise.all([workloads.synced, checks.synced]).then(() => queue.start((k) => reconciler.reconcile(k)));
-  o.log.info('kueue check started: Kueue is installed', { controllerName: 'bettercompute.io/reservation' });
+  o.log.info('kueue check started: Kueue is installed', { controllerName: CHECK_CONTROLLER_NAME });
   return { workloads, checks, queue, reconciler };
 }
 

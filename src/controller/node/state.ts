@@ -7,7 +7,8 @@
 // bookings), node.kubernetes.io/unschedulable (that is the cordon, mapped above), node.kubernetes.io/not-ready and
 // node.kubernetes.io/unreachable (the Ready condition, mapped above), plus whatever the caller adds.
 import type { NodeSpec, NodeState } from '../../db/inventory.ts';
-import { MAINTENANCE_LABEL, OWNER_TENANT_LABEL, ROLE_LABEL, SIMULATED_TAINT, TRUST_LABEL, type NodeCR, type PoolCR } from '../../kube/types.ts';
+import { type NodeCR, type PoolCR } from '../../kube/types.ts';
+import { MAINTENANCE_LABEL, OWNER_TENANT_LABEL, ROLE_LABEL, SIMULATED_TAINT, TRUST_LABEL } from '../../core/names.ts';
 
 export const TOLERATED_TAINTS: readonly string[] = [
   SIMULATED_TAINT,

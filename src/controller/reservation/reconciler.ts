@@ -13,17 +13,7 @@ import { maxPendingOf, overPendingLimit, TOO_MANY_PENDING, type PendingEntry } f
 import { statusOf } from '../../kube/client.ts';
 import { KUEUE_BOOKING_HORIZON_MS } from '../../core/kueue-check.ts';
 import type { ReconcileResult } from '../queue.ts';
-import {
-  RESERVATION_FINALIZER,
-  namespaceTenant,
-  noTenantMessage,
-  findCondition,
-  reservationResourceName,
-  splitKey,
-  type Reservation,
-  type OccurrenceStatus,
-  type ReservationStatus,
-} from '../../kube/types.ts';
+import { namespaceTenant, noTenantMessage, findCondition, splitKey, type Reservation, type OccurrenceStatus, type ReservationStatus } from '../../kube/types.ts';
 import { MAX_WINDOWS_AHEAD, recurringVerdict, toRecurrence, windowInput, windowKey } from './recurring.ts';
 import {
   bookedStatus,
@@ -41,6 +31,7 @@ import {
   unusedAfterMs,
   type Verdict,
 } from './status.ts';
+import { RESERVATION_FINALIZER, reservationResourceName } from '../../core/names.ts';
 
 /** The Reservation's spec as the ledger's reservations.create input (validated exactly as the API validates it). */
 export function toCreateInput(r: Reservation, tenantId: string, poolId: string): ReservationCreateInput {

@@ -3,17 +3,8 @@
 import { z } from 'zod';
 import { parseInput } from '../../core/schemas.ts';
 import type { ReservationView } from '../../db/ledger.ts';
-import {
-  CONFIRM_ANNOTATION,
-  findCondition,
-  reservationResourceName,
-  sameJson,
-  setCondition,
-  type Condition,
-  type Reservation,
-  type ReservationPhase,
-  type ReservationStatus,
-} from '../../kube/types.ts';
+import { findCondition, sameJson, setCondition, type Condition, type Reservation, type ReservationPhase, type ReservationStatus } from '../../kube/types.ts';
+import { CONFIRM_ANNOTATION, reservationResourceName } from '../../core/names.ts';
 
 export const iso = (ms: number | null | undefined): string | undefined =>
   ms === null || ms === undefined || !Number.isFinite(ms) ? undefined : new Date(ms).toISOString();

@@ -2,9 +2,9 @@
 // every address, reached through loopback and through this machine's non-loopback address; HTTPS on the latter.
 import os from 'node:os';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createApp } from './app.ts';
-import { StaticTokenAuthorizer } from './authz.ts';
-import type { CapacityService } from './capacity-service.ts';
+import { createApp } from '../api/app.ts';
+import { StaticTokenAuthorizer } from '../api/authz.ts';
+import type { CapacityService } from '../api/capacity-service.ts';
 import { listen, type RunningServer } from './server.ts';
 import { isLoopbackAddress, tokenTransportAllowed } from './transport.ts';
 import { generateCa, issueServingCert } from '../controller/certs.ts';

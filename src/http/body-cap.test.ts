@@ -9,9 +9,9 @@ import { AGENT_API_MAX_BODY_BYTES, createAgentApiRouter } from '../agentapi/rout
 import type { Db } from '../db/pool.ts';
 import type { Clock } from '../db/clock.ts';
 import { silentLogger } from '../log.ts';
-import { CAPACITY_PATHS, createApp, MAX_BODY_BYTES } from './app.ts';
-import type { Authorizer } from './authz.ts';
-import type { CapacityService } from './capacity-service.ts';
+import { CAPACITY_PATHS, createApp, MAX_BODY_BYTES } from '../api/app.ts';
+import type { Authorizer } from '../api/authz.ts';
+import type { CapacityService } from '../api/capacity-service.ts';
 import { declaresBodyOver } from './body-cap.ts';
 
 const servers: http.Server[] = [];
