@@ -286,7 +286,6 @@ export async function waitFor<T>(
   }
 }
 
-/** Waits until the pod reaches one of the phases; resolves with the pod object. */
 /**
  * Waits until each object (`kind/name`, e.g. `crd/pools.bettercompute.io`) has the condition `type` True, polling with
  * a deadline. Not `kubectl wait`: on an object made a moment ago with no status yet, that exits 1 (".status.conditions
@@ -310,6 +309,7 @@ export async function waitCondition(
   }
 }
 
+/** Waits until the pod reaches one of the phases; resolves with the pod object. */
 export async function waitForPodPhase(namespace: string, name: string, phases: string[], timeoutMs = 90_000): Promise<Pod> {
   return waitFor(
     `pod ${namespace}/${name} in ${phases.join('|')}`,
