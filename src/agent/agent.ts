@@ -28,9 +28,17 @@ import { DiscoveryHistory, type DeviceSource, type MigDevice, type NodeDevicesSp
 import { DevicePluginEndpoint, RefusedError, type EndpointHandler, type PluginDevice } from './plugin.ts';
 import { podResourcesReader, type PodResourcesReader, type PodResourcesSnapshot } from './podresources.ts';
 import { systemClock } from '../clock.ts';
-import { DISCOVERY_STALE_ANNOTATION, DRA_DRIVER, GENERIC_RESOURCES, GROUP, RESERVATION_GROUP, reservationIdOfResource, RESOURCE_OF_CLASS } from '../core/names.ts';
-
-export const API_VERSION = 'v1alpha1';
+import {
+  API_VERSION,
+  DISCOVERY_STALE_ANNOTATION,
+  DRA_DRIVER,
+  GENERIC_RESOURCES,
+  GROUP,
+  RESERVATION_GROUP,
+  reservationIdOfResource,
+  RESOURCE_OF_CLASS,
+  VERSION,
+} from '../core/names.ts';
 
 /** An atom of the node as the agent keeps it: the slice's fields (src/core/dra-slices.ts), any class of ours. */
 export interface AtomInfo extends Omit<SliceAtom, 'class'> {
@@ -287,7 +295,7 @@ export class Agent {
     const text = JSON.stringify({ spec, stale });
     if (text === this.published) return;
     const api = kc.makeApiClient(k8s.CustomObjectsApi);
-    const base = { group: GROUP, version: API_VERSION, plural: 'nodedevices' };
+    const base = { group: GROUP, version: VERSION, plural: 'nodedevices' };
     try {
       await api.patchClusterCustomObject(
         { ...base, name: this.o.nodeName, body: { metadata: { annotations: { [DISCOVERY_STALE_ANNOTATION]: stale ?? null } }, spec } },
@@ -298,7 +306,7 @@ export class Agent {
       await api.createClusterCustomObject({
         ...base,
         body: {
-          apiVersion: `${GROUP}/${API_VERSION}`,
+          apiVersion: API_VERSION,
           kind: 'NodeDevices',
           metadata: { name: this.o.nodeName, ...(stale ? { annotations: { [DISCOVERY_STALE_ANNOTATION]: stale } } : {}) },
           spec,

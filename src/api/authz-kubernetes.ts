@@ -17,10 +17,11 @@ import { describeTarget, type Authorizer, type CapacityReadTarget } from './auth
 import { forbidden, unauthenticated } from '../http/errors.ts';
 import { namespaceTenant } from '../kube/types.ts';
 import { systemClock } from '../clock.ts';
-import { TENANT_LABEL as TENANT_NAMESPACE_LABEL } from '../core/names.ts';
+import { GROUP, TENANT_LABEL as TENANT_NAMESPACE_LABEL } from '../core/names.ts';
 import type { Principal } from '../http/identity.ts';
 
-export const CAPACITY_GROUP = 'bettercompute.io';
+/** The RBAC API group of `compute:capacity:read` (the product's own group). */
+export const CAPACITY_GROUP = GROUP;
 /**
  * The audience of the capacity API's tokens (`kubectl create token <sa> --audience bettercompute.io`; ADR 0035): a
  * token minted for it is not accepted by the API server, and one minted for the API server is not accepted here.

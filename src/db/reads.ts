@@ -218,10 +218,6 @@ export async function nodeAtoms(
 }
 
 /**
- * The reservations (held or confirmed) whose window holds `atMs` and that hold atoms on a node: their live atoms
- * there. What the node's agent serves one endpoint each for.
- */
-/**
  * How long past `atMs` a reservation is served while a pod of it is still on the node after its window ended or it was
  * released (the agent reads its state again within this; each read extends it while such a pod remains).
  */
@@ -231,7 +227,8 @@ export const DRAINING_SERVE_MS = 60_000;
  * The reservations whose atoms on this node are served at `atMs`: held or confirmed ones whose window holds it, and
  * ones with a pod still assigned on the node (ended, released or preempted: its atoms stay its pods' until they are
  * gone, so a pod the kubelet admits late still gets them and is then stopped, never refused; `end` is then a serving
- * lease, DRAINING_SERVE_MS ahead). Their atoms: the node's non-empty bookings of the reservation.
+ * lease, DRAINING_SERVE_MS ahead). Their atoms: the node's non-empty bookings of the reservation. What the node's
+ * agent serves one endpoint each for.
  */
 export async function activeReservationsOnNode(
   c: Queryable,

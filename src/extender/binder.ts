@@ -17,7 +17,6 @@ import { ALLOCATION_ANNOTATION, ATOMS_ANNOTATION } from '../core/names.ts';
 
 export { BindError } from './deps.ts';
 
-/** How many pods filter remembers for their bind, and for how long (see recent). */
 /** Errors of a Binding that was never sent: nothing can have landed. */
 const NOT_SENT = new Set(['ECONNREFUSED', 'ENOTFOUND', 'EAI_AGAIN', 'EHOSTUNREACH', 'ENETUNREACH']);
 
@@ -33,6 +32,7 @@ export function bindingMayHaveLanded(e: unknown): boolean {
   return !NOT_SENT.has(String((e as { code?: unknown }).code ?? (e as { cause?: { code?: unknown } }).cause?.code ?? ''));
 }
 
+/** How many pods filter remembers for their bind, and for how long (see recent). */
 const RECENT_PODS = 1024;
 const RECENT_POD_MS = 60_000;
 

@@ -88,10 +88,10 @@ const WINDOW_REASONS: Record<Extract<ReserveOutcome, { ok: false }>['code'], str
   IDEMPOTENCY_MISMATCH: 'IdempotencyMismatch',
 };
 
-/** A one-shot Reservation's verdict when the ledger refuses its booking, by the ledger's code (the message is the ledger's). */
 /** How far ahead a waiting Reservation's earliest start is looked for (the Kueue check's horizon too). */
 const ETA_HORIZON_MS = KUEUE_BOOKING_HORIZON_MS;
 
+/** A one-shot Reservation's verdict when the ledger refuses its booking, by the ledger's code (the message is the ledger's). */
 const REFUSALS: Record<Extract<ReserveOutcome, { ok: false }>['code'], Omit<Verdict, 'message'>> = {
   NO_CAPACITY: { phase: 'Pending', status: 'False', reason: 'Unschedulable', eventType: 'Warning' },
   QUOTA_EXCEEDED: { phase: 'Pending', status: 'False', reason: 'QuotaExceeded', eventType: 'Warning' },
